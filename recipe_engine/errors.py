@@ -1,0 +1,35 @@
+"""User-facing errors: one message naming the key and the fix, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+EXIT_USER_ERROR = 2
+
+
+class RecipeError(Exception):
+    """A problem with the user's recipe, data, paths or hardware request.
+
+    The CLI prints ``str(error)`` and exits with code 2; it never shows a traceback.
+    """
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        self.key = key
+        super().__init__(message)
+
+
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    """' Did you mean `x`?' for the closest option, or '' when nothing is close."""
+    matches = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" Did you mean `{matches[0]}`?" if matches else ""
+
+
+def unknown_key(key: str, valid: Iterable[str], where: str) -> RecipeError:
+    valid = sorted(valid)
+    hint = did_you_mean(key.rsplit(".", 1)[-1], valid)
+    listing = ", ".join(valid) if len(valid) <= 12 else ", ".join(valid[:12]) + ", ..."
+    return RecipeError(
+        f"Unknown key `{key}` in {where}.{hint} Valid keys: {listing}.",
+        key=key,
+    )
