@@ -1,0 +1,97 @@
+"""Compose a recipe with Hydra and turn composition failures into one clear message."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.schema import register_configs
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "recipes"
+CONFIG_NAME = "config"
+
+
+def available(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
+    """Options of a config group (e.g. the shipped recipes), from the config folder."""
+    folder = config_dir / group
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def compose_config(
+    overrides: Sequence[str],
+    *,
+    config_dir: Path = CONFIG_DIR,
+    extra_dirs: Sequence[str] = (),
+    with_hydra: bool = False,
+) -> DictConfig:
+    """The composed config for these overrides, as Hydra's own entry point would build it.
+
+    `extra_dirs` are user config folders (like `--config-dir`) searched before the shipped ones.
+    """
+    register_configs()
+    overrides = list(overrides)
+    if extra_dirs:
+        paths = ",".join(f"file://{Path(d).resolve()}" for d in extra_dirs)
+        overrides.append(f"hydra.searchpath=[{paths}]")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            return compose(CONFIG_NAME, overrides=overrides, return_hydra_config=with_hydra)
+    except (HydraException, OmegaConfBaseException, ValueError) as error:
+        raise translate_error(error, config_dir, extra_dirs) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def translate_error(
+    error: BaseException, config_dir: Path = CONFIG_DIR, extra_dirs: Sequence[str] = ()
+) -> RecipeError:
+    """One message naming the key, what was wrong and the fix, from a Hydra/OmegaConf error."""
+    text = str(error)
+    cause = error.__cause__ or error
+    missing = re.search(r"Could not find '([\w\-./]+)/([^']+)'", text)
+    if isinstance(error, MissingConfigException) and missing:
+        group, name = missing.groups()
+        options = available(group, config_dir)
+        for extra in extra_dirs:
+            options += available(group, Path(extra))
+        return RecipeError(
+            f"Unknown {group} `{name}`.{did_you_mean(name, options)} "
+            f"Available: {', '.join(sorted(set(options)))}. Fix: {group}=<one of those>.",
+            key=group,
+        )
+    key = getattr(cause, "full_key", None) or _override_key(text)
+    if "not in" in str(cause) and key:
+        parent_type = getattr(cause, "object_type", None)
+        valid = getattr(parent_type, "__dataclass_fields__", {})
+        hint = did_you_mean(key.rsplit(".", 1)[-1], valid)
+        listing = f" Valid keys there: {', '.join(valid)}." if valid else ""
+        return RecipeError(f"Unknown key `{key}`.{hint}{listing}", key=key)
+    if "Ambiguous value" in text:
+        return RecipeError(
+            f"{text.splitlines()[0]} Use the list form, e.g. gpus=[6,7]; in multirun (-m) "
+            "a comma means a sweep.",
+        )
+    detail = str(cause).splitlines()[0]
+    where = f"`{key}`: " if key else ""
+    return RecipeError(
+        f"Invalid value for {where}{detail}. Fix the override or the YAML entry.", key=key
+    )
+
+
+def _override_key(text: str) -> str | None:
+    found = re.search(r"override ([\w.\-+~]+)=", text) or re.search(r"override '?([\w.]+)", text)
+    return found.group(1).lstrip("+~") if found else None
+
+
+def to_plain(cfg: DictConfig) -> dict:
+    """The resolved config as plain data (planners and the DAG take plain data)."""
+    return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)  # type: ignore[return-value]

@@ -1,0 +1,185 @@
+"""Recipe -> validated stage graph, topological order and stage fingerprints.
+
+Pure functions over plain data: no torch, no transformers, no file reads. A stage's
+fingerprint hashes everything that determines its weights, so equal fingerprints mean the
+same weights and a stored stage can be reused instead of retrained.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from recipe_engine.errors import RecipeError, did_you_mean
+
+# Bump when the meaning of a stage changes (how policies or training apply), so stored
+# stages made under the old meaning are not reused.
+STAGE_SEMANTICS_VERSION = 1
+
+# Trainer settings that change logging, saving or evaluation but not the trained weights.
+NON_WEIGHT_TRAIN_KEYS = frozenset(
+    {
+        "output_dir", "logging_dir", "logging_steps", "logging_strategy", "logging_first_step",
+        "report_to", "run_name", "save_steps", "save_strategy", "save_total_limit",
+        "save_only_model", "disable_tqdm", "eval_steps", "eval_strategy",
+        "per_device_eval_batch_size", "eval_accumulation_steps", "dataloader_num_workers",
+        "dataloader_pin_memory", "push_to_hub", "hub_model_id", "hub_strategy", "hub_token",
+        "overwrite_output_dir", "resume_from_checkpoint", "log_level", "log_level_replica",
+        "include_num_input_tokens_seen", "load_best_model_at_end", "metric_for_best_model",
+        "greater_is_better", "prediction_loss_only",
+    }
+)
+NON_WEIGHT_STAGE_KEYS = frozenset({"template", "description"})
+
+
+@dataclass(frozen=True)
+class StageGraph:
+    order: tuple[str, ...]  # topological: parents before children
+    parents: Mapping[str, str | None]
+
+    def children(self, name: str) -> list[str]:
+        return [s for s in self.order if self.parents[s] == name]
+
+    def ancestors(self, name: str) -> list[str]:
+        chain: list[str] = []
+        parent = self.parents[name]
+        while parent is not None:
+            chain.append(parent)
+            parent = self.parents[parent]
+        return chain
+
+    def root_of(self, name: str) -> str:
+        chain = self.ancestors(name)
+        return chain[-1] if chain else name
+
+
+def build_graph(stages: Mapping[str, Mapping[str, Any]], targets: Sequence[str] = ()) -> StageGraph:
+    """Validate the stage edges and order them. Fan-out (one parent, many children) is allowed."""
+    if not stages:
+        raise RecipeError(
+            "The recipe has no stages. Add at least one under `stage:` "
+            "(e.g. `stage.llm` from the llm-lora template).",
+            key="stage",
+        )
+    parents: dict[str, str | None] = {}
+    for name, stage in stages.items():
+        init = stage.get("init") or {}
+        sources = [k for k in ("from_stage", "model", "path") if init.get(k)]
+        if len(sources) > 1:
+            raise RecipeError(
+                f"`stage.{name}.init` sets {' and '.join(sources)}; a stage starts from exactly "
+                "one of from_stage, model or path. Remove all but one.",
+                key=f"stage.{name}.init",
+            )
+        parent = init.get("from_stage")
+        if parent is not None and parent not in stages:
+            raise RecipeError(
+                f"`stage.{name}.init.from_stage` names `{parent}`, which is not a stage of "
+                f"this recipe.{did_you_mean(parent, stages)} Stages: {', '.join(stages)}.",
+                key=f"stage.{name}.init.from_stage",
+            )
+        parents[name] = parent
+    order = _topological_order(parents)
+    graph = StageGraph(order=tuple(order), parents=parents)
+    _check_reachable(graph, targets)
+    return graph
+
+
+def _topological_order(parents: Mapping[str, str | None]) -> list[str]:
+    order: list[str] = []
+    state: dict[str, str] = {}  # "visiting" | "done"
+    for start in parents:  # declaration order keeps the output stable
+        path: list[str] = []
+        node: str | None = start
+        while node is not None and state.get(node) != "done":
+            if state.get(node) == "visiting":
+                cycle = path[path.index(node):] + [node]
+                raise RecipeError(
+                    f"The stages form a cycle: {' -> '.join(reversed(cycle))}. "
+                    f"Point `stage.{node}.init` at a model or path instead of a stage.",
+                    key=f"stage.{node}.init.from_stage",
+                )
+            state[node] = "visiting"
+            path.append(node)
+            node = parents[node]
+        for name in reversed(path):
+            state[name] = "done"
+            order.append(name)
+    return order
+
+
+def _check_reachable(graph: StageGraph, targets: Sequence[str]) -> None:
+    for target in targets:
+        if target not in graph.parents:
+            raise RecipeError(
+                f"`recipe.targets` names `{target}`, which is not a stage."
+                f"{did_you_mean(target, graph.parents)} Stages: {', '.join(graph.order)}.",
+                key="recipe.targets",
+            )
+    if not targets:
+        return
+    needed = set(targets)
+    for target in targets:
+        needed.update(graph.ancestors(target))
+    unreachable = [s for s in graph.order if s not in needed]
+    if unreachable:
+        raise RecipeError(
+            f"Stage(s) {', '.join(unreachable)} feed no target in `recipe.targets` "
+            f"({', '.join(targets)}), so their training would be wasted. Add them to "
+            "recipe.targets or remove them.",
+            key="recipe.targets",
+        )
+
+
+def stage_settings(stage: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a stage's config that determines its weights."""
+    settings = {k: v for k, v in stage.items() if k not in NON_WEIGHT_STAGE_KEYS}
+    settings["train"] = {
+        k: v for k, v in (stage.get("train") or {}).items() if k not in NON_WEIGHT_TRAIN_KEYS
+    }
+    settings.pop("init", None)  # the source enters the fingerprint as an identity below
+    settings.pop("data", None)
+    return settings
+
+
+def canonical_hash(value: Any) -> str:
+    """sha256 of a canonical JSON form: independent of key order and YAML formatting."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def fingerprints(
+    graph: StageGraph,
+    stages: Mapping[str, Mapping[str, Any]],
+    *,
+    source_identity: Mapping[str, Any],
+    data_identity: Mapping[str, str],
+    seed: int,
+) -> dict[str, str]:
+    """Each stage's fingerprint: its weight-relevant settings, data, seed and source.
+
+    `source_identity[name]` identifies where a root stage starts (model entry or path and
+    what is in it); a child's source is its parent's fingerprint. Output folders, logging
+    and placement are deliberately left out: they do not change what is learned.
+    """
+    result: dict[str, str] = {}
+    for name in graph.order:
+        parent = graph.parents[name]
+        source = {"parent": result[parent]} if parent else {"init": source_identity[name]}
+        result[name] = canonical_hash(
+            {
+                "semantics": STAGE_SEMANTICS_VERSION,
+                "settings": stage_settings(stages[name]),
+                "data": data_identity[name],
+                "seed": seed,
+                "source": source,
+            }
+        )
+    return result
+
+
+def short(fingerprint: str) -> str:
+    return fingerprint[:12]

@@ -1,0 +1,143 @@
+"""Run a recipe: stages in order, each load -> policies -> guard -> train -> store.
+
+`hydra_entry` is the Hydra application (run folders, multirun); `run_recipe` is the recipe
+read top to bottom; `run_stage` is one stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from recipe_engine import dag
+from recipe_engine.config import CONFIG_DIR, CONFIG_NAME, to_plain
+from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
+from recipe_engine.planning import RecipePlan, StagePlan, plan_from_config
+from recipe_engine.schema import register_configs
+from recipe_engine.store import Store, write_json
+
+log = logging.getLogger("recipe_engine")
+
+
+@dataclass
+class StageResult:
+    name: str
+    status: str  # trained | cached
+    output: Path
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def hydra_entry() -> None:
+    """Hydra's entry point with the engine's config folder (reads sys.argv)."""
+    register_configs()
+    app = hydra.main(config_path=str(CONFIG_DIR), config_name=CONFIG_NAME, version_base="1.3")(
+        _hydra_task
+    )
+    app()
+
+
+def _hydra_task(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        run_recipe(cfg, run_dir)
+    except RecipeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def run_recipe(cfg: DictConfig, run_dir: Path) -> list[StageResult]:
+    plan = plan_from_config(cfg)
+    store = Store(cfg.output_root)
+    wanted = set(cfg.only) or set(plan.graph.order)
+    results: list[StageResult] = []
+    for name in plan.graph.order:
+        stage = plan.stages[name]
+        if name not in wanted:
+            if not store.is_complete(stage.fingerprint):
+                if any(name in plan.graph.ancestors(w) for w in wanted):
+                    raise RecipeError(
+                        f"`only` skips stage `{name}`, but it has no stored output and "
+                        f"{', '.join(sorted(wanted))} start(s) from it. Run it first: "
+                        f"only=[{name}] (or drop `only`).",
+                        key="only",
+                    )
+                continue
+        results.append(_run_or_reuse(plan, stage, store, force=name in cfg.force, fresh=cfg.fresh))
+    summary = summarise(plan, results, run_dir)
+    print(summary)
+    return results
+
+
+def _run_or_reuse(plan: RecipePlan, stage: StagePlan, store: Store, *, force: bool, fresh: bool) -> StageResult:
+    with store.lock(stage.fingerprint):  # a concurrent job training the same stage finishes first
+        if store.is_complete(stage.fingerprint) and not force:
+            log.info("stage %s: cached at %s", stage.name, store.entry(stage.fingerprint))
+            return StageResult(stage.name, "cached", store.entry(stage.fingerprint), store.manifest(stage.fingerprint))
+        from recipe_engine.execution import train_stage
+
+        manifest = train_stage(plan, stage, store, fresh=fresh or force)
+        return StageResult(stage.name, "trained", store.entry(stage.fingerprint), manifest)
+
+
+def summarise(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> str:
+    """Write the run summary (JSON) and return the table printed at the end of a run."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for result in results:
+        m = result.manifest
+        losses = m.get("metrics", {}).get("train_losses") or []
+        rows.append(
+            {
+                "stage": result.name,
+                "status": result.status,
+                "key": dag.short(plan.stages[result.name].fingerprint),
+                "init": plan.stages[result.name].source,
+                "trained": ", ".join(m.get("trained_components", [])) or "-",
+                "steps": m.get("metrics", {}).get("steps", "-"),
+                "loss": f"{losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "-",
+                "eval": _eval_text(m.get("metrics", {})),
+                "time_s": round(m.get("timings", {}).get("total_s", 0.0), 1),
+                "output": str(result.output),
+            }
+        )
+    write_json(run_dir / "summary.json", {"recipe": plan.recipe, "stages": rows})
+    headers = list(rows[0]) if rows else []
+    widths = {h: max(len(h), *(len(str(r[h])) for r in rows)) for h in headers}
+    lines = [f"recipe {plan.recipe}: run folder {run_dir}"]
+    lines.append("  ".join(h.ljust(widths[h]) for h in headers))
+    lines += ["  ".join(str(r[h]).ljust(widths[h]) for h in headers) for r in rows]
+    base = next((r.manifest.get("metrics", {}).get("base_accuracy") for r in results if r.manifest.get("metrics", {}).get("base_accuracy") is not None), None)
+    if base is not None and results:
+        final = results[-1].manifest.get("metrics", {}).get("eval_accuracy")
+        lines.append(
+            f"held-out exact match: base {base:.0%} -> final stage `{results[-1].name}` "
+            f"{final:.0%}" if final is not None else ""
+        )
+    return "\n".join(lines)
+
+
+def _eval_text(metrics: dict[str, Any]) -> str:
+    parts = []
+    if metrics.get("eval_accuracy") is not None:
+        parts.append(f"acc {metrics['eval_accuracy']:.0%}")
+    if metrics.get("eval_loss") is not None:
+        parts.append(f"loss {metrics['eval_loss']:.3f}")
+    return ", ".join(parts) or "-"
+
+
+def clean_partial(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+__all__ = ["hydra_entry", "run_recipe", "StageResult", "os", "time", "to_plain"]

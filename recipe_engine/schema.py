@@ -1,0 +1,113 @@
+"""Structured configs: the single source of truth for the engine's keys and defaults.
+
+Hydra validates every composed recipe against `EngineConfig` (unknown keys and wrong
+types fail at composition). Library settings (`train`, `lora`, `quantization`) are open
+mappings here because their keys belong to SFTConfig, LoraConfig and BitsAndBytesConfig;
+`validate.py` checks them against those classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class InitConfig:
+    """Where a stage's weights come from: at most one of the three (none = the recipe's model)."""
+
+    from_stage: str | None = None
+    model: str | None = None  # a hub id, e.g. Qwen/Qwen2-VL-7B-Instruct
+    path: str | None = None  # a local save_pretrained folder or trainer checkpoint
+
+
+@dataclass
+class FreezeConfig:
+    components: list[str] = field(default_factory=list)  # frozen components
+    patterns: list[str] = field(default_factory=list)  # extra regexes over parameter names
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING
+    source: str = "local"  # local | hub | tiny
+    path: str | None = None
+    format: str = "auto"  # auto | messages | prompt_completion | alpaca | vlm
+    columns: dict[str, str] = field(default_factory=dict)
+    train_split: str = "train"
+    eval_split: str | None = "eval"
+    eval_fraction: float = 0.0
+    max_samples: int | None = None
+
+
+@dataclass
+class StageConfig:
+    template: str | None = None
+    description: str = ""
+    init: InitConfig = field(default_factory=InitConfig)
+    freeze: FreezeConfig = field(default_factory=FreezeConfig)
+    lora: dict[str, Any] | None = None  # LoraConfig keys + `components`
+    quantization: dict[str, Any] | None = None  # BitsAndBytesConfig keys + `components`, ...
+    dtype: str = "auto"  # auto (the model entry's) | float32 | bfloat16 | float16
+    gradient_checkpointing: bool = False
+    data: DataConfig | None = None  # None: the recipe's `data`
+    train: dict[str, Any] = field(default_factory=dict)  # SFTConfig keys
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    source: str = "hub"  # hub | tiny | local
+    id: str = MISSING  # hub repo id, tiny builder name or local folder
+    revision: str | None = None
+    kind: str = "vlm"  # vlm | causal_lm
+    dtype: str = "bfloat16"  # compute dtype for stages with dtype=auto
+    trust_remote_code: bool = False
+    allow_pickle: bool = False  # load .bin/.pt weights (arbitrary code on unpickling)
+    params_billion: float | None = None  # size estimate when the config cannot be read
+
+
+@dataclass
+class GpuSpec:
+    name: str = "GPU"
+    memory_gib: float = MISSING
+
+
+@dataclass
+class HardwareConfig:
+    name: str = "local"
+    detect: bool = True  # read this machine; False: `gpus` below describe the GPUs a job gets
+    gpus: list[GpuSpec] = field(default_factory=list)
+    mps: bool = False
+
+
+@dataclass
+class RecipeInfo:
+    name: str = MISSING
+    description: str = ""
+    targets: list[str] = field(default_factory=list)  # stages whose outputs matter; [] = sinks
+
+
+@dataclass
+class EngineConfig:
+    recipe: RecipeInfo = field(default_factory=RecipeInfo)
+    stage: dict[str, StageConfig] = field(default_factory=dict)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    device: str = "auto"  # auto | cpu | cuda | mps
+    gpus: Any = None  # physical GPU ids: 6 | [6, 7]; sets CUDA_VISIBLE_DEVICES
+    parallel: str = "auto"  # auto | single | model_parallel | ddp | fsdp | deepspeed
+    nproc: int | None = None  # processes for ddp on cpu (one per GPU otherwise)
+    only: list[str] = field(default_factory=list)  # run just these stages
+    force: list[str] = field(default_factory=list)  # retrain these even if cached
+    fresh: bool = False  # ignore trainer checkpoints of an interrupted stage
+    seed: int = 42
+    output_root: str = "outputs"
+
+
+def register_configs() -> None:
+    ConfigStore.instance().store(name="engine_schema", node=EngineConfig)

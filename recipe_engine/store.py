@@ -1,0 +1,98 @@
+"""The stage store: content-addressed stage outputs under `<output_root>/store/`.
+
+A stage's output lives at `store/<fingerprint>/` and becomes visible only through an atomic
+commit: it is written inside `store/<fingerprint>.partial/`, renamed into place, and the
+`COMPLETE` marker is written last. Anything without the marker is never used as a parent.
+The partial folder also holds the trainer's checkpoints, so an interrupted stage resumes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+COMPLETE = "COMPLETE"
+KEY_LENGTH = 20  # hex characters of the fingerprint in folder names
+
+
+class Store:
+    def __init__(self, output_root: str | Path) -> None:
+        self.root = Path(output_root) / "store"
+
+    def entry(self, fingerprint: str) -> Path:
+        return self.root / fingerprint[:KEY_LENGTH]
+
+    def is_complete(self, fingerprint: str) -> bool:
+        return (self.entry(fingerprint) / COMPLETE).is_file()
+
+    def work_dir(self, fingerprint: str) -> Path:
+        return self.root / f"{fingerprint[:KEY_LENGTH]}.partial"
+
+    def checkpoints(self, fingerprint: str) -> Path:
+        return self.work_dir(fingerprint) / "checkpoints"
+
+    def latest_checkpoint(self, fingerprint: str) -> Path | None:
+        """The newest complete trainer checkpoint of an interrupted stage, if any."""
+        folder = self.checkpoints(fingerprint)
+        found = []
+        for path in folder.glob("checkpoint-*") if folder.is_dir() else []:
+            match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+            # trainer_state.json is written last in a Trainer checkpoint.
+            if match and (path / "trainer_state.json").is_file():
+                found.append((int(match.group(1)), path))
+        return max(found)[1] if found else None
+
+    def commit(self, fingerprint: str, built: Path) -> Path:
+        """Move a fully written output folder into place, then mark it complete."""
+        target = self.entry(fingerprint)
+        if target.exists():  # a previous commit died before its marker: replace it
+            stale = target.with_name(target.name + ".stale")
+            os.replace(target, stale)
+            _remove(stale)
+        os.replace(built, target)
+        marker = target / COMPLETE
+        marker.write_text(json.dumps({"fingerprint": fingerprint}))
+        _fsync_dir(target)
+        return target
+
+    @contextmanager
+    def lock(self, fingerprint: str) -> Iterator[None]:
+        """Exclusive per-fingerprint lock: concurrent jobs needing one stage train it once."""
+        locks = self.root / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        with open(locks / f"{fingerprint[:KEY_LENGTH]}.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def manifest(self, fingerprint: str) -> dict[str, Any]:
+        return json.loads((self.entry(fingerprint) / "manifest.json").read_text())
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (aside, then rename) so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)

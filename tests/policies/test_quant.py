@@ -1,0 +1,213 @@
+"""Quantization policy: bitsandbytes 4/8-bit on the language model only, run on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import transformers as tf
+
+from recipe_engine.components import component_of
+from recipe_engine.errors import RecipeError
+from recipe_engine.policies.freeze import apply_freeze
+from recipe_engine.policies.lora import apply_lora, plan_lora
+from recipe_engine.policies.quant import (
+    bnb_config,
+    linear_module_names,
+    quantized_modules,
+    validate_quantization,
+)
+from recipe_engine.policies.report import census, trainable_report
+
+bnb = pytest.importorskip("bitsandbytes")
+
+TEXT = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=128,
+    bos_token_id=0,
+    eos_token_id=1,
+    pad_token_id=2,
+)
+QWEN_VISION = dict(depth=1, hidden_size=32, num_heads=2, patch_size=2, temporal_patch_size=2)
+QWEN_TEXT = dict(TEXT, rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2]})
+
+
+def tiny_model(kind: str, *, device: str = "cpu", tie: bool = False) -> Any:
+    """A tiny random model built from config (duplicated per test file: no shared conftest)."""
+    if kind == "qwen2_vl":
+        vision = dict(QWEN_VISION, embed_dim=32, mlp_ratio=2)
+        cls, cfg = (
+            tf.Qwen2VLForConditionalGeneration,
+            tf.Qwen2VLConfig(text_config=QWEN_TEXT, vision_config=vision, tie_word_embeddings=tie),
+        )
+    elif kind == "llava":
+        vision = dict(
+            model_type="clip_vision_model",
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        )
+        cls, cfg = (
+            tf.LlavaForConditionalGeneration,
+            tf.LlavaConfig(
+                text_config=tf.LlamaConfig(**TEXT), vision_config=vision, image_token_id=3
+            ),
+        )
+    else:
+        cls, cfg = tf.LlamaForCausalLM, tf.LlamaConfig(**TEXT, tie_word_embeddings=tie)
+    torch.manual_seed(0)
+    with torch.device(device):
+        return cls(cfg)
+
+
+FOUR_BIT = {
+    "load_in_4bit": True,
+    "bnb_4bit_quant_type": "nf4",
+    "bnb_4bit_compute_dtype": "bfloat16",
+}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny bf16 checkpoints on disk, as a stage would hand them over."""
+    out = {}
+    for kind in ("qwen2_vl", "llama"):
+        path = tmp_path_factory.mktemp(kind)
+        tiny_model(kind).to(torch.bfloat16).save_pretrained(path)
+        out[kind] = path
+    return out
+
+
+def load(kind: str, path: Path, quant: dict, architecture: str) -> Any:
+    cls = tf.Qwen2VLForConditionalGeneration if kind == "qwen2_vl" else tf.LlamaForCausalLM
+    names = linear_module_names(tiny_model(kind, device="meta"))
+    config = bnb_config(quant, architecture=architecture, module_names=names, trained=[])
+    return cls.from_pretrained(
+        path, quantization_config=config, device_map={"": "cpu"}, dtype=torch.bfloat16
+    )
+
+
+@pytest.mark.parametrize(
+    ("quant", "match"),
+    [
+        ({"load_in_4bits": True}, "Did you mean `load_in_4bit`"),
+        ({"load_in_4bit": True, "load_in_8bit": True}, "both"),
+        ({"bnb_4bit_quant_type": "nf4"}, "load_in_4bit: true"),
+        ({"load_in_8bit": True, "bnb_4bit_quant_type": "nf4"}, "no effect"),
+        ({"load_in_4bit": True, "components": ["language_modle"]}, "Did you mean"),
+        ({"load_in_4bit": True, "components": []}, "empty"),
+        ({"load_in_4bit": True, "components": ["embeddings"]}, "linear"),
+        ({"load_in_4bit": True, "on_unsupported": "fallback"}, "error, skip"),
+        ({"load_in_4bit": True, "bnb_4bit_quant_type": "nf3"}, "nf4 or fp4"),
+        ({"load_in_4bit": True, "bnb_4bit_compute_dtype": "bf16"}, "bfloat16"),
+    ],
+)
+def test_validate_quantization_errors(quant: dict, match: str) -> None:
+    with pytest.raises(RecipeError, match=match) as info:
+        validate_quantization(quant)
+    assert info.value.key and info.value.key.startswith("quantization")
+
+
+def test_validate_quantization_ok() -> None:
+    validate_quantization(dict(FOUR_BIT, components=["language_model"], on_unsupported="skip"))
+    validate_quantization({"load_in_8bit": True, "llm_int8_threshold": 6.0})
+
+
+def test_skip_modules_per_architecture() -> None:
+    qwen = linear_module_names(tiny_model("qwen2_vl", device="meta"))
+    config = bnb_config(FOUR_BIT, architecture="qwen2_vl", module_names=qwen, trained=[])
+    assert config.llm_int8_skip_modules == ["lm_head", "model.visual"]
+    assert config.bnb_4bit_compute_dtype == torch.bfloat16
+    llava = linear_module_names(tiny_model("llava", device="meta"))
+    config = bnb_config(FOUR_BIT, architecture="llava", module_names=llava, trained=[])
+    assert config.llm_int8_skip_modules == [
+        "lm_head",
+        "model.multi_modal_projector",
+        "model.vision_tower",
+    ]
+    # Quantizing the projector too keeps only the tower blocks (and lm_head) in full precision.
+    quant = dict(
+        FOUR_BIT, components=["language_model", "projector"], llm_int8_skip_modules=["extra"]
+    )
+    config = bnb_config(quant, architecture="qwen2_vl", module_names=qwen, trained=[])
+    assert config.llm_int8_skip_modules == ["extra", "lm_head", "model.visual.blocks"]
+
+
+def test_quantizing_trained_component_errors() -> None:
+    names = linear_module_names(tiny_model("llama", device="meta"))
+    with pytest.raises(RecipeError, match="trains in full") as info:
+        bnb_config(
+            FOUR_BIT,
+            architecture="causal_lm",
+            module_names=names,
+            trained=["language_model", "lm_head"],
+        )
+    assert info.value.key == "quantization.components"
+    with pytest.raises(RecipeError, match="does not have"):
+        bnb_config(
+            dict(FOUR_BIT, components=["vision_tower"]),
+            architecture="causal_lm",
+            module_names=names,
+            trained=[],
+        )
+
+
+def test_load_4bit_qwen2_vl(saved: dict[str, Path]) -> None:
+    model = load("qwen2_vl", saved["qwen2_vl"], FOUR_BIT, "qwen2_vl")
+    linears = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    for name, module in linears.items():
+        in_lm = component_of(name, "qwen2_vl") == "language_model"
+        assert isinstance(module, bnb.nn.Linear4bit) == in_lm, name
+    assert sorted(quantized_modules(model)) == sorted(
+        n for n in linears if component_of(n, "qwen2_vl") == "language_model"
+    )
+    dtypes = {c: set(v["dtype"]) for c, v in census(model, architecture="qwen2_vl").items()}
+    assert "torch.uint8" in dtypes["language_model"]
+    for comp in ("vision_tower", "projector", "lm_head", "embeddings"):
+        assert dtypes[comp] == {"torch.bfloat16"}, comp
+    # The report counts 4-bit weights unpacked: same totals as the bf16 model.
+    reference = trainable_report(tiny_model("qwen2_vl"), architecture="qwen2_vl")
+    report = trainable_report(model, architecture="qwen2_vl")
+    assert report["language_model"]["params"] == reference["language_model"]["params"]
+
+
+def test_load_8bit_llama(saved: dict[str, Path]) -> None:
+    model = load("llama", saved["llama"], {"load_in_8bit": True}, "causal_lm")
+    assert isinstance(model.model.layers[0].mlp.up_proj, bnb.nn.Linear8bitLt)
+    assert type(model.lm_head) is torch.nn.Linear
+    cells = census(model, architecture="causal_lm")
+    assert "torch.int8" in cells["language_model"]["dtype"]
+    assert cells["lm_head"]["dtype"] == {"torch.bfloat16": 128 * 32}
+    assert set(cells["language_model"]["device"]) == {"cpu"}
+
+
+def test_qlora_trains_on_cpu(saved: dict[str, Path]) -> None:
+    model = load("qwen2_vl", saved["qwen2_vl"], FOUR_BIT, "qwen2_vl")
+    frozen = ["vision_tower", "projector", "embeddings", "lm_head"]
+    apply_freeze(model, architecture="qwen2_vl", components=frozen, patterns=[])
+    lora = {"r": 4, "lora_alpha": 8}
+    plan = plan_lora(model, architecture="qwen2_vl", lora=lora, frozen=frozen)
+    assert plan.components == ["language_model"] and plan.modules_to_save == []
+    peft_model = apply_lora(
+        model, architecture="qwen2_vl", lora=lora, frozen=frozen, gradient_checkpointing=True
+    )
+    ids = torch.tensor([[5, 6, 7, 8]])
+    peft_model(input_ids=ids, labels=ids).loss.backward()
+    grads = [p.grad for n, p in peft_model.named_parameters() if "lora_A" in n]
+    assert len(grads) == 7 and all(g is not None for g in grads)
+    report = trainable_report(peft_model, architecture="qwen2_vl")
+    assert report["vision_tower"]["trainable"] == 0 and report["lm_head"]["trainable"] == 0
+    # prepare_model_for_kbit_training upcasts every non-quantized bf16 parameter to fp32,
+    # the frozen vision tower included; the census is where that shows.
+    cells = census(peft_model, architecture="qwen2_vl")
+    assert set(cells["vision_tower"]["dtype"]) == {"torch.float32"}
+    assert "torch.uint8" in cells["language_model"]["dtype"]

@@ -1,0 +1,148 @@
+"""Trainable-parameter report and dtype/device census, per component."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import transformers as tf
+
+from recipe_engine.components import component_of
+from recipe_engine.policies.freeze import apply_freeze
+from recipe_engine.policies.lora import apply_lora
+from recipe_engine.policies.report import census, format_report, trainable_report
+
+TEXT = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=128,
+    bos_token_id=0,
+    eos_token_id=1,
+    pad_token_id=2,
+)
+QWEN_VISION = dict(depth=1, hidden_size=32, num_heads=2, patch_size=2, temporal_patch_size=2)
+QWEN_TEXT = dict(TEXT, rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2]})
+
+
+def tiny_model(kind: str, *, device: str = "cpu", tie: bool = False) -> Any:
+    """A tiny random model built from config (duplicated per test file: no shared conftest)."""
+    if kind == "qwen2_vl":
+        vision = dict(QWEN_VISION, embed_dim=32, mlp_ratio=2)
+        cls, cfg = (
+            tf.Qwen2VLForConditionalGeneration,
+            tf.Qwen2VLConfig(text_config=QWEN_TEXT, vision_config=vision, tie_word_embeddings=tie),
+        )
+    elif kind == "llava":
+        vision = dict(
+            model_type="clip_vision_model",
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        )
+        cls, cfg = (
+            tf.LlavaForConditionalGeneration,
+            tf.LlavaConfig(
+                text_config=tf.LlamaConfig(**TEXT), vision_config=vision, image_token_id=3
+            ),
+        )
+    else:
+        cls, cfg = tf.LlamaForCausalLM, tf.LlamaConfig(**TEXT, tie_word_embeddings=tie)
+    torch.manual_seed(0)
+    with torch.device(device):
+        return cls(cfg)
+
+
+def sizes(model: Any, architecture: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, param in model.named_parameters():
+        comp = component_of(name, architecture)
+        out[comp] = out.get(comp, 0) + param.numel()
+    return out
+
+
+def test_report_after_freeze() -> None:
+    model = tiny_model("qwen2_vl")
+    apply_freeze(model, architecture="qwen2_vl", components=["vision_tower"], patterns=[])
+    report = trainable_report(model, architecture="qwen2_vl")
+    expected = sizes(model, "qwen2_vl")
+    assert list(report) == [
+        "vision_tower",
+        "projector",
+        "language_model",
+        "embeddings",
+        "lm_head",
+        "total",
+    ]
+    for comp, n in expected.items():
+        assert report[comp]["params"] == n
+    assert report["vision_tower"] == {
+        "params": expected["vision_tower"],
+        "trainable": 0,
+        "percent": 0.0,
+    }
+    assert report["projector"]["percent"] == 100.0
+    total = sum(expected.values())
+    trained = total - expected["vision_tower"]
+    assert report["total"]["params"] == total
+    assert report["total"]["trainable"] == trained
+    assert report["total"]["percent"] == pytest.approx(100 * trained / total, abs=1e-4)
+
+
+def test_report_after_lora_ignores_original_module_copies() -> None:
+    model = tiny_model("llama")
+    before = sizes(model, "causal_lm")
+    peft_model = apply_lora(model, architecture="causal_lm", lora={"r": 2}, frozen=["embeddings"])
+    report = trainable_report(peft_model, architecture="causal_lm")
+    # lm_head is trained in full through modules_to_save: counted once, 100 %.
+    assert report["lm_head"] == {
+        "params": before["lm_head"],
+        "trainable": before["lm_head"],
+        "percent": 100.0,
+    }
+    assert report["embeddings"]["trainable"] == 0
+    lm = report["language_model"]
+    lora_params = lm["params"] - before["language_model"]
+    assert lora_params > 0 and lm["trainable"] == lora_params
+    assert 0 < lm["percent"] < 100
+
+
+def test_census_dtype_and_device() -> None:
+    model = tiny_model("llava").to(torch.bfloat16)
+    model.lm_head.float()
+    cells = census(model, architecture="llava")
+    expected = sizes(model, "llava")
+    assert cells["vision_tower"] == {
+        "dtype": {"torch.bfloat16": expected["vision_tower"]},
+        "device": {"cpu": expected["vision_tower"]},
+    }
+    assert cells["lm_head"]["dtype"] == {"torch.float32": expected["lm_head"]}
+    meta = census(tiny_model("llama", device="meta"), architecture="causal_lm")
+    assert set(meta["language_model"]["device"]) == {"meta"}
+
+
+def test_format_report() -> None:
+    model = tiny_model("qwen2_vl")
+    apply_freeze(model, architecture="qwen2_vl", components=["vision_tower"], patterns=[])
+    text = format_report(
+        trainable_report(model, architecture="qwen2_vl"), census(model, architecture="qwen2_vl")
+    )
+    lines = text.splitlines()
+    assert lines[0].split()[:4] == ["component", "params", "trainable", "%"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert set(rows) == {
+        "vision_tower",
+        "projector",
+        "language_model",
+        "embeddings",
+        "lm_head",
+        "total",
+    }
+    assert " 0.00 " in rows["vision_tower"] and "float32" in rows["vision_tower"]
+    assert "100.00" in rows["lm_head"] and "cpu" in rows["lm_head"]

@@ -1,0 +1,260 @@
+"""Tiny offline models and generated datasets: build, load with plain Auto* classes, reuse."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import load_file
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    AutoTokenizer,
+)
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.tiny import (
+    COLOURS,
+    SHAPES,
+    TINY_DATASETS,
+    TINY_MODELS,
+    build_dataset,
+    build_tiny_model,
+    default_cache_dir,
+)
+
+VLMS = ("tiny-qwen2-vl", "tiny-llava")
+TEXT_MODELS = ("tiny-llama", "tiny-qwen2")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the module: every artefact is built once and shared by the tests."""
+    return tmp_path_factory.mktemp("tiny-cache")
+
+
+def _rows(folder: Path, split: str) -> list[dict]:
+    lines = (folder / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_public_names() -> None:
+    assert TINY_MODELS == ("tiny-qwen2-vl", "tiny-llava", "tiny-llama", "tiny-qwen2")
+    assert TINY_DATASETS == ("shapes", "arithmetic")
+
+
+def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RECIPE_ENGINE_CACHE", str(tmp_path))
+    assert default_cache_dir() == tmp_path
+    monkeypatch.delenv("RECIPE_ENGINE_CACHE")
+    repo_root = Path(__file__).resolve().parent.parent
+    assert default_cache_dir() == repo_root / ".cache" / "recipe-engine"
+
+
+@pytest.mark.parametrize("name", VLMS)
+def test_vlm_loads_trains_and_generates(cache: Path, name: str) -> None:
+    folder = build_tiny_model(name, cache)
+    assert folder == cache / "models" / f"{name}-v1"
+    for file in ("config.json", "model.safetensors", "generation_config.json"):
+        assert (folder / file).is_file()
+    processor = AutoProcessor.from_pretrained(folder)
+    model = AutoModelForImageTextToText.from_pretrained(folder)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert model.config.get_text_config().vocab_size == len(processor.tokenizer)
+    assert model.config.image_token_id == processor.tokenizer.convert_tokens_to_ids(
+        processor.image_token
+    )
+
+    data = build_dataset("shapes", cache)
+    row = _rows(data, "train")[0]
+    image = Image.open(data / row["images"][0])
+    text = processor.apply_chat_template(row["messages"], tokenize=False)
+    inputs = processor(text=[text], images=[image], return_tensors="pt")
+    loss = model(**inputs, labels=inputs["input_ids"]).loss
+    assert torch.isfinite(loss)
+    loss.backward()  # gradients must reach the vision tower, not only the language model
+    vision_grads = [
+        p.grad for n, p in model.named_parameters() if "vision" in n or "visual" in n
+    ]
+    assert vision_grads and any(g is not None and g.abs().sum() > 0 for g in vision_grads)
+
+    prompt = processor.apply_chat_template(
+        row["messages"][:1], tokenize=False, add_generation_prompt=True
+    )
+    inputs = processor(text=[prompt], images=[image], return_tensors="pt")
+    out = model.generate(**inputs, max_new_tokens=3, do_sample=False)
+    assert out.shape[1] > inputs["input_ids"].shape[1]
+
+
+def test_qwen2_vl_ids_and_template(cache: Path) -> None:
+    folder = build_tiny_model("tiny-qwen2-vl", cache)
+    processor = AutoProcessor.from_pretrained(folder)
+    tok = processor.tokenizer
+    config = json.loads((folder / "config.json").read_text())
+    for key, token in (
+        ("image_token_id", "<|image_pad|>"),
+        ("video_token_id", "<|video_pad|>"),
+        ("vision_start_token_id", "<|vision_start|>"),
+        ("vision_end_token_id", "<|vision_end|>"),
+    ):
+        assert config[key] == tok.convert_tokens_to_ids(token), key
+    assert tok.pad_token == "<|endoftext|>"
+    assert tok.eos_token == "<|im_end|>"
+    text_cfg = config["text_config"]
+    head_dim = text_cfg["hidden_size"] // text_cfg["num_attention_heads"]
+    assert sum(text_cfg["rope_parameters"]["mrope_section"]) == head_dim // 2
+
+    messages = _rows(build_dataset("shapes", cache), "train")[0]["messages"]
+    text = processor.apply_chat_template(messages, tokenize=False)
+    assert "<|vision_start|><|image_pad|><|vision_end|>What is in the picture?" in text
+    answer = messages[1]["content"][0]["text"]
+    assert text.endswith(f"<|im_start|>assistant\n{answer}<|im_end|>\n")
+    # The shapes images become a handful of merged vision tokens.
+    image = Image.new("RGB", (56, 56))
+    inputs = processor(text=[text], images=[image], return_tensors="pt")
+    assert (inputs["input_ids"] == config["image_token_id"]).sum() == 4
+
+
+@pytest.mark.parametrize("name", TEXT_MODELS)
+def test_text_model_loads_trains_and_generates(cache: Path, name: str) -> None:
+    folder = build_tiny_model(name, cache)
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert model.config.vocab_size == len(tok)
+    if name == "tiny-llama":
+        assert tok.pad_token is None  # deliberate: the engine's pad -> EOS fallback is tested
+    else:
+        assert tok.pad_token == "<|endoftext|>"
+
+    row = _rows(build_dataset("arithmetic", cache), "train")[0]
+    enc = tok.apply_chat_template(
+        row["messages"], tokenize=True, return_dict=True, return_tensors="pt",
+        return_assistant_tokens_mask=True,
+    )
+    ids = enc["input_ids"]
+    loss = model(input_ids=ids, labels=ids).loss
+    assert torch.isfinite(loss)
+    # {% generation %} markers make the answer (and end of turn) the assistant span.
+    mask = torch.as_tensor(enc["assistant_masks"]).bool().reshape(-1)
+    assistant_text = tok.decode(ids[0][mask])
+    assert assistant_text.startswith(row["messages"][1]["content"])
+    assert tok.eos_token in assistant_text
+
+    prompt = tok.apply_chat_template(
+        row["messages"][:1], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+    out = model.generate(**prompt, max_new_tokens=3, do_sample=False)
+    assert out.shape[1] > prompt["input_ids"].shape[1]
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_dataset_words_are_compact_tokens(cache: Path, name: str) -> None:
+    folder = build_tiny_model(name, cache)
+    tok = AutoTokenizer.from_pretrained(folder)
+    for word in [*COLOURS, *SHAPES]:
+        assert len(tok.encode(word, add_special_tokens=False)) == 1, word
+        assert len(tok.encode(f" {word}", add_special_tokens=False)) == 1, word
+    assert len(tok.encode("7", add_special_tokens=False)) == 1
+
+
+def test_models_are_deterministic(cache: Path, tmp_path: Path) -> None:
+    for name in TINY_MODELS:
+        first = load_file(build_tiny_model(name, cache) / "model.safetensors")
+        second = load_file(build_tiny_model(name, tmp_path) / "model.safetensors")
+        assert first.keys() == second.keys()
+        for key, tensor in first.items():
+            assert tensor.dtype == torch.float32
+            assert torch.equal(tensor, second[key]), (name, key)
+        tok_a = (cache / "models" / f"{name}-v1" / "tokenizer.json").read_bytes()
+        tok_b = (tmp_path / "models" / f"{name}-v1" / "tokenizer.json").read_bytes()
+        assert tok_a == tok_b
+
+
+def test_build_is_reused_not_redone(cache: Path) -> None:
+    folder = build_tiny_model("tiny-llama", cache)
+    weights = folder / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    assert build_tiny_model("tiny-llama", cache) == folder
+    assert weights.stat().st_mtime_ns == before
+    data = build_dataset("arithmetic", cache)
+    before = (data / "train.jsonl").stat().st_mtime_ns
+    assert build_dataset("arithmetic", cache) == data
+    assert (data / "train.jsonl").stat().st_mtime_ns == before
+    # No temporary build folders are left beside the results.
+    leftovers = [p.name for p in (cache / "models").iterdir() if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_failed_build_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import recipe_engine.tiny as tiny
+
+    def boom(folder: Path) -> None:
+        (folder / "partial.txt").write_text("half done")
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(tiny, "_build_arithmetic", boom)
+    with pytest.raises(RuntimeError):
+        build_dataset("arithmetic", tmp_path)
+    assert list((tmp_path / "data").iterdir()) == []
+
+
+def test_shapes_dataset(cache: Path) -> None:
+    folder = build_dataset("shapes", cache)
+    classes = {f"{c} {s}" for c in COLOURS for s in SHAPES}
+    assert len(classes) == 12
+    for split, expected in (("train", 480), ("eval", 48)):
+        rows = _rows(folder, split)
+        assert len(rows) == expected
+        answers = Counter(r["messages"][1]["content"][0]["text"] for r in rows)
+        assert set(answers) == classes
+        for row in rows:
+            (image,) = row["images"]
+            assert (folder / image).is_file()
+            user = row["messages"][0]
+            assert user["role"] == "user"
+            assert user["content"][0] == {"type": "image"}
+            assert user["content"][1] == {"type": "text", "text": "What is in the picture?"}
+    with Image.open(folder / _rows(folder, "eval")[0]["images"][0]) as img:
+        assert img.mode == "RGB" and img.size == (56, 56)
+    train_images = {r["images"][0] for r in _rows(folder, "train")}
+    eval_images = {r["images"][0] for r in _rows(folder, "eval")}
+    assert not train_images & eval_images
+
+
+def test_arithmetic_dataset(cache: Path) -> None:
+    folder = build_dataset("arithmetic", cache)
+    for split, expected in (("train", 800), ("eval", 64)):
+        rows = _rows(folder, split)
+        assert len(rows) == expected
+        for row in rows:
+            user, assistant = row["messages"]
+            assert user["role"] == "user" and assistant["role"] == "assistant"
+            question = user["content"].removeprefix("What is ").removesuffix("?")
+            a, op, b = question.split()
+            expected_answer = int(a) + int(b) if op == "+" else int(a) - int(b)
+            assert assistant["content"] == str(expected_answer)
+
+
+def test_datasets_are_deterministic(cache: Path, tmp_path: Path) -> None:
+    for name in TINY_DATASETS:
+        a, b = build_dataset(name, cache), build_dataset(name, tmp_path)
+        for split in ("train", "eval"):
+            assert (a / f"{split}.jsonl").read_bytes() == (b / f"{split}.jsonl").read_bytes()
+    first = _rows(build_dataset("shapes", cache), "train")[0]["images"][0]
+    pixels_a = Image.open(build_dataset("shapes", cache) / first).tobytes()
+    pixels_b = Image.open(build_dataset("shapes", tmp_path) / first).tobytes()
+    assert pixels_a == pixels_b
+
+
+def test_unknown_names_suggest_the_closest() -> None:
+    with pytest.raises(RecipeError, match="Did you mean `tiny-qwen2-vl`"):
+        build_tiny_model("tiny-qwen2vl")
+    with pytest.raises(RecipeError, match="Did you mean `shapes`"):
+        build_dataset("shape")
+    with pytest.raises(RecipeError, match="tiny-llava"):
+        build_tiny_model("gpt-5")
