@@ -69,6 +69,9 @@ def translate_error(
             key=group,
         )
     key = getattr(cause, "full_key", None) or _override_key(text)
+    library = re.fullmatch(r"stage\.[\w\-]+\.(train|lora|quantization)\.(\w+)", key or "")
+    if "Could not override" in text and library:
+        return _library_key_error(key, *library.groups())
     if "not in" in str(cause) and key:
         parent_type = getattr(cause, "object_type", None)
         valid = getattr(parent_type, "__dataclass_fields__", {})
@@ -84,6 +87,24 @@ def translate_error(
     where = f"`{key}`: " if key else ""
     return RecipeError(
         f"Invalid value for {where}{detail}. Fix the override or the YAML entry.", key=key
+    )
+
+
+def _library_key_error(key: str, section: str, name: str) -> RecipeError:
+    """A key the stage's template doesn't set: valid library keys are added with `+`."""
+    from recipe_engine import validate
+
+    class_name = {"train": "SFTConfig", "lora": "LoraConfig", "quantization": "BitsAndBytesConfig"}
+    fields = validate.library_fields(class_name[section])
+    if name in fields:
+        return RecipeError(
+            f"`{key}` is a valid {class_name[section]} setting that this stage's template does not "
+            f"set; add it with Hydra's append syntax: +{key}=<value>.",
+            key=key,
+        )
+    return RecipeError(
+        f"Unknown key `{key}`: not a {class_name[section]} field.{did_you_mean(name, fields)}",
+        key=key,
     )
 
 

@@ -54,11 +54,8 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
     if stage.quant_bits != "none":
         from recipe_engine.policies.quant import bnb_config
 
-        quant = dict(stage.quantization or {})
-        if quant.get("bnb_4bit_compute_dtype") == "auto":
-            quant["bnb_4bit_compute_dtype"] = stage.dtype
         names = _module_names(model_config, entry["kind"])
-        quant_config = bnb_config(quant, architecture=architecture, module_names=names, trained=stage.trained)
+        quant_config = bnb_config(stage.quantization or {}, architecture=architecture, module_names=names, trained=stage.trained)
     t = time.time()
     model = load_pretrained(
         location, entry, dtype=stage.dtype, device_map=placement.device_map, quantization_config=quant_config

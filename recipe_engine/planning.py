@@ -81,7 +81,7 @@ def plan_from_config(cfg: DictConfig | Mapping[str, Any], machine: Machine | Non
 
 
 def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
-    stages: dict[str, dict[str, Any]] = cfg["stage"]
+    stages = {name: _resolve_dtypes(stage, cfg["model"]) for name, stage in cfg["stage"].items()}
     graph = dag.build_graph(stages, cfg["recipe"].get("targets") or [])
     for name in cfg.get("only") or []:
         _check_stage_name(name, stages, "only")
@@ -111,8 +111,8 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
         if key not in inventories:
             inventories[key] = model_inventory(model, sources[root][3])
         inventory = inventories[key]
+        dtype = stage["dtype"]
         policy = _policies(name, stage, inventory)
-        dtype = stage["dtype"] if stage["dtype"] != "auto" else model["dtype"]
         bits = validate.quant_bits(stage.get("quantization"))
         placement = plan_placement(
             _placement_request(cfg, machine, stage, bits, _footprint_gib(inventory, model, policy, dtype, bits))
@@ -218,6 +218,20 @@ def _check_stage_settings(name: str, stage: Mapping[str, Any]) -> None:
         validate_components(
             stage["quantization"].get("components") or [], f"stage.{name}.quantization.components"
         )
+
+
+def _resolve_dtypes(stage: Mapping[str, Any], model: Mapping[str, Any]) -> dict[str, Any]:
+    """`dtype: auto` means the model entry's dtype, `bnb_4bit_compute_dtype: auto` the stage's.
+
+    Resolved before fingerprinting, so changing the model entry's dtype retrains the stage.
+    """
+    stage = dict(stage)
+    if stage["dtype"] == "auto":
+        stage["dtype"] = model["dtype"]
+    quant = stage.get("quantization")
+    if quant and quant.get("bnb_4bit_compute_dtype") == "auto":
+        stage["quantization"] = {**quant, "bnb_4bit_compute_dtype": stage["dtype"]}
+    return stage
 
 
 def _policies(name: str, stage: Mapping[str, Any], inventory: ModelInventory | None) -> dict:

@@ -17,7 +17,7 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +39,9 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 }
 SHAPES: tuple[str, ...] = ("circle", "square", "triangle")
 SHAPES_QUESTION = "What is in the picture?"
-# 56 px = 4x4 patches of 14 px: 16 patches for the vision towers, 4 merged tokens for Qwen2-VL.
-SHAPES_IMAGE_SIZE = 56
+# 84 px = 6x6 patches of 14 px: 36 patches for the vision towers, 9 merged tokens for Qwen2-VL.
+# (56 px / 4 tokens trained to colour only: the shape stayed at chance in 300 steps.)
+SHAPES_IMAGE_SIZE = 84
 _SHAPES_BACKGROUND = (30, 30, 30)  # dark, so every colour (yellow included) contrasts strongly
 _SHAPES_TRAIN_PER_CLASS = 40  # 12 classes -> 480 rows
 _SHAPES_EVAL_PER_CLASS = 4  # 12 classes -> 48 rows
@@ -157,7 +158,8 @@ _QWEN2_VL_VISION: dict[str, Any] = {
     "spatial_merge_size": 2,
     "temporal_patch_size": 2,
 }
-_SHAPES_SIDE = (0.4, 0.75)  # shape side as a fraction of the image side
+# Shape side as a fraction of the image side: big shapes keep circle/square corners visible.
+_SHAPES_SIDE = (0.6, 0.9)
 
 
 # --- public API --------------------------------------------------------------------------------
@@ -218,7 +220,10 @@ def _build_once(target: Path, build: Callable[[Path], None]) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         build(tmp)
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
+        # mkdtemp and safetensors make private files; the cache may be shared between users.
+        tmp.chmod(0o755)
+        for path in tmp.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
         try:
             os.rename(tmp, target)
         except OSError:
@@ -231,11 +236,14 @@ def _build_once(target: Path, build: Callable[[Path], None]) -> Path:
     return target
 
 
-def _seeded() -> Iterator[None]:
-    """Fixed torch seed inside, caller's RNG state restored afterwards."""
+def _init_model(model_cls: Any, config: Any) -> Any:
+    """Instantiate from config with a fixed seed (same name -> same weights), in float32."""
     import torch
 
-    return torch.random.fork_rng(devices=[])  # type: ignore[return-value]
+    # fork_rng restores the caller's RNG state, so building never shifts a training run's seed.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(_SEED)
+        return model_cls(config).to(torch.float32)
 
 
 # --- tokenizers --------------------------------------------------------------------------------
@@ -307,11 +315,11 @@ def _train_tokenizer(
         "clean_up_tokenization_spaces": False,
     }
     if qwen:
-        merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
-                  for m in json.loads(tok.to_str())["model"]["merges"]]
-        wrapped = Qwen2Tokenizer(
-            vocab=tok.get_vocab(), merges=merges, unk_token=None, **common
-        )
+        merges = [
+            tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
+            for m in json.loads(tok.to_str())["model"]["merges"]
+        ]
+        wrapped = Qwen2Tokenizer(vocab=tok.get_vocab(), merges=merges, unk_token=None, **common)
     else:
         wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, **common)
     wrapped.chat_template = chat_template
@@ -328,7 +336,6 @@ def _save_generation_config(folder: Path, bos: int | None, eos: list[int], pad: 
 
 
 def _build_qwen2_vl(folder: Path) -> None:
-    import torch
     from transformers import (
         Qwen2VLConfig,
         Qwen2VLForConditionalGeneration,
@@ -338,8 +345,12 @@ def _build_qwen2_vl(folder: Path) -> None:
     )
 
     tok = _train_tokenizer(
-        _QWEN_SPECIALS, bos=None, eos="<|im_end|>", pad="<|endoftext|>",
-        chat_template=QWEN_CHAT_TEMPLATE, qwen=True,
+        _QWEN_SPECIALS,
+        bos=None,
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        chat_template=QWEN_CHAT_TEMPLATE,
+        qwen=True,
     )
     ids = {t: tok.convert_tokens_to_ids(t) for t in _QWEN_SPECIALS}
     eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
@@ -365,11 +376,9 @@ def _build_qwen2_vl(folder: Path) -> None:
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,
     )
-    with _seeded():
-        torch.manual_seed(_SEED)
-        model = Qwen2VLForConditionalGeneration(config).to(torch.float32)
+    model = _init_model(Qwen2VLForConditionalGeneration, config)
     model.save_pretrained(folder)
-    # Images of the shapes size map to 4 merged tokens; larger inputs are capped at 8x8 patches.
+    # Shapes images keep their size (9 merged tokens); larger inputs are capped at 8x8 patches.
     pixels = {"min_pixels": 56 * 56, "max_pixels": 112 * 112}
     processor = Qwen2VLProcessor(
         image_processor=Qwen2VLImageProcessor(**pixels),
@@ -382,7 +391,6 @@ def _build_qwen2_vl(folder: Path) -> None:
 
 
 def _build_llava(folder: Path) -> None:
-    import torch
     from transformers import (
         CLIPImageProcessor,
         CLIPVisionConfig,
@@ -393,7 +401,11 @@ def _build_llava(folder: Path) -> None:
     )
 
     tok = _train_tokenizer(
-        _LLAVA_SPECIALS, bos="<s>", eos="</s>", pad="<pad>", chat_template=LLAMA_CHAT_TEMPLATE,
+        _LLAVA_SPECIALS,
+        bos="<s>",
+        eos="</s>",
+        pad="<pad>",
+        chat_template=LLAMA_CHAT_TEMPLATE,
         qwen=False,
     )
     ids = {t: tok.convert_tokens_to_ids(t) for t in _LLAVA_SPECIALS}
@@ -425,9 +437,7 @@ def _build_llava(folder: Path) -> None:
         vision_feature_layer=-1,
         tie_word_embeddings=False,
     )
-    with _seeded():
-        torch.manual_seed(_SEED)
-        model = LlavaForConditionalGeneration(config).to(torch.float32)
+    model = _init_model(LlavaForConditionalGeneration, config)
     model.save_pretrained(folder)
     processor = LlavaProcessor(
         image_processor=CLIPImageProcessor(
@@ -445,37 +455,48 @@ def _build_llava(folder: Path) -> None:
 
 
 def _build_text_model(folder: Path, qwen: bool) -> None:
-    import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     if qwen:
         tok = _train_tokenizer(
-            _QWEN_SPECIALS[:3], bos=None, eos="<|im_end|>", pad="<|endoftext|>",
-            chat_template=QWEN_CHAT_TEMPLATE, qwen=True,
+            _QWEN_SPECIALS[:3],
+            bos=None,
+            eos="<|im_end|>",
+            pad="<|endoftext|>",
+            chat_template=QWEN_CHAT_TEMPLATE,
+            qwen=True,
         )
         bos = pad = tok.convert_tokens_to_ids("<|endoftext|>")
         eos = [tok.convert_tokens_to_ids("<|im_end|>"), bos]
         config: Any = Qwen2Config(
-            **_TEXT_SIZE, vocab_size=len(tok), bos_token_id=bos, eos_token_id=eos[0],
+            **_TEXT_SIZE,
+            vocab_size=len(tok),
+            bos_token_id=bos,
+            eos_token_id=eos[0],
             pad_token_id=pad,
         )
         model_cls: Any = Qwen2ForCausalLM
     else:
         # Deliberately no pad token: the engine must fall back to EOS for padding.
         tok = _train_tokenizer(
-            _LLAMA_SPECIALS, bos="<s>", eos="</s>", pad=None, chat_template=LLAMA_CHAT_TEMPLATE,
+            _LLAMA_SPECIALS,
+            bos="<s>",
+            eos="</s>",
+            pad=None,
+            chat_template=LLAMA_CHAT_TEMPLATE,
             qwen=False,
         )
         bos, pad = tok.convert_tokens_to_ids("<s>"), None
         eos = [tok.convert_tokens_to_ids("</s>")]
         config = LlamaConfig(
-            **_TEXT_SIZE, vocab_size=len(tok), bos_token_id=bos, eos_token_id=eos[0],
+            **_TEXT_SIZE,
+            vocab_size=len(tok),
+            bos_token_id=bos,
+            eos_token_id=eos[0],
             pad_token_id=None,
         )
         model_cls = LlamaForCausalLM
-    with _seeded():
-        torch.manual_seed(_SEED)
-        model = model_cls(config).to(torch.float32)
+    model = _init_model(model_cls, config)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     _save_generation_config(folder, bos, eos, pad)

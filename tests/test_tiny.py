@@ -21,6 +21,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.tiny import (
     COLOURS,
     SHAPES,
+    SHAPES_IMAGE_SIZE,
     TINY_DATASETS,
     TINY_MODELS,
     build_dataset,
@@ -78,9 +79,7 @@ def test_vlm_loads_trains_and_generates(cache: Path, name: str) -> None:
     loss = model(**inputs, labels=inputs["input_ids"]).loss
     assert torch.isfinite(loss)
     loss.backward()  # gradients must reach the vision tower, not only the language model
-    vision_grads = [
-        p.grad for n, p in model.named_parameters() if "vision" in n or "visual" in n
-    ]
+    vision_grads = [p.grad for n, p in model.named_parameters() if "vision" in n or "visual" in n]
     assert vision_grads and any(g is not None and g.abs().sum() > 0 for g in vision_grads)
 
     prompt = processor.apply_chat_template(
@@ -114,10 +113,11 @@ def test_qwen2_vl_ids_and_template(cache: Path) -> None:
     assert "<|vision_start|><|image_pad|><|vision_end|>What is in the picture?" in text
     answer = messages[1]["content"][0]["text"]
     assert text.endswith(f"<|im_start|>assistant\n{answer}<|im_end|>\n")
-    # The shapes images become a handful of merged vision tokens.
-    image = Image.new("RGB", (56, 56))
+    # A shapes image becomes a handful of merged vision tokens: one per 2x2 block of 14 px patches.
+    image = Image.new("RGB", (SHAPES_IMAGE_SIZE, SHAPES_IMAGE_SIZE))
     inputs = processor(text=[text], images=[image], return_tensors="pt")
-    assert (inputs["input_ids"] == config["image_token_id"]).sum() == 4
+    merged = (SHAPES_IMAGE_SIZE // 28) ** 2
+    assert (inputs["input_ids"] == config["image_token_id"]).sum() == merged
 
 
 @pytest.mark.parametrize("name", TEXT_MODELS)
@@ -133,7 +133,10 @@ def test_text_model_loads_trains_and_generates(cache: Path, name: str) -> None:
 
     row = _rows(build_dataset("arithmetic", cache), "train")[0]
     enc = tok.apply_chat_template(
-        row["messages"], tokenize=True, return_dict=True, return_tensors="pt",
+        row["messages"],
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
         return_assistant_tokens_mask=True,
     )
     ids = enc["input_ids"]
@@ -220,7 +223,7 @@ def test_shapes_dataset(cache: Path) -> None:
             assert user["content"][0] == {"type": "image"}
             assert user["content"][1] == {"type": "text", "text": "What is in the picture?"}
     with Image.open(folder / _rows(folder, "eval")[0]["images"][0]) as img:
-        assert img.mode == "RGB" and img.size == (56, 56)
+        assert img.mode == "RGB" and img.size == (SHAPES_IMAGE_SIZE, SHAPES_IMAGE_SIZE)
     train_images = {r["images"][0] for r in _rows(folder, "train")}
     eval_images = {r["images"][0] for r in _rows(folder, "eval")}
     assert not train_images & eval_images

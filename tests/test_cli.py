@@ -1,0 +1,139 @@
+"""The command line: argv normalisation, verbs, and every config error as one message + exit 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recipe_engine.__main__ import expand_sweep, main, normalise_argv
+
+ROOT = Path(__file__).resolve().parent.parent
+USER_RECIPES = str(ROOT / "tests" / "fixtures" / "recipes")
+
+
+@pytest.mark.parametrize(
+    ("argv", "verb", "args"),
+    [
+        (["recipe=r3-two-stage", "gpus=6,7"], "run", ["recipe=r3-two-stage", "gpus=[6,7]"]),
+        (["plan", "gpus=6,7"], "plan", ["gpus=[6,7]"]),
+        (["gpus=[6,7]"], "run", ["gpus=[6,7]"]),
+        (["gpus=6"], "run", ["gpus=6"]),
+        (["only=vision,llm"], "run", ["only=[vision,llm]"]),
+        # In multirun a comma is a sweep, as Hydra users expect.
+        (["-m", "gpus=6,7"], "run", ["-m", "gpus=6,7"]),
+        ([], "run", []),
+    ],
+)
+def test_argv_is_normalised_before_hydra_parses_it(argv, verb, args):
+    assert normalise_argv(argv)[:2] == (verb, args)
+
+
+def test_multirun_sweep_expands_with_hydras_parser():
+    jobs = expand_sweep(["recipe=r1-llm-only", "stage.llm.train.learning_rate=1e-4,2e-4,3e-4"])
+    assert len(jobs) == 3
+    assert jobs[1] == ["recipe=r1-llm-only", "stage.llm.train.learning_rate=0.0002"]
+
+
+def test_help_lists_verbs_recipes_and_key_options(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for word in ("plan", "r3-two-stage", "r4-joint", "text-lora", "gpus=6,7", "parallel="):
+        assert word in out
+
+
+ERROR_CASES = {
+    "unknown key": (["stage.llm.lroa.r=8"], ["stage.llm.lroa", "Did you mean `lora`"]),
+    "misspelt recipe": (["recipe=r3-two-stag"], ["Unknown recipe `r3-two-stag`", "r3-two-stage"]),
+    "wrong type": (["seed=abc"], ["seed", "abc"]),
+    "stage cycle": (
+        ["recipe=r3-two-stage", "stage.vision.init.from_stage=llm"],
+        ["cycle", "vision -> llm -> vision"],
+    ),
+    "missing parent stage": (
+        ["recipe=r3-two-stage", "stage.llm.init.from_stage=visoin"],
+        ["stage.llm.init.from_stage", "Did you mean `vision`"],
+    ),
+    "duplicate stage": (
+        ["--config-dir", USER_RECIPES, "recipe=user-duplicate"],
+        ["`first` and `second` are duplicates"],
+    ),
+    "unreachable stage": (
+        ["--config-dir", USER_RECIPES, "recipe=user-unreachable"],
+        ["extra feed no target", "recipe.targets"],
+    ),
+    "nothing trainable": (
+        [
+            "recipe=r2-vision-only",
+            "stage.vision.freeze.components=[vision_tower,projector,language_model,embeddings,lm_head]",
+        ],
+        ["trains nothing", "stage.vision.freeze.components"],
+    ),
+    "lora on a frozen component": (
+        ["recipe=r1-llm-only", "stage.llm.lora.components=[vision_tower]"],
+        ["vision_tower", "frozen"],
+    ),
+    "lora targets matching nothing": (
+        ["recipe=r1-llm-only", "stage.llm.lora.target_modules=[qkv_projj]"],
+        ["qkv_projj", "matches no"],
+    ),
+    "quantizing a fully trained component": (
+        ["recipe=r1-llm-only", "stage.llm.quantization.components=[language_model,lm_head]"],
+        ["lm_head", "quantiz"],
+    ),
+    "gpus naming a missing GPU": (["gpus=6,7", "hardware=local"], ["6", "7", "gpus"]),
+    "gpus with device=cpu": (["gpus=0", "device=cpu"], ["device=cpu", "gpus"]),
+    "unknown trainer argument": (
+        ["stage.llm.train.learnig_rate=1e-4"],
+        ["stage.llm.train.learnig_rate", "SFTConfig", "Did you mean `learning_rate`"],
+    ),
+    "a valid trainer argument the template lacks": (
+        ["stage.llm.train.weight_decay=0.1"],
+        ["+stage.llm.train.weight_decay=<value>"],
+    ),
+    "negative learning rate": (
+        ["stage.llm.train.learning_rate=-1e-4"],
+        ["stage.llm.train.learning_rate", "must not be negative"],
+    ),
+    "zero batch size": (
+        ["stage.vision.train.per_device_train_batch_size=0"],
+        ["per_device_train_batch_size", "positive"],
+    ),
+    "model path that does not exist": (
+        ["recipe=r1-llm-only", "stage.llm.init.path=/nonexistent/checkpoint"],
+        ["stage.llm.init.path", "/nonexistent/checkpoint", "does not exist"],
+    ),
+    "unknown verb": (["pln"], ["Unknown verb `pln`", "Did you mean `plan`"]),
+}
+
+
+@pytest.mark.parametrize("verb", ["plan", "run"])
+@pytest.mark.parametrize("case", sorted(ERROR_CASES))
+def test_config_errors_are_one_message_and_exit_2(case, verb, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # anything written would land here
+    args, expected = ERROR_CASES[case]
+    argv = args if case == "unknown verb" else [verb, *args, f"output_root={tmp_path / 'out'}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    for text in expected:
+        assert text in err, f"{text!r} not in {err!r}"
+    assert list(tmp_path.iterdir()) == [], "a failed run must write nothing"
+
+
+def test_exact_command_line_fails_cleanly_without_those_gpus(tmp_path):
+    """`python -m recipe_engine recipe=r3-two-stage gpus=6,7` on a machine without GPUs 6 and 7."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("CUDA_VISIBLE_DEVICES")
+    result = subprocess.run(
+        [sys.executable, "-m", "recipe_engine", "recipe=r3-two-stage", "gpus=6,7"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    message = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(message) == 1 and "6" in message[0] and "gpus" in message[0]
+    assert list(tmp_path.iterdir()) == []
