@@ -15,9 +15,20 @@ def message_text(message: dict[str, Any]) -> str:
 
 
 def generate_answers(
-    model: Any, processor: Any, rows: Any, kind: str, *, max_new_tokens: int = 16, batch_size: int = 16
+    model: Any,
+    processor: Any,
+    rows: Any,
+    kind: str,
+    *,
+    max_new_tokens: int = 8,
+    batch_size: int = 16,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
 ) -> list[str]:
-    """Greedy answers to each row's prompt (every message but the last)."""
+    """Answers to each row's prompt (every message but the last); greedy unless do_sample."""
+    torch.manual_seed(seed)  # sampling, when asked for, is reproducible
     tokenizer = getattr(processor, "tokenizer", processor)
     answers: list[str] = []
     model.eval()
@@ -40,8 +51,9 @@ def generate_answers(
         inputs = {k: v.to(device) for k, v in inputs.items()}
         with torch.no_grad():
             output = model.generate(
-                **inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                **inputs, max_new_tokens=max_new_tokens, do_sample=do_sample,
                 pad_token_id=tokenizer.pad_token_id,
+                **({"temperature": temperature, "top_p": top_p} if do_sample else {}),
             )
         new_tokens = output[:, inputs["input_ids"].shape[1]:]
         answers += [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
@@ -49,7 +61,7 @@ def generate_answers(
 
 
 def exact_match(model: Any, processor: Any, rows: Any, kind: str, **kwargs: Any) -> dict[str, Any]:
-    """Share of held-out rows whose greedy answer equals the reference exactly."""
+    """Share of held-out rows whose answer equals the reference exactly (kwargs: generation)."""
     answers = generate_answers(model, processor, rows, kind, **kwargs)
     references = [message_text(rows[i]["messages"][-1]).strip() for i in range(len(rows))]
     hits = [a == r for a, r in zip(answers, references, strict=True)]

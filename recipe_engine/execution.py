@@ -145,14 +145,15 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
         "preflight_loss": preflight_loss, "train_losses": metrics_log.losses(),
         "train_samples": len(splits.train),
     }
-    if splits.eval is not None:
+    evaluation = plan.config["eval"]
+    if splits.eval is not None and evaluation["enabled"]:
         t = time.time()
-        metrics["eval_loss"] = trainer.evaluate()["eval_loss"]
-        from recipe_engine.evaluation import exact_match
-
-        metrics["eval_accuracy"] = exact_match(trainer.model, processor, splits.eval, entry["kind"])["accuracy"]
+        held_out = _capped(splits.eval, evaluation["max_samples"])
+        metrics["eval_loss"] = trainer.evaluate(held_out)["eval_loss"]
+        metrics["eval_samples"] = len(held_out)
+        metrics["eval_accuracy"] = _accuracy(trainer.model, processor, held_out, entry, plan)
         if stage.parent is None:
-            metrics["base_accuracy"] = _base_accuracy(base_location, entry, stage, splits.eval)
+            metrics["base_accuracy"] = _base_accuracy(base_location, entry, stage, held_out, plan)
         timings["eval_s"] = time.time() - t
 
     # 7. Store: a self-contained folder, committed atomically.
@@ -252,14 +253,27 @@ def _trained_parameter_names(model: Any) -> list[str]:
     return sorted(names)
 
 
-def _base_accuracy(location: str, entry: dict[str, Any], stage: StagePlan, eval_rows: Any) -> float:
-    """Held-out exact match of the untrained base, for the summary's before/after line."""
+def _capped(rows: Any, limit: int | None) -> Any:
+    return rows if limit is None or len(rows) <= limit else rows.select(range(limit))
+
+
+def _accuracy(model: Any, processor: Any, rows: Any, entry: dict[str, Any], plan: RecipePlan) -> float:
     from recipe_engine.evaluation import exact_match
 
+    settings = {k: v for k, v in plan.config["eval"].items() if k not in ("enabled", "max_samples")}
+    return exact_match(model, processor, rows, entry["kind"], seed=plan.config["seed"], **settings)[
+        "accuracy"
+    ]
+
+
+def _base_accuracy(
+    location: str, entry: dict[str, Any], stage: StagePlan, rows: Any, plan: RecipePlan
+) -> float:
+    """Held-out exact match of the untrained base, for the summary's before/after line."""
     model = load_pretrained(location, entry, dtype=stage.dtype, device_map=stage.placement.device_map)
     processor = load_processor(location, entry["kind"], entry)
     _pad_token_fallback(processor)
-    return exact_match(model, processor, eval_rows, entry["kind"])["accuracy"]
+    return _accuracy(model, processor, rows, entry, plan)
 
 
 def _plain(obj: Any) -> Any:

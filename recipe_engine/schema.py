@@ -85,6 +85,19 @@ class HardwareConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Held-out evaluation by generation after each stage (greedy unless do_sample)."""
+
+    enabled: bool = True
+    max_new_tokens: int = 8
+    batch_size: int = 16
+    max_samples: int | None = None  # cap the held-out rows (None: all)
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass
 class RecipeInfo:
     name: str = MISSING
     description: str = ""
@@ -98,6 +111,7 @@ class EngineConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     device: str = "auto"  # auto | cpu | cuda | mps
     gpus: Any = None  # physical GPU ids: 6 | [6, 7]; sets CUDA_VISIBLE_DEVICES
     parallel: str = "auto"  # auto | single | model_parallel | ddp | fsdp | deepspeed

@@ -158,8 +158,10 @@ _QWEN2_VL_VISION: dict[str, Any] = {
     "spatial_merge_size": 2,
     "temporal_patch_size": 2,
 }
-# Shape side as a fraction of the image side: big shapes keep circle/square corners visible.
-_SHAPES_SIDE = (0.6, 0.9)
+# Shape side as a fraction of the image side. Big shapes with mild size jitter keep circle and
+# square apart for a from-scratch vision tower: (0.4, 0.75) and (0.6, 0.9) plateaued at ~70%
+# held-out accuracy, (0.7, 0.8) reaches ~95% in 300 full fine-tune steps.
+_SHAPES_SIDE = (0.7, 0.8)
 
 
 # --- public API --------------------------------------------------------------------------------

@@ -1,0 +1,77 @@
+"""`plan`: every shipped recipe is validated, fingerprinted and placed without loading weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recipe_engine.__main__ import main
+from recipe_engine.config import available, compose_config
+from recipe_engine.hardware import Machine
+from recipe_engine.planning import plan_from_config, render_plan
+
+CPU_ONLY = Machine(
+    gpus=(), mps_available=False, cuda_visible_devices=None, world_size=1, rank=0, local_rank=0,
+    launched_by="python",
+)
+USER_RECIPES = Path(__file__).resolve().parent / "fixtures" / "recipes"
+
+
+def plan(*overrides: str, extra_dirs=()):
+    return plan_from_config(compose_config(list(overrides), extra_dirs=extra_dirs), CPU_ONLY)
+
+
+@pytest.mark.parametrize("recipe", available("recipe"))
+def test_every_shipped_recipe_plans_on_this_machine(recipe):
+    result = plan(f"recipe={recipe}")
+    for stage in result.stages.values():
+        assert stage.placement.device == "cpu" and stage.placement.n_gpu == 0
+        assert stage.trained or stage.lora_targets
+
+
+def test_two_stage_plan_on_a_two_gpu_profile_matches_the_field_notes_fix(capsys):
+    """plan recipe=r3-two-stage gpus=6,7 hardware=2x-rtx6000-ada, from a CPU-only laptop."""
+    assert main(["plan", "recipe=r3-two-stage", "gpus=6,7", "hardware=2x-rtx6000-ada"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("stage vision") < out.index("stage llm")
+    llm = out[out.index("stage llm"):]
+    assert "parent: vision" in llm
+    assert "device_map: {'': 0}" in llm
+    assert "n_gpu: 1" in llm and "never DataParallel" in llm
+    assert "idle" in llm and "parallel=ddp" in llm
+    assert "CUDA_VISIBLE_DEVICES=6,7" in out
+
+
+def test_plan_reports_policies_per_stage():
+    result = plan("recipe=r3-two-stage")
+    vision, llm = result.stages["vision"], result.stages["llm"]
+    assert vision.trained == ["vision_tower", "projector"]
+    assert "language_model" in vision.frozen and vision.quant_bits == "none"
+    assert llm.lora_components == ["language_model"] and llm.trained == ["lm_head"]
+    assert llm.quant_bits == "4bit"
+    assert all(".visual." not in target for target in llm.lora_targets)
+    text = render_plan(result)
+    assert "4bit nf4 on language_model" in text
+
+
+def test_stage_key_ignores_logging_and_follows_parent_settings():
+    base = plan("recipe=r3-two-stage")
+    logged = plan("recipe=r3-two-stage", "stage.llm.train.logging_steps=1", "output_root=/elsewhere")
+    assert logged.stages["llm"].fingerprint == base.stages["llm"].fingerprint
+    vision_changed = plan("recipe=r3-two-stage", "stage.vision.train.learning_rate=1e-3")
+    assert vision_changed.stages["llm"].fingerprint != base.stages["llm"].fingerprint
+    # r1's llm stage starts from the base model, r3's from the vision stage: different keys.
+    assert plan("recipe=r1-llm-only").stages["llm"].fingerprint != base.stages["llm"].fingerprint
+
+
+def test_user_recipes_come_from_another_folder_without_editing_the_package():
+    result = plan("recipe=user-fanout", extra_dirs=[str(USER_RECIPES)])
+    assert result.graph.children("vision") == ["llm", "joint"]
+
+
+def test_hub_model_plans_offline_with_deferred_module_checks():
+    result = plan("recipe=r1-llm-only", "model=qwen2-vl-7b")
+    stage = result.stages["llm"]
+    assert any("deferred" in note for note in stage.notes)
+    assert stage.source == "hub model Qwen/Qwen2-VL-7B-Instruct"
