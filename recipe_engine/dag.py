@@ -22,14 +22,37 @@ STAGE_SEMANTICS_VERSION = 1
 # Trainer settings that change logging, saving or evaluation but not the trained weights.
 NON_WEIGHT_TRAIN_KEYS = frozenset(
     {
-        "output_dir", "logging_dir", "logging_steps", "logging_strategy", "logging_first_step",
-        "report_to", "run_name", "save_steps", "save_strategy", "save_total_limit",
-        "save_only_model", "disable_tqdm", "eval_steps", "eval_strategy",
-        "per_device_eval_batch_size", "eval_accumulation_steps", "dataloader_num_workers",
-        "dataloader_pin_memory", "push_to_hub", "hub_model_id", "hub_strategy", "hub_token",
-        "overwrite_output_dir", "resume_from_checkpoint", "log_level", "log_level_replica",
-        "include_num_input_tokens_seen", "load_best_model_at_end", "metric_for_best_model",
-        "greater_is_better", "prediction_loss_only",
+        "output_dir",
+        "logging_dir",
+        "logging_steps",
+        "logging_strategy",
+        "logging_first_step",
+        "report_to",
+        "run_name",
+        "save_steps",
+        "save_strategy",
+        "save_total_limit",
+        "save_only_model",
+        "disable_tqdm",
+        "eval_steps",
+        "eval_strategy",
+        "per_device_eval_batch_size",
+        "eval_accumulation_steps",
+        "dataloader_num_workers",
+        "dataloader_pin_memory",
+        "push_to_hub",
+        "hub_model_id",
+        "hub_strategy",
+        "hub_token",
+        "overwrite_output_dir",
+        "resume_from_checkpoint",
+        "log_level",
+        "log_level_replica",
+        "include_num_input_tokens_seen",
+        "load_best_model_at_end",
+        "metric_for_best_model",
+        "greater_is_better",
+        "prediction_loss_only",
     }
 )
 NON_WEIGHT_STAGE_KEYS = frozenset({"template", "description"})
@@ -96,7 +119,7 @@ def _topological_order(parents: Mapping[str, str | None]) -> list[str]:
         node: str | None = start
         while node is not None and state.get(node) != "done":
             if state.get(node) == "visiting":
-                cycle = path[path.index(node):] + [node]
+                cycle = path[path.index(node) :] + [node]
                 raise RecipeError(
                     f"The stages form a cycle: {' -> '.join(reversed(cycle))}. "
                     f"Point `stage.{node}.init` at a model or path instead of a stage.",

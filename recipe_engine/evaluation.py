@@ -37,25 +37,35 @@ def generate_answers(
         batch = [rows[i] for i in range(start, min(start + batch_size, len(rows)))]
         prompts = [row["messages"][:-1] for row in batch]
         texts = [
-            processor.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts
+            processor.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+            for p in prompts
         ]
         if kind == "vlm" and batch[0].get("images"):
             inputs = processor(
-                text=texts, images=[row["images"] for row in batch], padding=True,
-                padding_side="left", return_tensors="pt",
+                text=texts,
+                images=[row["images"] for row in batch],
+                padding=True,
+                padding_side="left",
+                return_tensors="pt",
             )
         else:
             inputs = tokenizer(
-                texts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False
+                texts,
+                padding=True,
+                padding_side="left",
+                return_tensors="pt",
+                add_special_tokens=False,
             )
         inputs = {k: v.to(device) for k, v in inputs.items()}
         with torch.no_grad():
             output = model.generate(
-                **inputs, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                **inputs,
+                max_new_tokens=max_new_tokens,
+                do_sample=do_sample,
                 pad_token_id=tokenizer.pad_token_id,
                 **({"temperature": temperature, "top_p": top_p} if do_sample else {}),
             )
-        new_tokens = output[:, inputs["input_ids"].shape[1]:]
+        new_tokens = output[:, inputs["input_ids"].shape[1] :]
         answers += [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
     return answers
 
@@ -67,5 +77,7 @@ def exact_match(model: Any, processor: Any, rows: Any, kind: str, **kwargs: Any)
     hits = [a == r for a, r in zip(answers, references, strict=True)]
     return {
         "accuracy": sum(hits) / len(hits) if hits else 0.0,
-        "predictions": [{"reference": r, "answer": a} for a, r in zip(answers, references, strict=True)],
+        "predictions": [
+            {"reference": r, "answer": a} for a, r in zip(answers, references, strict=True)
+        ],
     }

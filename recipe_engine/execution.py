@@ -1,4 +1,4 @@
-"""One stage, top to bottom: load -> policies -> guard -> preflight -> train -> evaluate -> store."""
+"""One stage, top to bottom: load, policies, guard, preflight, train, evaluate, store."""
 
 from __future__ import annotations
 
@@ -55,10 +55,19 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
         from recipe_engine.policies.quant import bnb_config
 
         names = _module_names(model_config, entry["kind"])
-        quant_config = bnb_config(stage.quantization or {}, architecture=architecture, module_names=names, trained=stage.trained)
+        quant_config = bnb_config(
+            stage.quantization or {},
+            architecture=architecture,
+            module_names=names,
+            trained=stage.trained,
+        )
     t = time.time()
     model = load_pretrained(
-        location, entry, dtype=stage.dtype, device_map=placement.device_map, quantization_config=quant_config
+        location,
+        entry,
+        dtype=stage.dtype,
+        device_map=placement.device_map,
+        quantization_config=quant_config,
     )
     processor = load_processor(location, entry["kind"], entry)
     timings["load_s"] = time.time() - t
@@ -75,14 +84,19 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
     from recipe_engine.policies.report import census, format_report, trainable_report
 
     apply_freeze(
-        model, architecture=architecture, components=stage.frozen,
+        model,
+        architecture=architecture,
+        components=stage.frozen,
         patterns=stage.settings["freeze"].get("patterns") or [],
     )
     if stage.settings.get("lora"):
         from recipe_engine.policies.lora import apply_lora
 
         model = apply_lora(
-            model, architecture=architecture, lora=stage.settings["lora"], frozen=stage.frozen,
+            model,
+            architecture=architecture,
+            lora=stage.settings["lora"],
+            frozen=stage.frozen,
             patterns=stage.settings["freeze"].get("patterns") or [],
             gradient_checkpointing=stage.settings["gradient_checkpointing"],
         )
@@ -90,7 +104,11 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
         model.gradient_checkpointing_enable()
     report = trainable_report(model, architecture=architecture)
     dtype_census = census(model, architecture=architecture)
-    log.info("stage %s: trainable parameters and census\n%s", stage.name, format_report(report, dtype_census))
+    log.info(
+        "stage %s: trainable parameters and census\n%s",
+        stage.name,
+        format_report(report, dtype_census),
+    )
 
     # 4. Data, trainer, guard, preflight.
     from trl import SFTTrainer
@@ -122,8 +140,12 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
     apply_guard(args, placement)
     metrics_log = MetricsLogger(work / "metrics.jsonl")
     trainer = SFTTrainer(
-        model=model, args=args, train_dataset=splits.train, eval_dataset=splits.eval,
-        processing_class=processor, callbacks=[metrics_log],
+        model=model,
+        args=args,
+        train_dataset=splits.train,
+        eval_dataset=splits.eval,
+        processing_class=processor,
+        callbacks=[metrics_log],
     )
     if not args.bf16:
         align_trainable_dtype(trainer.model, torch_dtype(stage.dtype))
@@ -141,8 +163,10 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
 
     # 6. Evaluate on the held-out split.
     metrics: dict[str, Any] = {
-        "steps": trainer.state.global_step, "planned_steps": steps,
-        "preflight_loss": preflight_loss, "train_losses": metrics_log.losses(),
+        "steps": trainer.state.global_step,
+        "planned_steps": steps,
+        "preflight_loss": preflight_loss,
+        "train_losses": metrics_log.losses(),
         "train_samples": len(splits.train),
     }
     evaluation = plan.config["eval"]
@@ -177,18 +201,24 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
         "data": stage.data,
         "dtype": stage.dtype,
         "placement": _plain(placement),
-        "quantization": {"bits": stage.quant_bits, "settings": stage.quantization,
-                         "fallback": placement.quantization_fallback},
+        "quantization": {
+            "bits": stage.quant_bits,
+            "settings": stage.quantization,
+            "fallback": placement.quantization_fallback,
+        },
         "trained_components": stage.trained + stage.lora_components,
         "frozen_components": stage.frozen,
         "trainable_report": report,
         "census": dtype_census,
         "trained_parameters": trained_names,
-        "trained_checksums": {} if stage.settings.get("lora") else handoff_checksums(model, trained_names),
+        "trained_checksums": {}
+        if stage.settings.get("lora")
+        else handoff_checksums(model, trained_names),
         "handoff": handoff,
         "metrics": metrics,
         "timings": timings,
-        "versions": {name: _version(name) for name in LIBRARIES} | {"python": platform.python_version()},
+        "versions": {name: _version(name) for name in LIBRARIES}
+        | {"python": platform.python_version()},
     }
     write_json(final / "manifest.json", manifest)
     shutil.copy(work / "metrics.jsonl", final / "metrics.jsonl")
@@ -221,7 +251,9 @@ def _config_of(location: str, entry: dict[str, Any]) -> Any:
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(
-        location, revision=entry.get("revision"), trust_remote_code=bool(entry.get("trust_remote_code"))
+        location,
+        revision=entry.get("revision"),
+        trust_remote_code=bool(entry.get("trust_remote_code")),
     )
 
 
@@ -235,7 +267,9 @@ def _pad_token_fallback(processor: Any) -> None:
     tokenizer = getattr(processor, "tokenizer", processor)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-        log.warning("tokenizer has no pad token: using the EOS token %r for padding", tokenizer.eos_token)
+        log.warning(
+            "tokenizer has no pad token: using the EOS token %r for padding", tokenizer.eos_token
+        )
 
 
 def _trained_parameter_names(model: Any) -> list[str]:
@@ -257,7 +291,9 @@ def _capped(rows: Any, limit: int | None) -> Any:
     return rows if limit is None or len(rows) <= limit else rows.select(range(limit))
 
 
-def _accuracy(model: Any, processor: Any, rows: Any, entry: dict[str, Any], plan: RecipePlan) -> float:
+def _accuracy(
+    model: Any, processor: Any, rows: Any, entry: dict[str, Any], plan: RecipePlan
+) -> float:
     from recipe_engine.evaluation import exact_match
 
     settings = {k: v for k, v in plan.config["eval"].items() if k not in ("enabled", "max_samples")}
@@ -270,7 +306,9 @@ def _base_accuracy(
     location: str, entry: dict[str, Any], stage: StagePlan, rows: Any, plan: RecipePlan
 ) -> float:
     """Held-out exact match of the untrained base, for the summary's before/after line."""
-    model = load_pretrained(location, entry, dtype=stage.dtype, device_map=stage.placement.device_map)
+    model = load_pretrained(
+        location, entry, dtype=stage.dtype, device_map=stage.placement.device_map
+    )
     processor = load_processor(location, entry["kind"], entry)
     _pad_token_fallback(processor)
     return _accuracy(model, processor, rows, entry, plan)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.modeling import auto_model_class, model_location
+from recipe_engine.modeling import auto_model_class
 
 MANIFEST = "manifest.json"
 

@@ -75,7 +75,9 @@ class RecipePlan:
         return values.pop() if len(values) == 1 else None
 
 
-def plan_from_config(cfg: DictConfig | Mapping[str, Any], machine: Machine | None = None) -> RecipePlan:
+def plan_from_config(
+    cfg: DictConfig | Mapping[str, Any], machine: Machine | None = None
+) -> RecipePlan:
     plain = to_plain(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
     return plan_recipe(plain, machine or detect_machine())
 
@@ -115,7 +117,9 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
         policy = _policies(name, stage, inventory)
         bits = validate.quant_bits(stage.get("quantization"))
         placement = plan_placement(
-            _placement_request(cfg, machine, stage, bits, _footprint_gib(inventory, model, policy, dtype, bits))
+            _placement_request(
+                cfg, machine, stage, bits, _footprint_gib(inventory, model, policy, dtype, bits)
+            )
         )
         if inventory is None:
             policy["notes"].append(
@@ -171,7 +175,12 @@ def _source(name: str, stage: Mapping[str, Any], cfg: Mapping[str, Any]):
                 key=f"stage.{name}.init.path",
             )
         model.update(source="local", id=str(path.resolve()))
-        return f"local path {path}", {"path": str(path.resolve()), "files": _tree_identity(path)}, model, path
+        return (
+            f"local path {path}",
+            {"path": str(path.resolve()), "files": _tree_identity(path)},
+            model,
+            path,
+        )
     if init.get("model"):
         model.update(source="hub", id=init["model"], name=init["model"])
     if model["source"] == "local":
@@ -182,7 +191,12 @@ def _source(name: str, stage: Mapping[str, Any], cfg: Mapping[str, Any]):
                 "save_pretrained folder, or model.source=hub for a hub id.",
                 key="model.id",
             )
-        return f"local path {path}", {"path": str(path.resolve()), "files": _tree_identity(path)}, model, path
+        return (
+            f"local path {path}",
+            {"path": str(path.resolve()), "files": _tree_identity(path)},
+            model,
+            path,
+        )
     identity = {k: model[k] for k in ("source", "id", "revision")}
     return f"{model['source']} model {model['id']}", identity, model, None
 
@@ -190,7 +204,9 @@ def _source(name: str, stage: Mapping[str, Any], cfg: Mapping[str, Any]):
 def _tree_identity(path: Path) -> list[tuple[str, int, int]]:
     """Names, sizes and mtimes of a folder's files: cheap, and changes when weights change."""
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    return [(str(p.relative_to(path.parent)), p.stat().st_size, int(p.stat().st_mtime)) for p in files]
+    return [
+        (str(p.relative_to(path.parent)), p.stat().st_size, int(p.stat().st_mtime)) for p in files
+    ]
 
 
 def _check_duplicates(fingerprints: Mapping[str, str]) -> None:
@@ -253,10 +269,17 @@ def _policies(name: str, stage: Mapping[str, Any], inventory: ModelInventory | N
         from recipe_engine.policies.lora import plan_lora
 
         planned = plan_lora(
-            inventory.meta_model, architecture=inventory.architecture, lora=lora,
-            frozen=frozen, patterns=patterns,
+            inventory.meta_model,
+            architecture=inventory.architecture,
+            lora=lora,
+            frozen=frozen,
+            patterns=patterns,
         )
-        lora_components, trained, targets = planned.components, planned.fully_trained, planned.targets
+        lora_components, trained, targets = (
+            planned.components,
+            planned.fully_trained,
+            planned.targets,
+        )
     else:
         lora_components, targets = [], []
         trained = [c for c in present if c not in frozen]
@@ -275,15 +298,24 @@ def _policies(name: str, stage: Mapping[str, Any], inventory: ModelInventory | N
     return _policy(frozen, trained, lora_components, targets)
 
 
-def _policy(frozen: list[str], trained: list[str], lora_components: list[str], targets: list[str]) -> dict:
+def _policy(
+    frozen: list[str], trained: list[str], lora_components: list[str], targets: list[str]
+) -> dict:
     return {
-        "frozen": frozen, "trained": trained, "lora_components": lora_components,
-        "lora_targets": targets, "notes": [],
+        "frozen": frozen,
+        "trained": trained,
+        "lora_components": lora_components,
+        "lora_targets": targets,
+        "notes": [],
     }
 
 
 def _footprint_gib(
-    inventory: ModelInventory | None, model: Mapping[str, Any], policy: Mapping, dtype: str, bits: str
+    inventory: ModelInventory | None,
+    model: Mapping[str, Any],
+    policy: Mapping,
+    dtype: str,
+    bits: str,
 ) -> float:
     """Rough training footprint: weights at their storage width + optimizer state."""
     if inventory is None:
@@ -380,4 +412,6 @@ def _quant_text(stage: StagePlan) -> str:
         return f"- (requested quantization skipped: {fallback})" if fallback else "-"
     quant = stage.quantization or {}
     kind = quant.get("bnb_4bit_quant_type", "nf4") if stage.quant_bits == "4bit" else "int8"
-    return f"{stage.quant_bits} {kind} on {', '.join(quant.get('components') or ['language_model'])}"
+    return (
+        f"{stage.quant_bits} {kind} on {', '.join(quant.get('components') or ['language_model'])}"
+    )

@@ -79,11 +79,18 @@ def run_recipe(cfg: DictConfig, run_dir: Path) -> list[StageResult]:
     return results
 
 
-def _run_or_reuse(plan: RecipePlan, stage: StagePlan, store: Store, *, force: bool, fresh: bool) -> StageResult:
+def _run_or_reuse(
+    plan: RecipePlan, stage: StagePlan, store: Store, *, force: bool, fresh: bool
+) -> StageResult:
     with store.lock(stage.fingerprint):  # a concurrent job training the same stage finishes first
         if store.is_complete(stage.fingerprint) and not force:
             log.info("stage %s: cached at %s", stage.name, store.entry(stage.fingerprint))
-            return StageResult(stage.name, "cached", store.entry(stage.fingerprint), store.manifest(stage.fingerprint))
+            return StageResult(
+                stage.name,
+                "cached",
+                store.entry(stage.fingerprint),
+                store.manifest(stage.fingerprint),
+            )
         from recipe_engine.execution import train_stage
 
         manifest = train_stage(plan, stage, store, fresh=fresh or force)
@@ -117,12 +124,20 @@ def summarise(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> st
     lines = [f"recipe {plan.recipe}: run folder {run_dir}"]
     lines.append("  ".join(h.ljust(widths[h]) for h in headers))
     lines += ["  ".join(str(r[h]).ljust(widths[h]) for h in headers) for r in rows]
-    base = next((r.manifest.get("metrics", {}).get("base_accuracy") for r in results if r.manifest.get("metrics", {}).get("base_accuracy") is not None), None)
+    base = next(
+        (
+            r.manifest.get("metrics", {}).get("base_accuracy")
+            for r in results
+            if r.manifest.get("metrics", {}).get("base_accuracy") is not None
+        ),
+        None,
+    )
     if base is not None and results:
         final = results[-1].manifest.get("metrics", {}).get("eval_accuracy")
         lines.append(
-            f"held-out exact match: base {base:.0%} -> final stage `{results[-1].name}` "
-            f"{final:.0%}" if final is not None else ""
+            f"held-out exact match: base {base:.0%} -> final stage `{results[-1].name}` {final:.0%}"
+            if final is not None
+            else ""
         )
     return "\n".join(lines)
 

@@ -156,7 +156,9 @@ def preflight(trainer: Any) -> float:
         cause = (
             "a dtype mismatch between activations and weights"
             if "dtype" in text
-            else "tensors on different devices" if "device" in text else "a runtime error"
+            else "tensors on different devices"
+            if "device" in text
+            else "a runtime error"
         )
         raise PreflightError(
             f"The preflight forward/backward failed before step 0 with {cause}: {text}. "

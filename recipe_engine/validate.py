@@ -42,7 +42,9 @@ ENGINE_OWNED_TRAIN_KEYS = {
     "resume_from_checkpoint": "`fresh=true` to start over (resuming is automatic)",
 }
 POSITIVE_TRAIN_KEYS = (
-    "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "num_train_epochs",
     "per_device_eval_batch_size",
 )
 NON_NEGATIVE_TRAIN_KEYS = ("learning_rate", "weight_decay", "warmup_steps", "warmup_ratio")
@@ -84,8 +86,10 @@ def library_fields(class_name: str) -> dict[str, str]:
 def _type_text(annotation: Any) -> str:
     if annotation is inspect.Parameter.empty:
         return "Any"
-    return annotation if isinstance(annotation, str) else getattr(
-        annotation, "__name__", str(annotation)
+    return (
+        annotation
+        if isinstance(annotation, str)
+        else getattr(annotation, "__name__", str(annotation))
     )
 
 
@@ -157,7 +161,8 @@ def check_quant_keys(stage: str, quant: Mapping[str, Any]) -> None:
     for key in quant:
         if key not in fields:
             raise unknown_key(
-                f"stage.{stage}.quantization.{key}", fields,
+                f"stage.{stage}.quantization.{key}",
+                fields,
                 "the quantization settings (BitsAndBytesConfig arguments)",
             )
     if quant.get("load_in_4bit") and quant.get("load_in_8bit"):

@@ -130,7 +130,11 @@ def test_exact_command_line_fails_cleanly_without_those_gpus(tmp_path):
     env.pop("CUDA_VISIBLE_DEVICES")
     result = subprocess.run(
         [sys.executable, "-m", "recipe_engine", "recipe=r3-two-stage", "gpus=6,7"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr

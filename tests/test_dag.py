@@ -80,7 +80,9 @@ def test_stage_feeding_no_target_is_unreachable():
 
 def test_fingerprint_ignores_key_order_comments_and_non_weight_settings():
     base = prints({"a": stage()})["a"]
-    reordered = yaml.safe_load("# a comment\n" + yaml.safe_dump(dict(reversed(list(stage().items())))))
+    reordered = yaml.safe_load(
+        "# a comment\n" + yaml.safe_dump(dict(reversed(list(stage().items()))))
+    )
     assert prints({"a": reordered})["a"] == base
     assert prints({"a": stage(logging_steps=1, save_steps=7, report_to="wandb")})["a"] == base
     described = stage()

@@ -1,4 +1,4 @@
-"""Every shipped recipe trains end to end on the tiny models, and its outputs load with plain HF calls.
+"""Every shipped recipe trains end to end on the tiny models; outputs load with plain HF calls.
 
 Steps are cut to a handful per stage: these tests pin behaviour (handoff, quantization,
 outputs, guard), not learning; `make run` shows learning.
@@ -34,7 +34,9 @@ def outputs(tmp_path_factory) -> Path:
 
 
 def run(recipe: str, outputs: Path, *extra: str):
-    cfg = compose_config([f"recipe={recipe}", f"output_root={outputs}", *short_overrides(recipe), *extra])
+    cfg = compose_config(
+        [f"recipe={recipe}", f"output_root={outputs}", *short_overrides(recipe), *extra]
+    )
     return {r.name: r for r in run_recipe(cfg, outputs / "runs" / recipe)}
 
 
@@ -76,7 +78,9 @@ def test_two_stage_llm_starts_from_the_vision_stage_weights(outputs):
     vision, _ = load_output(results["vision"].output)
     llm, manifest = load_output(results["llm"].output)
     assert manifest["base_location"] == str(results["vision"].output)
-    base = AutoModelForImageTextToText.from_pretrained(read_manifest(results["vision"].output)["base_location"])
+    base = AutoModelForImageTextToText.from_pretrained(
+        read_manifest(results["vision"].output)["base_location"]
+    )
     trained = dict(vision.named_parameters())
     downstream = {n.removeprefix("base_model.model."): p for n, p in llm.named_parameters()}
     untouched = dict(base.named_parameters())
@@ -91,7 +95,9 @@ def test_adapter_parent_is_merged_parameter_by_parameter(outputs, tmp_path):
     manifest = read_manifest(adapter_dir)
     merged_dir, expected = merge_adapter_parent(adapter_dir, "float32", tmp_path / "merged")
     merged = dict(AutoModelForImageTextToText.from_pretrained(merged_dir).named_parameters())
-    base = dict(AutoModelForImageTextToText.from_pretrained(manifest["base_location"]).named_parameters())
+    base = dict(
+        AutoModelForImageTextToText.from_pretrained(manifest["base_location"]).named_parameters()
+    )
     adapter = PeftModel.from_pretrained(
         AutoModelForImageTextToText.from_pretrained(manifest["base_location"]), adapter_dir
     )

@@ -12,7 +12,12 @@ from recipe_engine.hardware import Machine
 from recipe_engine.planning import plan_from_config, render_plan
 
 CPU_ONLY = Machine(
-    gpus=(), mps_available=False, cuda_visible_devices=None, world_size=1, rank=0, local_rank=0,
+    gpus=(),
+    mps_available=False,
+    cuda_visible_devices=None,
+    world_size=1,
+    rank=0,
+    local_rank=0,
     launched_by="python",
 )
 USER_RECIPES = Path(__file__).resolve().parent / "fixtures" / "recipes"
@@ -35,7 +40,7 @@ def test_two_stage_plan_on_a_two_gpu_profile_matches_the_field_notes_fix(capsys)
     assert main(["plan", "recipe=r3-two-stage", "gpus=6,7", "hardware=2x-rtx6000-ada"]) == 0
     out = capsys.readouterr().out
     assert out.index("stage vision") < out.index("stage llm")
-    llm = out[out.index("stage llm"):]
+    llm = out[out.index("stage llm") :]
     assert "parent: vision" in llm
     assert "device_map: {'': 0}" in llm
     assert "n_gpu: 1" in llm and "never DataParallel" in llm
@@ -57,7 +62,9 @@ def test_plan_reports_policies_per_stage():
 
 def test_stage_key_ignores_logging_and_follows_parent_settings():
     base = plan("recipe=r3-two-stage")
-    logged = plan("recipe=r3-two-stage", "stage.llm.train.logging_steps=1", "output_root=/elsewhere")
+    logged = plan(
+        "recipe=r3-two-stage", "stage.llm.train.logging_steps=1", "output_root=/elsewhere"
+    )
     assert logged.stages["llm"].fingerprint == base.stages["llm"].fingerprint
     vision_changed = plan("recipe=r3-two-stage", "stage.vision.train.learning_rate=1e-3")
     assert vision_changed.stages["llm"].fingerprint != base.stages["llm"].fingerprint
