@@ -133,6 +133,7 @@ def run_run(args: list[str], multirun: bool) -> int:
     # Validate every job before Hydra creates a run folder: a bad recipe writes nothing.
     jobs = expand_sweep(overrides) if multirun else [overrides]
     plans = [plan_from_config(compose_config(j, extra_dirs=config_dirs(flags))) for j in jobs]
+    check_data(plans)
     if not multirun:
         visible = plans[0].cuda_visible_devices
         if visible is not None:  # before anything initialises CUDA
@@ -142,6 +143,19 @@ def run_run(args: list[str], multirun: bool) -> int:
     sys.argv = [sys.argv[0], *args]
     hydra_entry()
     return 0
+
+
+def check_data(plans: Sequence) -> None:
+    """Read and check every stage's data once, so a bad row stops the run before it starts."""
+    from recipe_engine.data import load_splits
+
+    seen = set()
+    for plan in plans:
+        for stage in plan.stages.values():
+            key = repr((stage.data, stage.model["kind"]))
+            if key not in seen:
+                seen.add(key)
+                load_splits(stage.data, kind=stage.model["kind"], seed=plan.config["seed"])
 
 
 def expand_sweep(overrides: Sequence[str]) -> list[list[str]]:

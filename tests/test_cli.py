@@ -141,3 +141,16 @@ def test_exact_command_line_fails_cleanly_without_those_gpus(tmp_path):
     message = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(message) == 1 and "6" in message[0] and "gpus" in message[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_data_row_names_file_and_row_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    data = tmp_path / "data" / "train.jsonl"
+    data.parent.mkdir()
+    good = '{"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}'
+    data.write_text(good + "\n" + '{"messages": [{"role": "user", "content": "2+2?"}]}\n')
+    monkeypatch.chdir(tmp_path)
+    argv = ["recipe=text-lora", "data.source=local", f"data.path={data}", "output_root=out"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert str(data) in err and "row 2" in err and "assistant" in err
+    assert not (tmp_path / "out").exists()
