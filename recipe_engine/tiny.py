@@ -1,11 +1,11 @@
 """Embedded offline defaults: tiny models built from config and small generated datasets.
 
 Nothing here touches a model hub. Every artefact is built deterministically on first use into
-``<cache>/models/<name>-v1`` or ``<cache>/data/<name>-v1`` and reused afterwards. A build writes
+``<cache>/models/<name>-<version>`` or ``<cache>/data/<name>-<version>`` and reused afterwards. A build writes
 into a hidden temporary folder beside the target and renames it into place, so a folder at the
 target path is always complete, and concurrent builders of the same name cannot corrupt it.
 
-Bump the ``-v1`` suffix (``_VERSION``) whenever a change alters what gets built, so stale caches
+Bump the version suffix (``_VERSION``) whenever a change alters what gets built, so stale caches
 are never mistaken for the new artefacts.
 """
 
@@ -26,7 +26,7 @@ from recipe_engine.errors import RecipeError, did_you_mean
 TINY_MODELS: tuple[str, ...] = ("tiny-qwen2-vl", "tiny-llava", "tiny-llama", "tiny-qwen2")
 TINY_DATASETS: tuple[str, ...] = ("shapes", "arithmetic")
 
-_VERSION = "v1"
+_VERSION = "v2"
 _SEED = 1234
 
 # --- dataset vocabulary (the tokenizers are trained on exactly these words) -----------------------
