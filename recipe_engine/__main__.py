@@ -17,6 +17,17 @@ from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
 VERBS: dict[str, str] = {
     "run": "train the recipe's stages (default verb)",
     "plan": "show what each stage would load, train and where, without loading weights",
+    "doctor": "print what placement depends on here: libraries, devices, launcher, bitsandbytes",
+    "inspect": "per-component parameters, dtypes, devices, trainable share, quantization, LoRA",
+    "diff": "the resolved settings that differ between two recipes, stage by stage",
+    "compare": "base vs every stage on the held-out probes: CSV, JSONL, report, plots",
+}
+# Verbs implemented outside this module: "module:function", imported only when used.
+EXTERNAL_VERBS = {
+    "doctor": "recipe_engine.doctor:run_doctor",
+    "inspect": "recipe_engine.inspection:run_inspect",
+    "diff": "recipe_engine.recipe_diff:run_diff",
+    "compare": "recipe_engine.compare:run_compare",
 }
 MULTIRUN_FLAGS = ("-m", "--multirun")
 # Hydra flags that take a value in the next argument.
@@ -109,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         verb, args, multirun = normalise_argv(argv)
-        return VERB_HANDLERS[verb](args, multirun)
+        return handler(verb)(args, multirun)
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -174,6 +185,15 @@ def expand_sweep(overrides: Sequence[str]) -> list[list[str]]:
 
 
 VERB_HANDLERS: dict[str, Callable[[list[str], bool], int]] = {"run": run_run, "plan": run_plan}
+
+
+def handler(verb: str) -> Callable[[list[str], bool], int]:
+    if verb in VERB_HANDLERS:
+        return VERB_HANDLERS[verb]
+    import importlib
+
+    module, function = EXTERNAL_VERBS[verb].split(":")
+    return getattr(importlib.import_module(module), function)
 
 if __name__ == "__main__":
     sys.exit(main())
