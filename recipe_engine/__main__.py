@@ -33,6 +33,9 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 # Hydra flags that take a value in the next argument.
 FLAGS_WITH_VALUE = ("--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp")
 
+# Library settings are open mappings validated against SFTConfig / LoraConfig /
+# BitsAndBytesConfig, so any of their keys may be set without Hydra's `+` (add-or-override).
+_LIBRARY_KEY = re.compile(r"^(stage\.[\w\-]+\.(train|lora|quantization)\.\w+=)")
 # gpus=6,7 is ambiguous to Hydra (a sweep or a list?); outside multirun it means a list.
 _BARE_LIST = re.compile(r"^(gpus|only|force)=([^\[\]{}()'\"]+,[^\[\]{}()'\"]+)$")
 
@@ -53,6 +56,7 @@ def normalise_argv(argv: Sequence[str]) -> tuple[str, list[str], bool]:
     multirun = any(a in MULTIRUN_FLAGS for a in args)
     if not multirun:
         args = [_BARE_LIST.sub(r"\1=[\2]", a) for a in args]
+    args = [_LIBRARY_KEY.sub(r"++\1", a) for a in args]
     return verb, args, multirun
 
 
@@ -149,10 +153,46 @@ def run_run(args: list[str], multirun: bool) -> int:
         visible = plans[0].cuda_visible_devices
         if visible is not None:  # before anything initialises CUDA
             os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        placement = next(iter(plans[0].stages.values())).placement
+        if placement.launcher == "self-torchrun":
+            return relaunch(args, placement.nproc, plans[0])
+    if int(os.environ.get("RANK", "0")) > 0:
+        args = [*args, "hydra.output_subdir=null"]  # rank 0 writes the run folder's config
     from recipe_engine.runner import hydra_entry
 
     sys.argv = [sys.argv[0], *args]
     hydra_entry()
+    return 0
+
+
+def relaunch(args: list[str], nproc: int, plan) -> int:
+    """Run this same command as `nproc` processes through torch.distributed.run (torchrun).
+
+    Every rank gets the same overrides and one shared run folder, so all ranks run the same
+    stages; rank 0 writes manifests and the summary. For several machines, call torchrun
+    yourself with --nnodes/--node_rank/--rdzv_endpoint and `-m recipe_engine ...`.
+    """
+    import time
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    run_dir = f"{plan.config['output_root']}/runs/{plan.recipe}/{stamp}"
+    command = [
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "recipe_engine",
+        *args,
+        f"hydra.run.dir={run_dir}",
+    ]
+    print(f"launching {nproc} processes: torchrun {' '.join(command)}", file=sys.stderr)
+    try:
+        torchrun(command)
+    except ChildFailedError as error:
+        codes = {failure.exitcode for failure in error.failures.values()}
+        return EXIT_USER_ERROR if codes == {EXIT_USER_ERROR} else 1
     return 0
 
 
@@ -194,6 +234,7 @@ def handler(verb: str) -> Callable[[list[str], bool], int]:
 
     module, function = EXTERNAL_VERBS[verb].split(":")
     return getattr(importlib.import_module(module), function)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import shutil
 import time
@@ -34,7 +35,8 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
     started = time.time()
     timings: dict[str, float] = {}
     work = store.work_dir(stage.fingerprint)
-    if fresh and work.exists():
+    main_process = is_main_process()
+    if fresh and work.exists() and main_process:
         shutil.rmtree(work)  # start fresh really means fresh: no checkpoint is picked up
     work.mkdir(parents=True, exist_ok=True)
     entry = stage.model
@@ -173,17 +175,24 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
     if splits.eval is not None and evaluation["enabled"]:
         t = time.time()
         held_out = _capped(splits.eval, evaluation["max_samples"])
-        metrics["eval_loss"] = trainer.evaluate(held_out)["eval_loss"]
+        metrics["eval_loss"] = trainer.evaluate(held_out)["eval_loss"]  # every rank takes part
         metrics["eval_samples"] = len(held_out)
-        metrics["eval_accuracy"] = _accuracy(trainer.model, processor, held_out, entry, plan)
-        if stage.parent is None:
-            metrics["base_accuracy"] = _base_accuracy(base_location, entry, stage, held_out, plan)
+        if main_process:  # generation is per-process work: rank 0 measures it once
+            metrics["eval_accuracy"] = _accuracy(trainer.model, processor, held_out, entry, plan)
+            if stage.parent is None:
+                metrics["base_accuracy"] = _base_accuracy(
+                    base_location, entry, stage, held_out, plan
+                )
         timings["eval_s"] = time.time() - t
 
-    # 7. Store: a self-contained folder, committed atomically.
+    # 7. Store: a self-contained folder, committed atomically by rank 0 alone.
     final = work / "final"
-    shutil.rmtree(final, ignore_errors=True)
-    trainer.save_model(str(final))
+    if main_process:
+        shutil.rmtree(final, ignore_errors=True)
+    trainer.save_model(str(final))  # the Trainer writes on the main process only
+    if not main_process:
+        trainer.accelerator.wait_for_everyone()  # until rank 0 has committed the stage
+        return {}
     processor.save_pretrained(str(final))
     timings["total_s"] = time.time() - started
     trained_names = _trained_parameter_names(model)
@@ -216,6 +225,7 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
         else handoff_checksums(model, trained_names),
         "handoff": handoff,
         "metrics": metrics,
+        "world_size": trainer.args.world_size,
         "timings": timings,
         "versions": {name: _version(name) for name in LIBRARIES}
         | {"python": platform.python_version()},
@@ -225,7 +235,13 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
     output = store.commit(stage.fingerprint, final)
     shutil.rmtree(work, ignore_errors=True)  # checkpoints are no longer needed once committed
     log.info("stage %s: committed %s", stage.name, output)
+    trainer.accelerator.wait_for_everyone()
     return manifest
+
+
+def is_main_process() -> bool:
+    """Rank 0 of a distributed launch, or the only process."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _init_location(plan: RecipePlan, stage: StagePlan, store: Store, work: Path):
@@ -235,16 +251,21 @@ def _init_location(plan: RecipePlan, stage: StagePlan, store: Store, work: Path)
         parent_dir = store.entry(parent.fingerprint)
         parent_manifest = read_manifest(parent_dir)
         if is_adapter_folder(parent_dir):
-            merged, expected = merge_adapter_parent(parent_dir, stage.dtype, work / "handoff")
+            # Each rank merges into its own folder: no rank waits on another before training.
+            merged, expected = merge_adapter_parent(parent_dir, stage.dtype, _handoff_dir(work))
             return str(merged), (stage.parent, expected)
         return str(parent_dir), (stage.parent, parent_manifest["trained_checksums"])
     init = stage.settings.get("init") or {}
     if init.get("path"):
         path = Path(init["path"]).expanduser().resolve()
         if is_adapter_folder(path):
-            return str(merge_adapter_parent(path, stage.dtype, work / "handoff")[0]), None
+            return str(merge_adapter_parent(path, stage.dtype, _handoff_dir(work))[0]), None
         return str(path), None
     return model_location(stage.model), None
+
+
+def _handoff_dir(work: Path) -> Path:
+    return work / f"handoff-rank{os.environ.get('RANK', '0')}"
 
 
 def _config_of(location: str, entry: dict[str, Any]) -> Any:

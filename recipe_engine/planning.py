@@ -92,14 +92,6 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
 
     sources = {name: _source(name, stages[name], cfg) for name in graph.order}
     datas = {name: stages[name].get("data") or cfg["data"] for name in graph.order}
-    fingerprints = dag.fingerprints(
-        graph,
-        stages,
-        source_identity={n: sources[n][1] for n in graph.order},
-        data_identity={n: data_identity(datas[n]) for n in graph.order},
-        seed=cfg["seed"],
-    )
-    _check_duplicates(fingerprints)
 
     inventories: dict[str, ModelInventory | None] = {}
     result: dict[str, StagePlan] = {}
@@ -128,7 +120,7 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
             )
         result[name] = StagePlan(
             name=name,
-            fingerprint=fingerprints[name],
+            fingerprint="",  # set below, once every stage's placement is known
             parent=graph.parents[name],
             source=sources[name][0],
             source_identity=sources[name][1],
@@ -145,6 +137,26 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
             placement=placement,
             notes=policy["notes"],
         )
+    # The data-parallel world size sets the effective batch, and a quantization fallback
+    # changes the model trained: both are part of what determines the weights.
+    weight_settings = {
+        name: {
+            **stages[name],
+            "world_size": result[name].placement.world_size,
+            "effective_quantization": result[name].placement.quantization,
+        }
+        for name in graph.order
+    }
+    fingerprints = dag.fingerprints(
+        graph,
+        weight_settings,
+        source_identity={n: sources[n][1] for n in graph.order},
+        data_identity={n: data_identity(datas[n]) for n in graph.order},
+        seed=cfg["seed"],
+    )
+    _check_duplicates(fingerprints)
+    for name, fingerprint in fingerprints.items():
+        result[name].fingerprint = fingerprint
     hardware = cfg["hardware"]["name"]
     return RecipePlan(cfg["recipe"]["name"], cfg, graph, result, machine, hardware, notes)
 

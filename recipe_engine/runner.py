@@ -7,10 +7,8 @@ read top to bottom; `run_stage` is one stage.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import sys
-import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +17,9 @@ import hydra
 from omegaconf import DictConfig
 
 from recipe_engine import dag
-from recipe_engine.config import CONFIG_DIR, CONFIG_NAME, to_plain
+from recipe_engine.config import CONFIG_DIR, CONFIG_NAME
 from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
+from recipe_engine.execution import is_main_process
 from recipe_engine.planning import RecipePlan, StagePlan, plan_from_config
 from recipe_engine.schema import register_configs
 from recipe_engine.store import Store, write_json
@@ -74,15 +73,18 @@ def run_recipe(cfg: DictConfig, run_dir: Path) -> list[StageResult]:
                     )
                 continue
         results.append(_run_or_reuse(plan, stage, store, force=name in cfg.force, fresh=cfg.fresh))
-    summary = summarise(plan, results, run_dir)
-    print(summary)
+    if is_main_process():
+        print(summarise(plan, results, run_dir))
     return results
 
 
 def _run_or_reuse(
     plan: RecipePlan, stage: StagePlan, store: Store, *, force: bool, fresh: bool
 ) -> StageResult:
-    with store.lock(stage.fingerprint):  # a concurrent job training the same stage finishes first
+    # A concurrent job training the same stage finishes first. Ranks of one job train together,
+    # so only rank 0 takes the lock.
+    lock = store.lock(stage.fingerprint) if is_main_process() else nullcontext()
+    with lock:
         if store.is_complete(stage.fingerprint) and not force:
             log.info("stage %s: cached at %s", stage.name, store.entry(stage.fingerprint))
             return StageResult(
@@ -93,8 +95,9 @@ def _run_or_reuse(
             )
         from recipe_engine.execution import train_stage
 
-        manifest = train_stage(plan, stage, store, fresh=fresh or force)
-        return StageResult(stage.name, "trained", store.entry(stage.fingerprint), manifest)
+        train_stage(plan, stage, store, fresh=fresh or force)
+        entry = store.entry(stage.fingerprint)
+        return StageResult(stage.name, "trained", entry, store.manifest(stage.fingerprint))
 
 
 def summarise(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> str:
@@ -149,10 +152,3 @@ def _eval_text(metrics: dict[str, Any]) -> str:
     if metrics.get("eval_loss") is not None:
         parts.append(f"loss {metrics['eval_loss']:.3f}")
     return ", ".join(parts) or "-"
-
-
-def clean_partial(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-
-
-__all__ = ["hydra_entry", "run_recipe", "StageResult", "os", "time", "to_plain"]

@@ -1,9 +1,9 @@
 """Embedded offline defaults: tiny models built from config and small generated datasets.
 
 Nothing here touches a model hub. Every artefact is built deterministically on first use into
-``<cache>/models/<name>-<version>`` or ``<cache>/data/<name>-<version>`` and reused afterwards. A build writes
-into a hidden temporary folder beside the target and renames it into place, so a folder at the
-target path is always complete, and concurrent builders of the same name cannot corrupt it.
+``<cache>/models/<name>-<version>`` or ``<cache>/data/<name>-<version>`` and reused afterwards.
+A build writes into a hidden temporary folder beside the target and renames it into place, so a
+folder at the target path is always complete, and concurrent builders cannot corrupt it.
 
 Bump the version suffix (``_VERSION``) whenever a change alters what gets built, so stale caches
 are never mistaken for the new artefacts.

@@ -49,6 +49,7 @@ def build_args(
         "logging_first_step": True,
         "per_device_eval_batch_size": train.get("per_device_train_batch_size", 8),
         "eval_strategy": "no",  # the engine evaluates once at the end of the stage
+        "ddp_find_unused_parameters": False,  # frozen parts have no grads by design
         **train,
         "output_dir": str(output_dir),
         "seed": seed,

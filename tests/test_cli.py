@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -26,6 +27,8 @@ USER_RECIPES = str(ROOT / "tests" / "fixtures" / "recipes")
         # In multirun a comma is a sweep, as Hydra users expect.
         (["-m", "gpus=6,7"], "run", ["-m", "gpus=6,7"]),
         ([], "run", []),
+        # Library settings take any key of their class without Hydra's `+`.
+        (["stage.llm.train.weight_decay=0.1"], "run", ["++stage.llm.train.weight_decay=0.1"]),
     ],
 )
 def test_argv_is_normalised_before_hydra_parses_it(argv, verb, args):
@@ -33,9 +36,12 @@ def test_argv_is_normalised_before_hydra_parses_it(argv, verb, args):
 
 
 def test_multirun_sweep_expands_with_hydras_parser():
-    jobs = expand_sweep(["recipe=r1-llm-only", "stage.llm.train.learning_rate=1e-4,2e-4,3e-4"])
+    _, args, _ = normalise_argv(
+        ["-m", "recipe=r1-llm-only", "stage.llm.train.learning_rate=1e-4,2e-4,3e-4"]
+    )
+    jobs = expand_sweep([a for a in args if a != "-m"])
     assert len(jobs) == 3
-    assert jobs[1] == ["recipe=r1-llm-only", "stage.llm.train.learning_rate=0.0002"]
+    assert jobs[1] == ["recipe=r1-llm-only", "++stage.llm.train.learning_rate=0.0002"]
 
 
 def test_help_lists_verbs_recipes_and_key_options(capsys):
@@ -90,10 +96,6 @@ ERROR_CASES = {
         ["stage.llm.train.learnig_rate=1e-4"],
         ["stage.llm.train.learnig_rate", "SFTConfig", "Did you mean `learning_rate`"],
     ),
-    "a valid trainer argument the template lacks": (
-        ["stage.llm.train.weight_decay=0.1"],
-        ["+stage.llm.train.weight_decay=<value>"],
-    ),
     "negative learning rate": (
         ["stage.llm.train.learning_rate=-1e-4"],
         ["stage.llm.train.learning_rate", "must not be negative"],
@@ -146,7 +148,9 @@ def test_exact_command_line_fails_cleanly_without_those_gpus(tmp_path):
 def test_bad_data_row_names_file_and_row_and_writes_nothing(tmp_path, capsys, monkeypatch):
     data = tmp_path / "data" / "train.jsonl"
     data.parent.mkdir()
-    good = '{"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}'
+    good = json.dumps(
+        {"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}
+    )
     data.write_text(good + "\n" + '{"messages": [{"role": "user", "content": "2+2?"}]}\n')
     monkeypatch.chdir(tmp_path)
     argv = ["recipe=text-lora", "data.source=local", f"data.path={data}", "output_root=out"]

@@ -24,7 +24,7 @@ SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "log
 def short_overrides(recipe: str) -> list[str]:
     cfg = compose_config([f"recipe={recipe}"])
     return [
-        f"stage.{name}.train.{key}={value}" for name in cfg.stage for key, value in SHORT.items()
+        f"++stage.{name}.train.{key}={value}" for name in cfg.stage for key, value in SHORT.items()
     ] + ["data.max_samples=24", "eval.max_samples=8"]
 
 

@@ -1,0 +1,109 @@
+"""Data parallelism for real on CPU: DDP through torch.distributed.run with the gloo backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SMALL = [
+    "recipe=r1-llm-only",
+    "device=cpu",
+    "data.max_samples=32",
+    "eval.max_samples=4",
+    "stage.llm.train.num_train_epochs=1",
+    "stage.llm.train.per_device_train_batch_size=8",
+]
+
+
+def engine(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "recipe_engine", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def manifests(output_root: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(output_root.glob("store/*/manifest.json"))]
+
+
+@pytest.fixture(scope="module")
+def single_and_ddp(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp")
+    single = engine(*SMALL, f"output_root={root / 'single'}", cwd=root)
+    ddp = engine(*SMALL, "parallel=ddp", "nproc=2", f"output_root={root / 'ddp'}", cwd=root)
+    return root, single, ddp
+
+
+def test_ddp_trains_with_two_processes_and_halves_the_steps(single_and_ddp):
+    root, single, ddp = single_and_ddp
+    assert single.returncode == 0, single.stderr[-2000:]
+    assert ddp.returncode == 0, ddp.stderr[-2000:]
+    assert "launching 2 processes" in ddp.stderr
+    [one] = manifests(root / "single")
+    [two] = manifests(root / "ddp")
+    assert one["world_size"] == 1 and two["world_size"] == 2
+    assert one["metrics"]["steps"] == 4  # ceil(32 / (8 x 1 x 1))
+    assert two["metrics"]["steps"] == one["metrics"]["steps"] // 2
+    assert two["placement"]["mode"] == "ddp"
+    # Only rank 0 writes the run summary.
+    summaries = list((root / "ddp").glob("runs/*/*/summary.json"))
+    assert len(summaries) == 1
+
+
+def test_ddp_and_single_process_are_different_stages(single_and_ddp):
+    root, _, _ = single_and_ddp
+    [one], [two] = manifests(root / "single"), manifests(root / "ddp")
+    assert one["fingerprint"] != two["fingerprint"], "world size changes the effective batch"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_nodes_on_loopback_train_one_stage(tmp_path):
+    """torchrun --nnodes=2 --node_rank=N --master_addr=127.0.0.1: two "nodes", one process each."""
+    port = free_port()
+    run_dir = tmp_path / "out" / "runs" / "two-nodes"
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                f"--node_rank={rank}",
+                "--nproc_per_node=1",
+                "--master_addr=127.0.0.1",
+                f"--master_port={port}",
+                "-m",
+                "recipe_engine",
+                *SMALL,
+                "parallel=ddp",
+                f"output_root={tmp_path / 'out'}",
+                f"hydra.run.dir={run_dir}",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    [manifest] = manifests(tmp_path / "out")
+    assert manifest["world_size"] == 2 and manifest["metrics"]["steps"] == 2
+    assert (run_dir / "summary.json").is_file()
