@@ -147,7 +147,11 @@ def run_run(args: list[str], multirun: bool) -> int:
     overrides, flags = split_hydra_flags(args)
     # Validate every job before Hydra creates a run folder: a bad recipe writes nothing.
     jobs = expand_sweep(overrides) if multirun else [overrides]
-    plans = [plan_from_config(compose_config(j, extra_dirs=config_dirs(flags))) for j in jobs]
+    from recipe_engine.runner import remember
+
+    plans = [
+        remember(plan_from_config(compose_config(j, extra_dirs=config_dirs(flags)))) for j in jobs
+    ]
     check_data(plans)
     if not multirun:
         visible = plans[0].cuda_visible_devices
@@ -197,12 +201,16 @@ def relaunch(args: list[str], nproc: int, plan) -> int:
 
 
 def check_data(plans: Sequence) -> None:
-    """Read and check every stage's data once, so a bad row stops the run before it starts."""
+    """Read and check the data of every stage that will train, so a bad row stops the run
+    before it starts (and `only` names a stage whose parent is stored)."""
     from recipe_engine.data import load_splits
+    from recipe_engine.runner import will_train
+    from recipe_engine.store import Store
 
     seen = set()
     for plan in plans:
-        for stage in plan.stages.values():
+        for name in will_train(plan, Store(plan.config["output_root"])):
+            stage = plan.stages[name]
             key = repr((stage.data, stage.model["kind"]))
             if key not in seen:
                 seen.add(key)

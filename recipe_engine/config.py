@@ -95,7 +95,8 @@ def _library_key_error(key: str, section: str, name: str) -> RecipeError:
     from recipe_engine import validate
 
     class_name = {"train": "SFTConfig", "lora": "LoraConfig", "quantization": "BitsAndBytesConfig"}
-    fields = validate.library_fields(class_name[section])
+    engine_keys = {"lora": validate.ENGINE_LORA_KEYS, "quantization": validate.ENGINE_QUANT_KEYS}
+    fields = set(validate.library_fields(class_name[section])) | engine_keys.get(section, set())
     if name in fields:
         return RecipeError(
             f"`{key}` is a valid {class_name[section]} setting that this stage's template does not "

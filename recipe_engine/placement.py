@@ -311,7 +311,12 @@ def _resolve_quantization(
     if quant == "none":
         return quant, None
     if device == "mps":
-        reason = f"bitsandbytes {quant} quantization does not run on Apple MPS"
+        # bitsandbytes 0.50 registers MPS kernels, but QLoRA training on them is unproven: the
+        # engine plans it only when asked, so a comparison never changes silently.
+        reason = (
+            f"the engine does not plan bitsandbytes {quant} quantization on Apple MPS "
+            "(its MPS backend is unproven for QLoRA training)"
+        )
         if req.on_unsupported == "skip":
             warnings.append(
                 f"{reason}: training WITHOUT quantization (recorded in the manifest); memory "

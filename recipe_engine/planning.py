@@ -7,6 +7,7 @@ model built on the meta device from its config (no weights read).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,13 @@ from recipe_engine.config import to_plain
 from recipe_engine.data import data_identity
 from recipe_engine.errors import RecipeError
 from recipe_engine.hardware import Machine, detect_machine, parse_gpus, profile_gpus
-from recipe_engine.placement import PlacementPlan, PlacementRequest, describe, plan_placement
+from recipe_engine.placement import (
+    PlacementPlan,
+    PlacementRefused,
+    PlacementRequest,
+    describe,
+    plan_placement,
+)
 
 # Training memory per trainable parameter: fp32 gradient + two AdamW moments.
 TRAINABLE_BYTES = 12
@@ -108,11 +115,15 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
         dtype = stage["dtype"]
         policy = _policies(name, stage, inventory)
         bits = validate.quant_bits(stage.get("quantization"))
-        placement = plan_placement(
-            _placement_request(
-                cfg, machine, stage, bits, _footprint_gib(inventory, model, policy, dtype, bits)
-            )
+        request = _placement_request(
+            cfg, machine, stage, bits, _footprint_gib(inventory, model, policy, dtype, bits)
         )
+        try:
+            placement = plan_placement(request)
+        except PlacementRefused as refusal:  # name the stage's own quantization keys
+            text = str(refusal).replace("`quantization=none`", f"`~stage.{name}.quantization`")
+            text = re.sub(r"`quantization([.=])", rf"`stage.{name}.quantization\1", text)
+            raise PlacementRefused(text, key=refusal.key) from None
         if inventory is None:
             policy["notes"].append(
                 f"module checks deferred to load time: the config of `{model['id']}` "

@@ -17,7 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from recipe_engine import dag
-from recipe_engine.config import CONFIG_DIR, CONFIG_NAME
+from recipe_engine.config import CONFIG_DIR, CONFIG_NAME, to_plain
 from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
 from recipe_engine.execution import is_main_process
 from recipe_engine.planning import RecipePlan, StagePlan, plan_from_config
@@ -55,27 +55,81 @@ def _hydra_task(cfg: DictConfig) -> None:
         sys.exit(EXIT_USER_ERROR)
 
 
+# Plans made while validating the command line, by config hash: the Hydra task reuses them.
+PLANNED: dict[str, RecipePlan] = {}
+
+
+def remember(plan: RecipePlan) -> RecipePlan:
+    PLANNED[dag.canonical_hash(plan.config)] = plan
+    return plan
+
+
 def run_recipe(cfg: DictConfig, run_dir: Path) -> list[StageResult]:
-    plan = plan_from_config(cfg)
+    plain = to_plain(cfg)
+    plan = PLANNED.get(dag.canonical_hash(plain)) or plan_from_config(plain)
     store = Store(cfg.output_root)
-    wanted = set(cfg.only) or set(plan.graph.order)
-    results: list[StageResult] = []
-    for name in plan.graph.order:
-        stage = plan.stages[name]
-        if name not in wanted:
-            if not store.is_complete(stage.fingerprint):
-                if any(name in plan.graph.ancestors(w) for w in wanted):
-                    raise RecipeError(
-                        f"`only` skips stage `{name}`, but it has no stored output and "
-                        f"{', '.join(sorted(wanted))} start(s) from it. Run it first: "
-                        f"only=[{name}] (or drop `only`).",
-                        key="only",
-                    )
-                continue
-        results.append(_run_or_reuse(plan, stage, store, force=name in cfg.force, fresh=cfg.fresh))
+    results = [
+        _run_or_reuse(plan, plan.stages[name], store, force=name in cfg.force, fresh=cfg.fresh)
+        for name in stages_to_run(plan, store)
+    ]
     if is_main_process():
         print(summarise(plan, results, run_dir))
+        report(cfg, results, run_dir)
     return results
+
+
+def stages_to_run(plan: RecipePlan, store: Store) -> list[str]:
+    """Stages of this run in order: `only` narrows them, but never to a stage whose parent
+    has no stored output (the error names what to run first)."""
+    only = set(plan.config.get("only") or [])
+    if not only:
+        return list(plan.graph.order)
+    for name in plan.graph.order:
+        if name in only:
+            continue
+        needed_by = sorted(w for w in only if name in plan.graph.ancestors(w))
+        if needed_by and not store.is_complete(plan.stages[name].fingerprint):
+            raise RecipeError(
+                f"`only` skips stage `{name}`, but it has no stored output and "
+                f"{', '.join(needed_by)} start(s) from it. Run it first: only=[{name}] "
+                "(or drop `only`).",
+                key="only",
+            )
+    # Skipped stages still appear when stored, so the summary maps every stage to its output.
+    return [
+        n for n in plan.graph.order if n in only or store.is_complete(plan.stages[n].fingerprint)
+    ]
+
+
+def will_train(plan: RecipePlan, store: Store) -> list[str]:
+    """Stages this run would train (not cached, or forced)."""
+    force = set(plan.config.get("force") or [])
+    return [
+        n
+        for n in stages_to_run(plan, store)
+        if n in force or not store.is_complete(plan.stages[n].fingerprint)
+    ]
+
+
+def report(cfg: DictConfig, results: list[StageResult], run_dir: Path) -> None:
+    """The loss plot, and the base-vs-stages comparison when something was trained."""
+    from recipe_engine.plots import write_loss_plot
+
+    plot = write_loss_plot(run_dir, [(r.name, r.output / "metrics.jsonl") for r in results])
+    print(f"loss plot: {plot}")
+    if not (results and cfg.eval.enabled and cfg.eval.compare):
+        return
+    if all(r.status == "cached" for r in results):
+        print(f"all stages cached; to compare them: python -m recipe_engine compare run={run_dir}")
+        return
+    from omegaconf import OmegaConf
+
+    from recipe_engine.compare import compare_run
+
+    settings = OmegaConf.to_container(cfg.eval)
+    compared = compare_run(run_dir, settings=settings, seed=cfg.seed)
+    print(compared["table"])
+    print(f"compare report: {compared['report']}")
 
 
 def _run_or_reuse(

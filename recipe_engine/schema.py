@@ -89,6 +89,7 @@ class EvalConfig:
     """Held-out evaluation by generation after each stage (greedy unless do_sample)."""
 
     enabled: bool = True
+    compare: bool = True  # end a run with the base-vs-stages compare report
     max_new_tokens: int = 8
     batch_size: int = 16
     max_samples: int | None = None  # cap the held-out rows (None: all)

@@ -131,14 +131,19 @@ def verify_trainer(trainer: Any, placement: PlacementPlan, expected_steps: int) 
 
 def check_parameter_devices(model: Any, placement: PlacementPlan) -> None:
     """After loading and PEFT wrapping, every parameter sits on the planned device type."""
+    expected = placement.device
+    target = placement.device_map.get("") if isinstance(placement.device_map, dict) else None
+    if placement.device == "cuda" and isinstance(target, int):
+        expected = f"cuda:{target}"  # a DDP rank must sit on its own GPU, not on cuda:0
     wrong = {}
     for name, param in model.named_parameters():
-        if param.device.type != placement.device:
+        where = str(param.device) if ":" in expected else param.device.type
+        if where != expected:
             wrong.setdefault(str(param.device), name)
     if wrong:
         where = ", ".join(f"{dev} (e.g. {name})" for dev, name in wrong.items())
         raise GuardViolation(
-            f"Parameters are on {where}, but the plan places the stage on {placement.device}. "
+            f"Parameters are on {where}, but the plan places the stage on {expected}. "
             "Something moved the model after loading; the stage stops before step 0."
         )
 

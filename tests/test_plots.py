@@ -1,0 +1,59 @@
+"""Loss plot across stages and metric bars: one step axis, valid PNGs, no display needed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from recipe_engine.plots import loss_series, write_loss_plot, write_metric_bars
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def is_png(path: Path) -> bool:
+    return (
+        path.is_file()
+        and path.stat().st_size > len(PNG_SIGNATURE)
+        and (path.read_bytes()[:8] == PNG_SIGNATURE)
+    )
+
+
+def write_metrics(path: Path, records: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def stage_records(steps: int, start_loss: float) -> list[dict]:
+    records = [
+        {"step": s, "epoch": s / steps, "loss": start_loss - 0.1 * s} for s in range(1, steps + 1)
+    ]
+    records.append({"step": steps, "train_runtime": 1.0, "train_loss": start_loss})
+    records.append({"step": steps, "eval_loss": start_loss - 0.05 * steps})
+    return records
+
+
+def test_stages_share_one_step_axis(tmp_path):
+    first = write_metrics(tmp_path / "a" / "metrics.jsonl", stage_records(3, 5.0))
+    second = write_metrics(tmp_path / "b" / "metrics.jsonl", stage_records(4, 4.0))
+    series = loss_series([("vision", first), ("llm", second)])
+    assert [(s.name, s.start, s.end) for s in series] == [("vision", 0, 3), ("llm", 3, 7)]
+    assert [x for x, _ in series[1].train] == [4, 5, 6, 7]  # continues after stage 1's steps
+    assert series[0].eval == [(3, 5.0 - 0.15)] and series[1].eval == [(7, 4.0 - 0.2)]
+    plot = write_loss_plot(tmp_path / "run", [("vision", first), ("llm", second)])
+    assert plot == tmp_path / "run" / "loss.png" and is_png(plot)
+
+
+def test_missing_or_damaged_metrics_still_plot(tmp_path):
+    damaged = tmp_path / "c" / "metrics.jsonl"
+    damaged.parent.mkdir()
+    damaged.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "lo')  # cut short mid-write
+    series = loss_series([("gone", tmp_path / "none.jsonl"), ("cut", damaged)])
+    assert series[0].train == [] and series[1].train == [(1, 2.0)]
+    assert is_png(write_loss_plot(tmp_path, [("gone", tmp_path / "none.jsonl")]))
+
+
+def test_metric_bars(tmp_path):
+    path = write_metric_bars(tmp_path / "bars.png", {"base": 0.0, "vision": 0.5, "llm": 1.0}, "EM")
+    assert is_png(path)
+    assert is_png(write_metric_bars(tmp_path / "loss.png", {"base": 5.8, "llm": 4.9}, "loss"))
