@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # override for another CUDA build, e.g. `make install TORCH_SPEC="torch torchvision"`.
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install run test lint clean
+.PHONY: install run test bench lint clean
 
 install: $(STAMP)
 
@@ -21,6 +21,9 @@ run: install
 
 test: install
 	$(PY) -m pytest -q
+
+bench: install
+	$(PY) -m recipe_engine.bench
 
 lint: install
 	$(VENV)/bin/ruff check recipe_engine tests
