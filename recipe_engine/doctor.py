@@ -94,7 +94,7 @@ def doctor_report(
     if machine is not None:
         _placement(placement, cfg, machine, list(overrides))
     torch_info = _torch(report, machine, versions)
-    _bitsandbytes(report, versions, torch_info, machine, cfg)
+    _bitsandbytes(report, versions, torch_info, machine, cfg, env)
     report.sections += placement.sections
     report.advice += placement.advice
     return report.render()
@@ -265,6 +265,7 @@ def _bitsandbytes(
     torch_info: Mapping[str, Any],
     machine: Machine | None,
     cfg: Mapping[str, Any],
+    env: Mapping[str, str],
 ) -> None:
     folder, libs, backends = _bnb_files()
     if versions["bitsandbytes"] is None or folder is None:
@@ -285,10 +286,10 @@ def _bitsandbytes(
     cuda_build = torch_info.get("cuda_build")
     gpus = machine.gpus if machine is not None else ()
     if cuda_build:
-        lib = _cuda_library(libs, cuda_build, os.environ)
+        lib = _cuda_library(libs, cuda_build, env)
         lines.append(
             f"CUDA backend for torch CUDA {cuda_build}: {lib or 'NO matching library'}"
-            + (" (BNB_CUDA_VERSION override)" if os.environ.get("BNB_CUDA_VERSION") else "")
+            + (" (BNB_CUDA_VERSION override)" if env.get("BNB_CUDA_VERSION") else "")
         )
         if lib is None and torch_info.get("cuda"):
             report.advice.append(

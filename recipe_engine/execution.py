@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.dag import canonical_hash
 from recipe_engine.data import load_splits
 from recipe_engine.loading import (
     check_handoff,
@@ -43,7 +44,7 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
     placement = stage.placement
 
     # 1. Where the weights come from.
-    location, handoff_from = _init_location(plan, stage, store, work)
+    location, handoff_from = _init_location(plan, stage, store)
     base_location = location
     log.info("stage %s: loading %s", stage.name, location)
 
@@ -244,28 +245,26 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _init_location(plan: RecipePlan, stage: StagePlan, store: Store, work: Path):
+def _init_location(plan: RecipePlan, stage: StagePlan, store: Store):
     """(location to load, handoff info or None) for a stage's init."""
     if stage.parent:
         parent = plan.stages[stage.parent]
         parent_dir = store.entry(parent.fingerprint)
         parent_manifest = read_manifest(parent_dir)
         if is_adapter_folder(parent_dir):
-            # Each rank merges into its own folder: no rank waits on another before training.
-            merged, expected = merge_adapter_parent(parent_dir, stage.dtype, _handoff_dir(work))
+            merged, expected = merge_adapter_parent(
+                parent_dir, stage.dtype, store.merged_dir(parent.fingerprint, stage.dtype)
+            )
             return str(merged), (stage.parent, expected)
         return str(parent_dir), (stage.parent, parent_manifest["trained_checksums"])
     init = stage.settings.get("init") or {}
     if init.get("path"):
         path = Path(init["path"]).expanduser().resolve()
         if is_adapter_folder(path):
-            return str(merge_adapter_parent(path, stage.dtype, _handoff_dir(work))[0]), None
+            merged_dir = store.merged_dir(canonical_hash(stage.source_identity), stage.dtype)
+            return str(merge_adapter_parent(path, stage.dtype, merged_dir)[0]), None
         return str(path), None
     return model_location(stage.model), None
-
-
-def _handoff_dir(work: Path) -> Path:
-    return work / f"handoff-rank{os.environ.get('RANK', '0')}"
 
 
 def _config_of(location: str, entry: dict[str, Any]) -> Any:
@@ -317,7 +316,8 @@ def _accuracy(
 ) -> float:
     from recipe_engine.evaluation import exact_match
 
-    settings = {k: v for k, v in plan.config["eval"].items() if k not in ("enabled", "max_samples")}
+    generation = ("max_new_tokens", "batch_size", "do_sample", "temperature", "top_p")
+    settings = {k: plan.config["eval"][k] for k in generation}
     return exact_match(model, processor, rows, entry["kind"], seed=plan.config["seed"], **settings)[
         "accuracy"
     ]

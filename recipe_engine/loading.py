@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.modeling import auto_model_class
 
 MANIFEST = "manifest.json"
+HANDOFF = "handoff.json"
 
 
 class HandoffError(RuntimeError):
@@ -90,8 +92,13 @@ def load_pretrained(
 def merge_adapter_parent(parent: Path, dtype: str, into: Path) -> tuple[Path, dict]:
     """Merge a parent stage's LoRA adapter into its base in the compute dtype and save it.
 
-    Returns the merged folder and the checksums of every weight the adapter changed.
+    The merged folder is kept (it is the base a child adapter applies to) and reused by
+    later children; `handoff.json` beside the weights holds the checksums of every weight
+    the adapter changed. Written aside and renamed into place, like a stage output.
     """
+    record = into / HANDOFF
+    if record.is_file():
+        return into, json.loads(record.read_text())
     from peft import PeftModel
 
     manifest = read_manifest(parent)
@@ -100,12 +107,15 @@ def merge_adapter_parent(parent: Path, dtype: str, into: Path) -> tuple[Path, di
     base = load_pretrained(base_location, entry, dtype=dtype, device_map={"": "cpu"})
     merged = PeftModel.from_pretrained(base, str(parent)).merge_and_unload()
     expected = handoff_checksums(merged, manifest["trained_parameters"])
-    tmp = into.with_name(into.name + ".tmp")
+    tmp = into.with_name(f".{into.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     merged.save_pretrained(tmp, safe_serialization=True)
     load_processor(str(parent), entry["kind"], entry).save_pretrained(tmp)
-    shutil.rmtree(into, ignore_errors=True)
-    tmp.rename(into)
+    (tmp / HANDOFF).write_text(json.dumps(expected))
+    try:
+        os.rename(tmp, into)
+    except OSError:  # another process merged it first: use theirs
+        shutil.rmtree(tmp, ignore_errors=True)
     return into, expected
 
 

@@ -34,6 +34,10 @@ class Store:
     def work_dir(self, fingerprint: str) -> Path:
         return self.root / f"{fingerprint[:KEY_LENGTH]}.partial"
 
+    def merged_dir(self, fingerprint: str, dtype: str) -> Path:
+        """An adapter stage merged into its base: the full-weights base its children use."""
+        return self.root / f"{fingerprint[:KEY_LENGTH]}.merged-{dtype}"
+
     def checkpoints(self, fingerprint: str) -> Path:
         return self.work_dir(fingerprint) / "checkpoints"
 

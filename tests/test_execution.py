@@ -21,11 +21,14 @@ from recipe_engine.runner import run_recipe
 SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1}
 
 
+USER_RECIPES = str(Path(__file__).resolve().parent / "fixtures" / "recipes")
+
+
 def short_overrides(recipe: str) -> list[str]:
-    cfg = compose_config([f"recipe={recipe}"])
+    cfg = compose_config([f"recipe={recipe}"], extra_dirs=[USER_RECIPES])
     return [
         f"++stage.{name}.train.{key}={value}" for name in cfg.stage for key, value in SHORT.items()
-    ] + ["data.max_samples=24", "eval.max_samples=8"]
+    ] + ["data.max_samples=24", "eval.max_samples=8", "eval.compare=false"]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +38,8 @@ def outputs(tmp_path_factory) -> Path:
 
 def run(recipe: str, outputs: Path, *extra: str):
     cfg = compose_config(
-        [f"recipe={recipe}", f"output_root={outputs}", *short_overrides(recipe), *extra]
+        [f"recipe={recipe}", f"output_root={outputs}", *short_overrides(recipe), *extra],
+        extra_dirs=[USER_RECIPES],
     )
     return {r.name: r for r in run_recipe(cfg, outputs / "runs" / recipe)}
 
@@ -112,3 +116,12 @@ def test_adapter_parent_is_merged_parameter_by_parameter(outputs, tmp_path):
     lm_head = adapter.base_model.model.lm_head.modules_to_save["default"].weight
     assert torch.equal(merged["lm_head.weight"], lm_head)
     assert set(expected) >= {"lm_head.weight"}
+
+
+def test_adapter_after_adapter_keeps_a_loadable_base(outputs):
+    results = run("user-adapter-chain", outputs)
+    second, manifest = load_output(results["second"].output)
+    base = Path(manifest["base_location"])
+    assert base.is_dir() and ".merged-" in base.name, "the merged parent outlives the stage"
+    assert manifest["handoff"]["checked"] > 0
+    assert isinstance(second, PeftModel)
