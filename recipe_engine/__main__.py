@@ -21,6 +21,7 @@ VERBS: dict[str, str] = {
     "inspect": "per-component parameters, dtypes, devices, trainable share, quantization, LoRA",
     "diff": "the resolved settings that differ between two recipes, stage by stage",
     "compare": "base vs every stage on the held-out probes: CSV, JSONL, report, plots",
+    "runs": "list runs and store entries; `runs rm RUN_DIR`, `runs gc` free disk",
 }
 # Verbs implemented outside this module: "module:function", imported only when used.
 EXTERNAL_VERBS = {
@@ -28,6 +29,7 @@ EXTERNAL_VERBS = {
     "inspect": "recipe_engine.inspection:run_inspect",
     "diff": "recipe_engine.recipe_diff:run_diff",
     "compare": "recipe_engine.compare:run_compare",
+    "runs": "recipe_engine.housekeeping:run_runs",
 }
 MULTIRUN_FLAGS = ("-m", "--multirun")
 # Hydra flags that take a value in the next argument.
@@ -117,10 +119,18 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def verb_usage(verb: str) -> str:
+    """A verb's own usage text (its module's USAGE), else the general one."""
+    import importlib
+
+    module = importlib.import_module(EXTERNAL_VERBS[verb].split(":")[0])
+    return getattr(module, "USAGE", None) or usage()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
-        print(usage())
+        print(verb_usage(argv[0]) if argv and argv[0] in EXTERNAL_VERBS else usage())
         return 0
     try:
         verb, args, multirun = normalise_argv(argv)
