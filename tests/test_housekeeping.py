@@ -1,0 +1,185 @@
+"""The `runs` verb: listing runs and store entries, `runs rm`, `runs gc`, and its refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from recipe_engine.__main__ import main
+from recipe_engine.errors import RecipeError
+from recipe_engine.housekeeping import (
+    collect_garbage,
+    find_entries,
+    find_runs,
+    remove_run,
+    render_listing,
+)
+from recipe_engine.store import Store
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """An output root with one small real run of r2 (one stage, two steps)."""
+    from recipe_engine.config import compose_config
+    from recipe_engine.runner import run_recipe
+
+    tmp = tmp_path_factory.mktemp("real")
+    cfg = compose_config(
+        [
+            "recipe=r2-vision-only",
+            f"output_root={tmp}",
+            "++stage.vision.train.max_steps=2",
+            "data.max_samples=16",
+            "eval.max_samples=4",
+            "eval.compare=false",
+        ]
+    )
+    run_recipe(cfg, tmp / "runs" / "r2-vision-only" / "t1")
+    return tmp
+
+
+@pytest.fixture
+def root(trained, tmp_path) -> Path:
+    """A private copy of the real output root, which a test may change."""
+    copy = tmp_path / "outputs"
+    shutil.copytree(trained, copy)
+    # Summaries name absolute store paths; point them at this copy.
+    for summary in copy.rglob("summary.json"):
+        summary.write_text(summary.read_text().replace(str(trained), str(copy)))
+    return copy
+
+
+def entry_of(root: Path) -> str:
+    (run,) = find_runs(root)
+    (name,) = run.entries
+    return name
+
+
+def fake_entry(root: Path, name: str, *, stage: str = "s", parent: str | None = None) -> Path:
+    """A committed store entry with a manifest and some bytes."""
+    path = root / "store" / name
+    path.mkdir(parents=True)
+    manifest = {"stage": stage, "recipe": "fake", "parent_fingerprint": parent, "metrics": {}}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    (path / "weights.bin").write_bytes(b"\0" * 4096)
+    (path / "COMPLETE").write_text("{}")
+    return path
+
+
+def fake_run(root: Path, where: str, outputs: dict[str, Path]) -> Path:
+    """A run folder whose summary.json references these store paths."""
+    run = root / where
+    (run / ".hydra").mkdir(parents=True)
+    stages = [
+        {"stage": s, "status": "trained", "key": p.name[:12], "output": str(p)}
+        for s, p in outputs.items()
+    ]
+    (run / "summary.json").write_text(json.dumps({"recipe": "fake", "stages": stages}))
+    return run
+
+
+def test_listing_shows_runs_stages_and_store_entries(root, capsys):
+    assert main(["runs", f"output_root={root}"]) == 0
+    out = capsys.readouterr().out
+    name = entry_of(root)
+    assert "runs/r2-vision-only/t1  recipe r2-vision-only" in out
+    assert "vision" in out and "trained" in out and name[:12] in out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith(name))
+    for word in ("vision", "r2-vision-only", "complete", " MB", "acc ", "runs/r2-vision-only/t1"):
+        assert word in line
+
+
+def test_rm_keeps_store_entries_another_run_uses(root, capsys):
+    name = entry_of(root)
+    shared = root / "store" / name
+    fake_run(root, "sweeps/r2-vision-only/s1/0", {"vision": shared})
+    assert main(["runs", "rm", str(root / "runs/r2-vision-only/t1"), f"output_root={root}"]) == 0
+    assert "removed" in capsys.readouterr().out
+    assert not (root / "runs").exists() or not list((root / "runs").iterdir())
+    assert (shared / "COMPLETE").is_file()
+    assert "0 store folder(s)" in collect_garbage(root)  # the sweep job still uses it
+    assert shared.is_dir()
+
+    # Removing the last run that uses it (relative to output_root) leaves it to gc.
+    message = remove_run(root, "sweeps/r2-vision-only/s1")
+    assert "runs gc" in message and shared.is_dir()
+    report = collect_garbage(root)
+    assert "freed" in report and name in report and not shared.exists()
+
+
+def test_gc_frees_only_unreferenced_entries_and_keeps_ancestors(root):
+    real = entry_of(root)
+    parent = fake_entry(root, "p" * 20, stage="vision")
+    child = fake_entry(root, "c" * 20, stage="llm", parent="p" * 64)
+    orphan = fake_entry(root, "o" * 20)
+    fake_run(root, "runs/fake/t2", {"llm": child})  # the child's parent is needed, unnamed
+
+    dry = collect_garbage(root, dry_run=True)
+    assert "would free" in dry and orphan.name in dry and orphan.is_dir()
+    report = collect_garbage(root)
+    assert orphan.name in report and not orphan.exists()
+    assert parent.is_dir() and child.is_dir() and (root / "store" / real).is_dir()
+    assert "kept 3 referenced by 2 run(s)" in report
+
+
+def test_gc_removes_partial_folders_unless_a_job_holds_their_lock(root):
+    store = Store(root)
+    idle = root / "store" / f"{'a' * 20}.partial"
+    busy = root / "store" / f"{'b' * 20}.partial"
+    stale = root / "store" / f"{'d' * 20}.stale"
+    for folder in (idle, busy, stale):
+        (folder / "checkpoints").mkdir(parents=True)
+    with store.lock("b" * 64):  # a job training this key right now
+        report = collect_garbage(root)
+    assert not idle.exists() and not stale.exists()
+    assert busy.is_dir() and "a running job holds its lock" in report
+    assert "partial" in report
+    assert any(e.status == "partial" for e in find_entries(root))  # listed as such
+    assert "partial" in render_listing(root)
+
+
+def test_nothing_outside_the_output_root_is_touched(root, tmp_path):
+    outside = tmp_path / "precious"
+    fake_run(tmp_path, "precious", {})
+    (root / "store" / "link").symlink_to(outside, target_is_directory=True)
+    collect_garbage(root)
+    assert (outside / "summary.json").is_file()
+    with pytest.raises(RecipeError, match="not inside"):
+        remove_run(root, str(outside))
+    with pytest.raises(RecipeError, match="symbolic link"):
+        (root / "runs" / "escape").symlink_to(outside, target_is_directory=True)
+        remove_run(root, str(root / "runs" / "escape"))
+    assert (outside / "summary.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("runs/r2-vision-only/nope", "No run folder"),
+        ("store", "not inside"),
+        ("runs", "not inside"),
+        ("runs/r2-vision-only", "not a run folder"),  # a recipe's folder of runs
+    ],
+)
+def test_rm_refuses_what_is_not_a_run_folder(root, target, message, capsys):
+    name = entry_of(root)
+    if target == "store":
+        target = f"store/{name}"
+    with pytest.raises(RecipeError, match=message):
+        remove_run(root, target)
+    assert main(["runs", "rm", target, f"output_root={root}"]) == 2
+    assert message in capsys.readouterr().err
+    assert (root / "store" / name / "COMPLETE").is_file()
+    assert (root / "runs/r2-vision-only/t1/summary.json").is_file()
+
+
+def test_missing_output_root_and_bad_actions_are_user_errors(tmp_path, capsys):
+    assert main(["runs", f"output_root={tmp_path / 'none'}"]) == 2
+    assert "No output folder" in capsys.readouterr().err
+    assert main(["runs", "prune", f"output_root={tmp_path}"]) == 2
+    assert "Unknown `runs` action `prune`" in capsys.readouterr().err
+    assert main(["runs", "rm", f"output_root={tmp_path}"]) == 2
+    assert "takes one run folder" in capsys.readouterr().err
