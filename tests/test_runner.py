@@ -1,0 +1,46 @@
+"""`python -m recipe_engine ...` end to end through Hydra's entry point, as `make run` runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_run_through_hydra_with_a_relative_output_root(tmp_path):
+    short = [
+        "recipe=text-lora",
+        "output_root=out",
+        "data.max_samples=32",
+        "eval.max_samples=4",
+        "stage.llm.train.max_steps=3",
+    ]
+    first = subprocess.run(
+        [sys.executable, "-m", "recipe_engine", *short],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    [run_dir] = (tmp_path / "out" / "runs" / "text-lora").iterdir()
+    assert (run_dir / ".hydra" / "config.yaml").is_file()  # Hydra's resolved config
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [s["status"] for s in summary["stages"]] == ["trained"]
+    for name in ("compare.md", "compare.csv", "loss.png"):
+        assert (run_dir / name).is_file(), name
+    assert "exact_match" in first.stdout and "compare report" in first.stdout
+
+    second = subprocess.run(
+        [sys.executable, "-m", "recipe_engine", *short],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    newest = max((tmp_path / "out" / "runs" / "text-lora").iterdir())
+    assert newest != run_dir
+    summary = json.loads((newest / "summary.json").read_text())
+    assert [s["status"] for s in summary["stages"]] == ["cached"]
+    assert "all stages cached" in second.stdout
