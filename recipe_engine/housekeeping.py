@@ -26,6 +26,20 @@ from typing import Any
 from recipe_engine.errors import RecipeError
 from recipe_engine.store import COMPLETE, KEY_LENGTH
 
+USAGE = """\
+usage: python -m recipe_engine runs [ACTION] [output_root=DIR] [--dry-run]
+
+actions
+  list (default)        runs (recipe, time, stages with status, key, metrics) and store entries
+                        (key, stage, recipe, complete/partial, size, age, eval, used by which runs)
+  rm RUN_DIR            remove a run, sweep job or whole sweep folder (as given, or relative to
+                        output_root); store entries are never removed by `rm`
+  gc                    remove store entries no remaining run references (nor an ancestor of
+                        one), and .partial/.stale folders whose lock no running job holds
+
+--dry-run (rm, gc) says what would go without deleting. Nothing outside output_root is touched.
+Run gc while nothing is training: a running job's cached parents are not yet in a summary.
+"""
 ACTIONS = ("list", "rm", "gc")
 RUN_AREAS = ("runs", "sweeps")
 DRY_RUN = "--dry-run"
@@ -86,13 +100,12 @@ def run_runs(args: list[str], multirun: bool) -> int:
         from recipe_engine.errors import did_you_mean
 
         raise RecipeError(
-            f"Unknown `runs` action `{action}`.{did_you_mean(action, ACTIONS)} "
-            "Use: runs [list] | runs rm RUN_DIR | runs gc [--dry-run]."
+            f"Unknown `runs` action `{action}`.{did_you_mean(action, ACTIONS)}\n{USAGE}"
         )
     root = output_root(overrides, config_dirs(flags))
     if action == "rm":
         if len(words) != 1:
-            raise RecipeError("`runs rm` takes one run folder: runs rm RUN_DIR [--dry-run].")
+            raise RecipeError(f"`runs rm` takes one run folder, got {len(words)}.\n{USAGE}")
         print(remove_run(root, words[0], dry_run=dry_run))
     elif words:
         raise RecipeError(f"`runs {action}` takes no path (got `{' '.join(words)}`).")

@@ -125,3 +125,14 @@ def test_adapter_after_adapter_keeps_a_loadable_base(outputs):
     assert base.is_dir() and ".merged-" in base.name, "the merged parent outlives the stage"
     assert manifest["handoff"]["checked"] > 0
     assert isinstance(second, PeftModel)
+
+
+@pytest.mark.parametrize(
+    ("recipe", "model"), [("r1-llm-only", "tiny-llava"), ("text-lora", "tiny-llama")]
+)
+def test_other_architectures_train_through_the_same_path(recipe, model, outputs, caplog):
+    results = run(recipe, outputs, f"model={model}")
+    loaded, manifest = load_output(results["llm"].output)
+    assert manifest["model_entry"]["name"] == model
+    if model == "tiny-llama":  # built without a pad token: falls back to EOS, and says so
+        assert "no pad token" in caplog.text

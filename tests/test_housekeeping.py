@@ -182,4 +182,6 @@ def test_missing_output_root_and_bad_actions_are_user_errors(tmp_path, capsys):
     assert main(["runs", "prune", f"output_root={tmp_path}"]) == 2
     assert "Unknown `runs` action `prune`" in capsys.readouterr().err
     assert main(["runs", "rm", f"output_root={tmp_path}"]) == 2
-    assert "takes one run folder" in capsys.readouterr().err
+    assert "takes one run folder, got 0" in capsys.readouterr().err
+    assert main(["runs", "--help"]) == 0
+    assert "rm RUN_DIR" in capsys.readouterr().out
