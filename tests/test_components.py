@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-import torch
-import transformers as tf
+from tiny_configs import tiny_model
 
 from recipe_engine.components import (
     ARCHITECTURES,
@@ -19,58 +16,6 @@ from recipe_engine.components import (
     validate_components,
 )
 from recipe_engine.errors import RecipeError
-
-TEXT = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=128,
-    bos_token_id=0,
-    eos_token_id=1,
-    pad_token_id=2,
-)
-QWEN_VISION = dict(depth=1, hidden_size=32, num_heads=2, patch_size=2, temporal_patch_size=2)
-QWEN_TEXT = dict(TEXT, rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2]})
-
-
-def tiny_model(kind: str) -> Any:
-    """A tiny random model on the meta device (names and shapes only)."""
-    if kind == "qwen2_vl":
-        vision = dict(QWEN_VISION, embed_dim=32, mlp_ratio=2)
-        cls, cfg = (
-            tf.Qwen2VLForConditionalGeneration,
-            tf.Qwen2VLConfig(text_config=QWEN_TEXT, vision_config=vision),
-        )
-    elif kind == "qwen2_5_vl":
-        vision = dict(QWEN_VISION, out_hidden_size=32, intermediate_size=64)
-        cls, cfg = (
-            tf.Qwen2_5_VLForConditionalGeneration,
-            tf.Qwen2_5_VLConfig(text_config=QWEN_TEXT, vision_config=vision),
-        )
-    elif kind == "llava":
-        vision = dict(
-            model_type="clip_vision_model",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=28,
-            patch_size=14,
-        )
-        cls, cfg = (
-            tf.LlavaForConditionalGeneration,
-            tf.LlavaConfig(
-                text_config=tf.LlamaConfig(**TEXT), vision_config=vision, image_token_id=3
-            ),
-        )
-    elif kind == "llama":
-        cls, cfg = tf.LlamaForCausalLM, tf.LlamaConfig(**TEXT)
-    else:
-        cls, cfg = tf.Qwen2ForCausalLM, tf.Qwen2Config(**TEXT)
-    with torch.device("meta"):
-        return cls(cfg)
 
 
 @pytest.mark.parametrize(
@@ -122,7 +67,7 @@ EXPECTED["qwen2_5_vl"] = EXPECTED["qwen2_vl"]
 
 @pytest.mark.parametrize("kind", ["qwen2_vl", "qwen2_5_vl", "llava", "llama", "qwen2"])
 def test_every_parameter_has_its_component(kind: str) -> None:
-    model = tiny_model(kind)
+    model = tiny_model(kind, device="meta")
     architecture = architecture_of(model.config.model_type)
     names = [n for n, _ in model.named_parameters(remove_duplicate=False)]
     for name in names:

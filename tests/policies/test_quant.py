@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 import transformers as tf
+from tiny_configs import tiny_model
 
 from recipe_engine.components import component_of
 from recipe_engine.errors import RecipeError
@@ -22,52 +23,6 @@ from recipe_engine.policies.quant import (
 from recipe_engine.policies.report import census, trainable_report
 
 bnb = pytest.importorskip("bitsandbytes")
-
-TEXT = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=128,
-    bos_token_id=0,
-    eos_token_id=1,
-    pad_token_id=2,
-)
-QWEN_VISION = dict(depth=1, hidden_size=32, num_heads=2, patch_size=2, temporal_patch_size=2)
-QWEN_TEXT = dict(TEXT, rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2]})
-
-
-def tiny_model(kind: str, *, device: str = "cpu", tie: bool = False) -> Any:
-    """A tiny random model built from config (duplicated per test file: no shared conftest)."""
-    if kind == "qwen2_vl":
-        vision = dict(QWEN_VISION, embed_dim=32, mlp_ratio=2)
-        cls, cfg = (
-            tf.Qwen2VLForConditionalGeneration,
-            tf.Qwen2VLConfig(text_config=QWEN_TEXT, vision_config=vision, tie_word_embeddings=tie),
-        )
-    elif kind == "llava":
-        vision = dict(
-            model_type="clip_vision_model",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=28,
-            patch_size=14,
-        )
-        cls, cfg = (
-            tf.LlavaForConditionalGeneration,
-            tf.LlavaConfig(
-                text_config=tf.LlamaConfig(**TEXT), vision_config=vision, image_token_id=3
-            ),
-        )
-    else:
-        cls, cfg = tf.LlamaForCausalLM, tf.LlamaConfig(**TEXT, tie_word_embeddings=tie)
-    torch.manual_seed(0)
-    with torch.device(device):
-        return cls(cfg)
-
 
 FOUR_BIT = {
     "load_in_4bit": True,
