@@ -41,6 +41,8 @@ actions
 Run gc while nothing is training: a running job's cached parents are not yet in a summary.
 """
 ACTIONS = ("list", "rm", "gc")
+# A folder written aside (`.<name>.<pid>.tmp`) by a live process is left alone this long.
+TMP_GRACE_S = 3600
 RUN_AREAS = ("runs", "sweeps")
 DRY_RUN = "--dry-run"
 
@@ -66,7 +68,10 @@ class EntryInfo:
 
     name: str
     path: Path
-    status: str  # complete | partial | stale | incomplete (committed, marker missing)
+    # complete | incomplete (committed, marker missing) | partial (a stage being trained or
+    # interrupted) | stale (a replaced commit) | merged (an adapter parent merged into its
+    # base, which child stages load) | tmp (a folder written aside, renamed when whole)
+    status: str
     size: int
     modified: float
     manifest: dict[str, Any] = field(default_factory=dict)
@@ -75,7 +80,7 @@ class EntryInfo:
     @property
     def key(self) -> str:
         """The fingerprint prefix that names the entry's lock file."""
-        return self.name.split(".", 1)[0][:KEY_LENGTH]
+        return self.name.lstrip(".").split(".", 1)[0][:KEY_LENGTH]
 
     @property
     def parent(self) -> str | None:
@@ -165,12 +170,8 @@ def find_entries(root: Path, runs: Sequence[RunInfo] = ()) -> list[EntryInfo]:
         if not path.is_dir() or path.is_symlink() or path.name == "locks":
             continue
         manifest: dict[str, Any] = {}
-        if path.name.endswith(".partial"):
-            status = "partial"
-        elif path.name.endswith(".stale"):
-            status = "stale"
-        else:
-            status = "complete" if (path / COMPLETE).is_file() else "incomplete"
+        status = _status(path)
+        if status in ("complete", "incomplete"):
             try:
                 manifest = json.loads((path / "manifest.json").read_text())
             except (OSError, json.JSONDecodeError):
@@ -180,6 +181,18 @@ def find_entries(root: Path, runs: Sequence[RunInfo] = ()) -> list[EntryInfo]:
         entry.used_by = [r.path for r in runs if path.name in r.entries]
         entries.append(entry)
     return entries
+
+
+def _status(path: Path) -> str:
+    name = path.name
+    if name.startswith("."):
+        return "tmp"
+    for suffix, status in ((".partial", "partial"), (".stale", "stale")):
+        if name.endswith(suffix):
+            return status
+    if ".merged-" in name:
+        return "merged"
+    return "complete" if (path / COMPLETE).is_file() else "incomplete"
 
 
 def needed_entries(runs: Sequence[RunInfo], entries: Sequence[EntryInfo]) -> set[str]:
@@ -195,6 +208,22 @@ def needed_entries(runs: Sequence[RunInfo], entries: Sequence[EntryInfo]) -> set
         if parents.get(name):
             todo.append(parents[name])  # type: ignore[arg-type]
     return needed
+
+
+def kept_folders(runs: Sequence[RunInfo], entries: Sequence[EntryInfo]) -> set[str]:
+    """Store folders gc keeps: needed entries and the merged bases their stages load."""
+    needed = needed_entries(runs, entries)
+    keys = {name[:KEY_LENGTH] for name in needed}
+    # A child of an adapter (or of an adapter `init.path`) names its merged base here.
+    bases = {
+        Path(str(e.manifest["base_location"])).name
+        for e in entries
+        if e.name in needed and e.manifest.get("base_location")
+    }
+    merged = {
+        e.name for e in entries if e.status == "merged" and (e.key in keys or e.name in bases)
+    }
+    return needed | merged
 
 
 def _size_and_mtime(path: Path) -> tuple[int, float]:
@@ -228,7 +257,8 @@ def render_listing(root: Path) -> str:
                 f"steps {s.get('steps', '-')}  loss {s.get('loss', '-')}  eval {s.get('eval', '-')}"
             )
     total = sum(e.size for e in entries)
-    lines += ["", f"store ({len(entries)} entries, {_bytes(total)}):"]
+    count = f"{len(entries)} folder" + ("" if len(entries) == 1 else "s")
+    lines += ["", f"store ({count}, {_bytes(total)}):"]
     if not entries:
         lines.append("  (none)")
         return "\n".join(lines)
@@ -250,7 +280,8 @@ def render_listing(root: Path) -> str:
     for cells in [headers, *rows]:
         line = "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))
         lines.append(f"  {line}".rstrip())
-    unused = [e for e in entries if e.name not in needed_entries(runs, entries)]
+    kept = kept_folders(runs, entries)
+    unused = [e for e in entries if e.name not in kept]
     if unused:
         size = _bytes(sum(e.size for e in unused))
         lines.append(
@@ -361,8 +392,8 @@ def remove_run(root: Path, given: str, *, dry_run: bool = False) -> str:
     lines = [f"{verb} {path} ({_bytes(size)}); store entries are kept."]
     runs = [r for r in find_runs(root) if not r.path.is_relative_to(path)]
     entries = find_entries(root, runs)
-    needed = needed_entries(runs, entries)
-    unused = [e for e in entries if e.name not in needed]
+    kept = kept_folders(runs, entries)
+    unused = [e for e in entries if e.name not in kept]
     if unused:
         lines.append(
             f"{len(unused)} store folder(s) ({_bytes(sum(e.size for e in unused))}) are now "
@@ -397,11 +428,14 @@ def collect_garbage(root: Path, *, dry_run: bool = False) -> str:
     """Remove store folders no run needs; report each and the total freed."""
     runs = find_runs(root)
     entries = find_entries(root, runs)
-    needed = needed_entries(runs, entries)
+    kept = kept_folders(runs, entries)
     freed, removed, busy = 0, [], []
     store = (root / "store").resolve()
     for entry in entries:
-        if entry.name in needed:
+        if entry.name in kept:
+            continue
+        if entry.status == "tmp" and time.time() - entry.modified < TMP_GRACE_S:
+            busy.append(entry)  # its writer may still be at work (tmp folders take no lock)
             continue
         if entry.path.resolve().parent != store:  # never outside the store (defence in depth)
             continue
@@ -420,10 +454,11 @@ def collect_garbage(root: Path, *, dry_run: bool = False) -> str:
         what = what if e.manifest else e.status
         lines.append(f"  {verb} {e.name}  {_bytes(e.size)}  ({what}, {e.status})")
     for e in busy:
-        lines.append(f"  kept {e.name} ({e.status}): a running job holds its lock")
-    kept = len([e for e in entries if e.name in needed])
+        why = "being written" if e.status == "tmp" else "a running job holds its lock"
+        lines.append(f"  kept {e.name} ({e.status}): {why}")
+    held = len([e for e in entries if e.name in kept])
     lines.append(
-        f"{verb} {_bytes(freed)} in {len(removed)} store folder(s); kept {kept} referenced "
+        f"{verb} {_bytes(freed)} in {len(removed)} store folder(s); kept {held} referenced "
         f"by {len(runs)} run(s)."
     )
     return "\n".join(lines)

@@ -8,7 +8,6 @@ Non-frozen components without adapters are trained fully through ``modules_to_sa
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,10 +47,10 @@ class LoraPlan:
 
 
 def lora_keys() -> set[str]:
-    """Keys accepted in a stage's ``lora`` mapping."""
-    import peft
+    """Keys accepted in a stage's ``lora`` mapping (LoraConfig's fields, read once per version)."""
+    from recipe_engine.validate import library_fields
 
-    return {f.name for f in dataclasses.fields(peft.LoraConfig)} - _ENGINE_OWNED | {"components"}
+    return set(library_fields("LoraConfig")) - _ENGINE_OWNED | {"components"}
 
 
 def validate_lora(lora: Mapping) -> None:
