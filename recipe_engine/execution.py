@@ -160,6 +160,8 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
     resume = None if fresh else store.latest_checkpoint(stage.fingerprint)
     if resume:
         log.info("stage %s: resuming from %s", stage.name, resume)
+    if main_process:  # drop what an interrupted attempt logged past its last checkpoint
+        metrics_log.resume_from(int(resume.name.split("-")[-1]) if resume else 0)
     t = time.time()
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     timings["train_s"] = time.time() - t

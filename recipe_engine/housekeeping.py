@@ -6,9 +6,9 @@
 
 A run is any folder under `<output_root>/runs/` or `<output_root>/sweeps/` holding a
 `summary.json`; its stage rows name the store entries it uses. `rm` never touches the store;
-`gc` removes entries no remaining run references (nor is an ancestor of one that is), plus
-leftover `.partial` / `.stale` folders whose per-key lock no running job holds. Nothing outside
-`<output_root>` is ever deleted.
+`gc` removes entries no remaining run references (nor is an ancestor of one that is, nor the
+merged base one loads), plus leftover `.partial` / `.stale` folders whose per-key lock no
+running job holds and old `.tmp` folders. Nothing outside `<output_root>` is ever deleted.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ actions
                         (key, stage, recipe, complete/partial, size, age, eval, used by which runs)
   rm RUN_DIR            remove a run, sweep job or whole sweep folder (as given, or relative to
                         output_root); store entries are never removed by `rm`
-  gc                    remove store entries no remaining run references (nor an ancestor of
-                        one), and .partial/.stale folders whose lock no running job holds
+  gc                    remove store entries no remaining run references (nor an ancestor or
+                        merged base of one), and .partial/.stale folders whose lock no running
+                        job holds, and .tmp folders older than an hour
 
 --dry-run (rm, gc) says what would go without deleting. Nothing outside output_root is touched.
 Run gc while nothing is training: a running job's cached parents are not yet in a summary.

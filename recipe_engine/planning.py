@@ -118,6 +118,8 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
         request = _placement_request(
             cfg, machine, stage, bits, _footprint_gib(inventory, model, policy, dtype, bits)
         )
+        if request.parallel == "deepspeed":
+            _require("deepspeed", "parallel=deepspeed")
         try:
             placement = plan_placement(request)
         except PlacementRefused as refusal:  # name the stage's own quantization keys
@@ -170,6 +172,17 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
         result[name].fingerprint = fingerprint
     hardware = cfg["hardware"]["name"]
     return RecipePlan(cfg["recipe"]["name"], cfg, graph, result, machine, hardware, notes)
+
+
+def _require(package: str, why: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(package) is None:
+        raise RecipeError(
+            f"`{why}` needs the {package} package, which is not installed. Install it "
+            f"(pip install {package}) or choose parallel=ddp / parallel=fsdp.",
+            key="parallel",
+        )
 
 
 def _check_stage_name(name: str, stages: Mapping[str, Any], key: str) -> None:

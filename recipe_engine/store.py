@@ -47,8 +47,7 @@ class Store:
         found = []
         for path in folder.glob("checkpoint-*") if folder.is_dir() else []:
             match = re.fullmatch(r"checkpoint-(\d+)", path.name)
-            # trainer_state.json is written last in a Trainer checkpoint.
-            if match and (path / "trainer_state.json").is_file():
+            if match and _checkpoint_complete(path, int(match.group(1))):
                 found.append((int(match.group(1)), path))
         return max(found)[1] if found else None
 
@@ -57,6 +56,7 @@ class Store:
         target = self.entry(fingerprint)
         if target.exists():  # a previous commit died before its marker: replace it
             stale = target.with_name(target.name + ".stale")
+            _remove(stale)  # left by a kill during an earlier clean-up
             os.replace(target, stale)
             _remove(stale)
         os.replace(built, target)
@@ -79,6 +79,15 @@ class Store:
 
     def manifest(self, fingerprint: str) -> dict[str, Any]:
         return json.loads((self.entry(fingerprint) / "manifest.json").read_text())
+
+
+def _checkpoint_complete(path: Path, step: int) -> bool:
+    """trainer_state.json is written last, but not atomically: it must parse and match the step."""
+    try:
+        state = json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return state.get("global_step") == step
 
 
 def _remove(path: Path) -> None:

@@ -20,6 +20,16 @@ from transformers import TrainerCallback
 from recipe_engine.errors import RecipeError
 from recipe_engine.placement import PlacementPlan
 
+# ZeRO-2 with the batch settings taken from the Trainer ("auto"); a user's own config file
+# goes in stage.<name>.train.deepspeed.
+DEFAULT_DEEPSPEED = {
+    "zero_optimization": {"stage": 2},
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "bf16": {"enabled": "auto"},
+}
+
 
 class GuardViolation(RuntimeError):
     """What the plan promised does not hold; raised before step 0."""
@@ -59,6 +69,11 @@ def build_args(
         "bf16": dtype == "bfloat16" and placement.device != "cpu",
         "fp16": dtype == "float16" and placement.device != "cpu",
     }
+    if placement.mode == "fsdp":
+        # Shard parameters, gradients and optimizer state; wrap each decoder layer.
+        settings.setdefault("fsdp", "full_shard auto_wrap")
+    if placement.mode == "deepspeed":
+        settings.setdefault("deepspeed", DEFAULT_DEEPSPEED)
     if kind == "vlm":
         # Truncating a VLM row can cut image tokens out from under their features.
         settings.setdefault("max_length", None)
@@ -183,6 +198,20 @@ class MetricsLogger(TrainerCallback):
     def __init__(self, path: Path) -> None:
         self.path = path
         self.records: list[dict[str, Any]] = []
+
+    def resume_from(self, step: int) -> None:
+        """Keep what was logged up to the checkpoint; the resumed run logs the rest again."""
+        kept = []
+        if self.path.is_file():
+            for line in self.path.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:  # a line cut short by the interruption
+                    continue
+                if record.get("step", 0) <= step:
+                    kept.append(record)
+        self.records = kept
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
         if not state.is_world_process_zero or not logs:

@@ -18,8 +18,7 @@ root (r3-two-stage, 4 steps per stage, a checkpoint every 2 steps):
   7. rerun: llm resumes from checkpoint-4, commits; exit 0; outputs load.
 
 The module fixture runs the chain and records what each run left; the tests read the record,
-so one failing property does not hide the others. Assertions marked ENGINE BUG check the right
-behaviour and fail until the engine is fixed (described at each).
+so one failing property does not hide the others.
 """
 
 from __future__ import annotations
@@ -377,8 +376,9 @@ def test_half_written_checkpoint_is_not_resumed_from(chain):
     # The resumed curve continues after checkpoint-2 and matches the uninterrupted fresh run.
     reference = losses_by_step(runs["llm-fresh-checkpoint-save"]["llm"]["work_metrics"])
     rows = runs["llm-final-save"]["llm"]["work_metrics"]
-    resumed = rows[len(runs["llm-fresh-checkpoint-save"]["llm"]["work_metrics"]) :]
-    assert loss_steps(resumed) == [3, 4]
+    # The log keeps checkpoint-2's steps and continues from there: one curve, no doubling back.
+    assert loss_steps(rows) == [1, 2, 3, 4]
+    resumed = [row for row in rows if row.get("step", 0) > 2]
     got = losses_by_step(resumed)
     # Step 3 is a forward pass on checkpoint-2's weights and the same batch: exact when the
     # weights and the data order were restored. Step 4 also depends on step 3's update, which
@@ -425,12 +425,7 @@ def test_resumed_manifest_keeps_the_losses_logged_before_the_resume(chain):
     for stage in ("vision", "llm"):
         logged = losses_by_step(records(store.entry(keys[stage]) / "metrics.jsonl"))
         manifest = store.manifest(keys[stage])
-        # ENGINE BUG (resume loses metrics): train_stage fills metrics["train_losses"] from
-        # MetricsLogger.records, which hold only this process's records, so a resumed stage's
-        # manifest (and the summary's loss column) shows only the resumed segment: [] here,
-        # since both stages last resumed from their final checkpoint (0 steps left). Fix: on
-        # resume, seed MetricsLogger.records from the checkpoint's trainer_state.json
-        # log_history (and rewrite metrics.jsonl to them, see the next test) before train().
+        # A resumed stage's manifest keeps the losses logged before the interruption.
         assert manifest["metrics"]["train_losses"] == [logged[s] for s in sorted(logged)], stage
 
 
@@ -438,12 +433,7 @@ def test_metrics_log_has_one_record_per_step_after_resumes(chain):
     rows = records(chain["store"].entry(chain["keys"]["llm"]) / "metrics.jsonl")
     steps = loss_steps(rows)
     assert steps[:4] == [1, 2, 3, 4] and steps[-2:] == [3, 4]  # what the kills left
-    # ENGINE BUG (stale records after resume): MetricsLogger only appends to metrics.jsonl, so
-    # records the killed run logged after its last complete checkpoint stay, and the resumed
-    # run logs those steps again: steps here are [1, 2, 3, 4, 3, 4] (checkpoint-4 was half
-    # written, the rerun resumed from 2) and the loss plot doubles back. Fix: when resuming
-    # from checkpoint-N, rewrite metrics.jsonl keeping only records with step <= N (or write
-    # it from trainer_state.json's log_history) before train().
+    # Resuming from checkpoint-N drops what the killed run logged after step N.
     assert steps == sorted(set(steps)), steps
 
 
@@ -490,10 +480,5 @@ def test_a_truncated_trainer_state_is_not_taken_for_a_complete_checkpoint(tmp_pa
     assert proc.returncode == KILLED, proc.stderr
     with pytest.raises(json.JSONDecodeError):  # what Trainer.train(resume_from_checkpoint=) hits
         TrainerState.load_from_json(str(folder / "checkpoint-4" / "trainer_state.json"))
-    # ENGINE BUG (half-written checkpoint picked up): Trainer writes trainer_state.json with a
-    # plain open()/write(), not atomically, so a kill (or power loss) during that write leaves a
-    # truncated file; Store.latest_checkpoint only checks that it exists, returns checkpoint-4,
-    # and every rerun then fails in the Trainer's resume. Fix: in latest_checkpoint, accept a
-    # checkpoint only if json.loads(trainer_state.json) succeeds and its "global_step" equals
-    # the folder's number (skip it otherwise, so checkpoint-2 is used).
+    # A checkpoint whose trainer_state.json is cut short is skipped for the one before it.
     assert store.latest_checkpoint(key) == folder / "checkpoint-2"

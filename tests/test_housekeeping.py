@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from recipe_engine.__main__ import main
 from recipe_engine.errors import RecipeError
 from recipe_engine.housekeeping import (
+    TMP_GRACE_S,
     collect_garbage,
     find_entries,
     find_runs,
@@ -139,6 +142,26 @@ def test_gc_removes_partial_folders_unless_a_job_holds_their_lock(root):
     assert "partial" in report
     assert any(e.status == "partial" for e in find_entries(root))  # listed as such
     assert "partial" in render_listing(root)
+
+
+def test_gc_keeps_merged_bases_of_needed_adapters_and_fresh_tmp_folders(root):
+    adapter = fake_entry(root, "e" * 20, stage="llm")
+    fake_run(root, "runs/fake/t3", {"llm": adapter})
+    kept_merge = root / "store" / f"{'e' * 20}.merged-float32"
+    old_merge = root / "store" / f"{'f' * 20}.merged-float32"  # its adapter is gone
+    fresh_tmp = root / "store" / f".{'g' * 20}.merged-float32.123.tmp"
+    old_tmp = root / "store" / f".{'h' * 20}.merged-float32.456.tmp"
+    for folder in (kept_merge, old_merge, fresh_tmp, old_tmp):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"\0" * 100)
+    hours_ago = time.time() - 2 * TMP_GRACE_S
+    os.utime(old_tmp / "model.safetensors", (hours_ago, hours_ago))
+    os.utime(old_tmp, (hours_ago, hours_ago))
+
+    report = collect_garbage(root)
+    assert kept_merge.is_dir() and fresh_tmp.is_dir() and adapter.is_dir()
+    assert not old_merge.exists() and not old_tmp.exists()
+    assert f"kept {fresh_tmp.name} (tmp): being written" in report
 
 
 def test_nothing_outside_the_output_root_is_touched(root, tmp_path):
