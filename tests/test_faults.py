@@ -432,7 +432,7 @@ def test_resumed_manifest_keeps_the_losses_logged_before_the_resume(chain):
 def test_metrics_log_has_one_record_per_step_after_resumes(chain):
     rows = records(chain["store"].entry(chain["keys"]["llm"]) / "metrics.jsonl")
     steps = loss_steps(rows)
-    assert steps[:4] == [1, 2, 3, 4] and steps[-2:] == [3, 4]  # what the kills left
+    assert steps == [1, 2, 3, 4]
     # Resuming from checkpoint-N drops what the killed run logged after step N.
     assert steps == sorted(set(steps)), steps
 
