@@ -15,6 +15,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
 from recipe_engine.config import available, compose_config
+from recipe_engine.errors import RecipeError
 from recipe_engine.loading import merge_adapter_parent, read_manifest
 from recipe_engine.runner import run_recipe
 
@@ -136,3 +137,17 @@ def test_other_architectures_train_through_the_same_path(recipe, model, outputs,
     assert manifest["model_entry"]["name"] == model
     if model == "tiny-llama":  # built without a pad token: falls back to EOS, and says so
         assert "no pad token" in caplog.text
+
+
+def test_only_retrains_the_named_stage_after_its_settings_change(outputs):
+    first = run("r3-two-stage", outputs)
+    changed = run("r3-two-stage", outputs, "only=[llm]", "stage.llm.train.learning_rate=1e-3")
+    assert changed["vision"].status == "cached"
+    assert changed["vision"].output == first["vision"].output
+    assert changed["llm"].status == "trained"
+    assert changed["llm"].output != first["llm"].output
+
+
+def test_only_refuses_a_stage_whose_parent_was_never_trained(tmp_path):
+    with pytest.raises(RecipeError, match="Run it first: only=\\[vision\\]"):
+        run("r3-two-stage", tmp_path, "only=[llm]")
