@@ -97,7 +97,7 @@ SCENARIOS = [
     pytest.param(
         # FIELD-NOTES 4: 4-bit on MPS refused by default ...
         dict(device="mps", mps_available=True, quantization="4bit"),
-        (PlacementRefused, ["does not run on Apple MPS", "`quantization.on_unsupported=skip`"]),
+        (PlacementRefused, ["not plan bitsandbytes 4bit", "`quantization.on_unsupported=skip`"]),
         id="fieldnotes4-4bit-on-mps-refused",
     ),
     pytest.param(

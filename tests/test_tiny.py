@@ -17,6 +17,7 @@ from transformers import (
     AutoTokenizer,
 )
 
+from recipe_engine import tiny
 from recipe_engine.errors import RecipeError
 from recipe_engine.tiny import (
     COLOURS,
@@ -60,7 +61,7 @@ def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 @pytest.mark.parametrize("name", VLMS)
 def test_vlm_loads_trains_and_generates(cache: Path, name: str) -> None:
     folder = build_tiny_model(name, cache)
-    assert folder == cache / "models" / f"{name}-v1"
+    assert folder == cache / "models" / f"{name}-{tiny._VERSION}"
     for file in ("config.json", "model.safetensors", "generation_config.json"):
         assert (folder / file).is_file()
     processor = AutoProcessor.from_pretrained(folder)
@@ -173,8 +174,8 @@ def test_models_are_deterministic(cache: Path, tmp_path: Path) -> None:
         for key, tensor in first.items():
             assert tensor.dtype == torch.float32
             assert torch.equal(tensor, second[key]), (name, key)
-        tok_a = (cache / "models" / f"{name}-v1" / "tokenizer.json").read_bytes()
-        tok_b = (tmp_path / "models" / f"{name}-v1" / "tokenizer.json").read_bytes()
+        tok_a = (cache / "models" / f"{name}-{tiny._VERSION}" / "tokenizer.json").read_bytes()
+        tok_b = (tmp_path / "models" / f"{name}-{tiny._VERSION}" / "tokenizer.json").read_bytes()
         assert tok_a == tok_b
 
 
@@ -194,7 +195,6 @@ def test_build_is_reused_not_redone(cache: Path) -> None:
 
 
 def test_failed_build_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import recipe_engine.tiny as tiny
 
     def boom(folder: Path) -> None:
         (folder / "partial.txt").write_text("half done")
