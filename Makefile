@@ -14,6 +14,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH_SPEC) -e '.[dev]'
+	$(PY) -m recipe_engine.warm
 	touch $(STAMP)
 
 run: install

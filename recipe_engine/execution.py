@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import platform
 import shutil
 import time
@@ -13,6 +12,7 @@ from typing import Any
 
 from recipe_engine.dag import canonical_hash
 from recipe_engine.data import load_splits
+from recipe_engine.hardware import is_main_process
 from recipe_engine.loading import (
     check_handoff,
     handoff_checksums,
@@ -241,10 +241,6 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
     trainer.accelerator.wait_for_everyone()
     return manifest
 
-
-def is_main_process() -> bool:
-    """Rank 0 of a distributed launch, or the only process."""
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _init_location(plan: RecipePlan, stage: StagePlan, store: Store):

@@ -214,3 +214,8 @@ def _bad_gpus(value: object) -> RecipeError:
         "(`gpus=[6,7]`) or a comma string (`gpus='6,7'`); indices as `nvidia-smi -L` numbers them.",
         key="gpus",
     )
+
+
+def is_main_process(env: Mapping[str, str] | None = None) -> bool:
+    """Rank 0 of a distributed launch, or the only process: the one that writes results."""
+    return int((os.environ if env is None else env).get("RANK", "0")) == 0

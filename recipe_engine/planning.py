@@ -6,6 +6,8 @@ model built on the meta device from its config (no weights read).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -28,6 +30,7 @@ from recipe_engine.placement import (
     describe,
     plan_placement,
 )
+from recipe_engine.store import write_json
 
 # Training memory per trainable parameter: fp32 gradient + two AdamW moments.
 TRAINABLE_BYTES = 12
@@ -108,15 +111,11 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
         root = graph.root_of(name)
         model = sources[root][2]
         _check_stage_settings(name, stage)
-        key = repr(sources[root][1])
-        if key not in inventories:
-            inventories[key] = model_inventory(model, sources[root][3])
-        inventory = inventories[key]
+        policy = _checked_policies(name, stage, model, sources[root][3], inventories)
         dtype = stage["dtype"]
-        policy = _policies(name, stage, inventory)
         bits = validate.quant_bits(stage.get("quantization"))
         request = _placement_request(
-            cfg, machine, stage, bits, _footprint_gib(inventory, model, policy, dtype, bits)
+            cfg, machine, stage, bits, _footprint_gib(policy, model, dtype, bits)
         )
         if request.parallel == "deepspeed":
             _require("deepspeed", "parallel=deepspeed")
@@ -126,7 +125,7 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
             text = str(refusal).replace("`quantization=none`", f"`~stage.{name}.quantization`")
             text = re.sub(r"`quantization([.=])", rf"`stage.{name}.quantization\1", text)
             raise PlacementRefused(text, key=refusal.key) from None
-        if inventory is None:
+        if policy["param_counts"] is None:
             policy["notes"].append(
                 f"module checks deferred to load time: the config of `{model['id']}` "
                 "could not be read here (offline?)"
@@ -272,6 +271,78 @@ def _check_stage_settings(name: str, stage: Mapping[str, Any]) -> None:
         )
 
 
+# Code whose behaviour the memoised policy checks depend on.
+POLICY_CODE = (
+    "planning.py",
+    "components.py",
+    "policies/freeze.py",
+    "policies/lora.py",
+    "policies/quant.py",
+)
+
+
+def _checked_policies(
+    name: str,
+    stage: Mapping[str, Any],
+    model: Mapping[str, Any],
+    local: Path | None,
+    inventories: dict[str, ModelInventory | None],
+) -> dict:
+    """A stage's policy split, checked against the model on the meta device.
+
+    Building the meta model costs seconds of imports, so a passing check is remembered in
+    the cache folder, keyed by the model's config.json, the policy settings, the library
+    versions and this code; any change to them checks again.
+    """
+    memo = _policy_memo(model, local, stage)
+    if memo is not None and memo.is_file():
+        return {**json.loads(memo.read_text()), "notes": []}
+    key = f"{model['source']}:{model['id']}:{local}"
+    if key not in inventories:
+        inventories[key] = model_inventory(model, local)
+    inventory = inventories[key]
+    policy = _policies(name, stage, inventory)
+    policy["param_counts"] = inventory.param_counts if inventory is not None else None
+    if memo is not None and inventory is not None:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        write_json(memo, {k: v for k, v in policy.items() if k != "notes"})
+    return policy
+
+
+def _policy_memo(model: Mapping[str, Any], local: Path | None, stage: Mapping) -> Path | None:
+    """Where a stage's checked policy is remembered, or None for hub models (no local config)."""
+    if local is not None:
+        config = Path(local) / "config.json"
+    elif model["source"] in ("tiny", "local"):
+        from recipe_engine.modeling import model_location
+
+        config = Path(model_location(model)) / "config.json"
+    else:
+        return None
+    if not config.is_file():
+        return None
+    package = Path(__file__).parent
+    key = dag.canonical_hash(
+        {
+            "config": hashlib.sha256(config.read_bytes()).hexdigest(),
+            "kind": model["kind"],
+            "policy": {k: stage.get(k) for k in ("freeze", "lora", "quantization")},
+            "code": [hashlib.sha256((package / f).read_bytes()).hexdigest() for f in POLICY_CODE],
+            "versions": [_version(d) for d in ("transformers", "peft", "bitsandbytes")],
+        }
+    )
+    return validate.cache_dir() / "policies" / f"{key}.json"
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def _resolve_dtypes(stage: Mapping[str, Any], model: Mapping[str, Any]) -> dict[str, Any]:
     """`dtype: auto` means the model entry's dtype, `bnb_4bit_compute_dtype: auto` the stage's.
 
@@ -346,20 +417,14 @@ def _policy(
     }
 
 
-def _footprint_gib(
-    inventory: ModelInventory | None,
-    model: Mapping[str, Any],
-    policy: Mapping,
-    dtype: str,
-    bits: str,
-) -> float:
+def _footprint_gib(policy: Mapping, model: Mapping[str, Any], dtype: str, bits: str) -> float:
     """Rough training footprint: weights at their storage width + optimizer state."""
-    if inventory is None:
+    if policy["param_counts"] is None:
         billions = model.get("params_billion") or 0.0
         width = BYTES_PER_PARAM[bits if bits != "none" else dtype]
         return billions * 1e9 * width * 1.2 / 2**30
     total = 0.0
-    for component, count in inventory.param_counts.items():
+    for component, count in policy["param_counts"].items():
         width = BYTES_PER_PARAM[dtype]
         if bits != "none" and component == "language_model":
             width = BYTES_PER_PARAM[bits]

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from recipe_engine import dag
 from recipe_engine.config import CONFIG_DIR, CONFIG_NAME, to_plain
 from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
-from recipe_engine.execution import is_main_process
+from recipe_engine.hardware import is_main_process
 from recipe_engine.planning import RecipePlan, StagePlan, plan_from_config
 from recipe_engine.schema import register_configs
 from recipe_engine.store import Store, write_json
