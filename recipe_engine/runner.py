@@ -157,46 +157,44 @@ def _run_or_reuse(
 def summarise(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> str:
     """Write the run summary (JSON) and return the table printed at the end of a run."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for result in results:
-        m = result.manifest
-        losses = m.get("metrics", {}).get("train_losses") or []
-        rows.append(
-            {
-                "stage": result.name,
-                "status": result.status,
-                "key": dag.short(plan.stages[result.name].fingerprint),
-                "init": plan.stages[result.name].source,
-                "trained": ", ".join(m.get("trained_components", [])) or "-",
-                "steps": m.get("metrics", {}).get("steps", "-"),
-                "loss": f"{losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "-",
-                "eval": _eval_text(m.get("metrics", {})),
-                "time_s": round(m.get("timings", {}).get("total_s", 0.0), 1),
-                "output": str(result.output),
-            }
-        )
+    rows = [_summary_row(plan, result) for result in results]
     write_json(run_dir / "summary.json", {"recipe": plan.recipe, "stages": rows})
-    headers = list(rows[0]) if rows else []
-    widths = {h: max(len(h), *(len(str(r[h])) for r in rows)) for h in headers}
-    lines = [f"recipe {plan.recipe}: run folder {run_dir}"]
-    lines.append("  ".join(h.ljust(widths[h]) for h in headers))
-    lines += ["  ".join(str(r[h]).ljust(widths[h]) for h in headers) for r in rows]
-    base = next(
-        (
-            r.manifest.get("metrics", {}).get("base_accuracy")
-            for r in results
-            if r.manifest.get("metrics", {}).get("base_accuracy") is not None
-        ),
-        None,
-    )
-    if base is not None and results:
-        final = results[-1].manifest.get("metrics", {}).get("eval_accuracy")
+    lines = [f"recipe {plan.recipe}: run folder {run_dir}", *_table(rows)]
+    metrics = [r.manifest.get("metrics", {}) for r in results]
+    base = next((m["base_accuracy"] for m in metrics if m.get("base_accuracy") is not None), None)
+    final = metrics[-1].get("eval_accuracy") if metrics else None
+    if base is not None and final is not None:
         lines.append(
             f"held-out exact match: base {base:.0%} -> final stage `{results[-1].name}` {final:.0%}"
-            if final is not None
-            else ""
         )
     return "\n".join(lines)
+
+
+def _summary_row(plan: RecipePlan, result: StageResult) -> dict[str, Any]:
+    metrics = result.manifest.get("metrics", {})
+    losses = metrics.get("train_losses") or []
+    return {
+        "stage": result.name,
+        "status": result.status,
+        "key": dag.short(plan.stages[result.name].fingerprint),
+        "init": plan.stages[result.name].source,
+        "trained": ", ".join(result.manifest.get("trained_components", [])) or "-",
+        "steps": metrics.get("steps", "-"),
+        "loss": f"{losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "-",
+        "eval": _eval_text(metrics),
+        "time_s": round(result.manifest.get("timings", {}).get("total_s", 0.0), 1),
+        "output": str(result.output),
+    }
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    widths = {h: max(len(h), *(len(str(r[h])) for r in rows)) for h in rows[0]}
+    return [
+        "  ".join(h.ljust(w) for h, w in widths.items()),
+        *("  ".join(str(r[h]).ljust(w) for h, w in widths.items()) for r in rows),
+    ]
 
 
 def _eval_text(metrics: dict[str, Any]) -> str:
