@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.runner import eval_text
 from recipe_engine.store import COMPLETE, KEY_LENGTH
 
 USAGE = """\
@@ -272,7 +273,7 @@ def render_listing(root: Path) -> str:
             e.status,
             _bytes(e.size),
             _age(e.modified),
-            _eval(e.manifest.get("metrics", {})),
+            eval_text(e.manifest.get("metrics", {})),
             _used_by(e.used_by, root),
         ]
         for e in entries
@@ -297,15 +298,6 @@ def _used_by(paths: Sequence[Path], root: Path) -> str:
     if len(names) > 2:
         return f"{', '.join(names[:2])} +{len(names) - 2}"
     return ", ".join(names) or "-"
-
-
-def _eval(metrics: dict[str, Any]) -> str:
-    parts = []
-    if metrics.get("eval_accuracy") is not None:
-        parts.append(f"acc {metrics['eval_accuracy']:.0%}")
-    if metrics.get("eval_loss") is not None:
-        parts.append(f"loss {metrics['eval_loss']:.3f}")
-    return ", ".join(parts) or "-"
 
 
 def _rel(path: Path, root: Path) -> str:

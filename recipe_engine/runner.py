@@ -181,7 +181,7 @@ def _summary_row(plan: RecipePlan, result: StageResult) -> dict[str, Any]:
         "trained": ", ".join(result.manifest.get("trained_components", [])) or "-",
         "steps": metrics.get("steps", "-"),
         "loss": f"{losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "-",
-        "eval": _eval_text(metrics),
+        "eval": eval_text(metrics),
         "time_s": round(result.manifest.get("timings", {}).get("total_s", 0.0), 1),
         "output": str(result.output),
     }
@@ -197,7 +197,8 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def _eval_text(metrics: dict[str, Any]) -> str:
+def eval_text(metrics: dict[str, Any]) -> str:
+    """"acc 96%, loss 0.037" from a stage's metrics, "-" when it has none."""
     parts = []
     if metrics.get("eval_accuracy") is not None:
         parts.append(f"acc {metrics['eval_accuracy']:.0%}")

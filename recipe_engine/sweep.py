@@ -24,6 +24,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from recipe_engine.runner import eval_text
+
 log = logging.getLogger("recipe_engine")
 
 JOBS_FILE = "jobs.jsonl"
@@ -175,17 +177,6 @@ def stage_names(jobs: Sequence[dict[str, Any]]) -> list[str]:
     return names
 
 
-def _eval_text(stage: dict[str, Any] | None) -> str:
-    if not stage:
-        return "-"
-    parts = []
-    if stage.get("eval_accuracy") is not None:
-        parts.append(f"acc {stage['eval_accuracy']:.0%}")
-    if stage.get("eval_loss") is not None:
-        parts.append(f"loss {stage['eval_loss']:.3f}")
-    return ", ".join(parts) or "-"
-
-
 def table_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[str], list[dict[str, str]]]:
     """Headers and text rows of the markdown table (also what is printed)."""
     names = stage_names(jobs)
@@ -203,7 +194,7 @@ def table_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[str], list[dict[str
         for name in names:
             stage = by_stage.get(name)
             row[name] = f"{stage['status']} `{stage['key']}`" if stage else "-"
-            row[f"{name} eval"] = _eval_text(stage)
+            row[f"{name} eval"] = eval_text(stage or {})
         rows.append(row)
     return headers, rows
 
