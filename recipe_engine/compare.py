@@ -251,7 +251,9 @@ def _stage_outputs(summary: dict[str, Any], run_dir: Path) -> list[tuple[str, Pa
         name, folder = str(row.get("stage")), Path(row["output"])
         if not folder.is_absolute():
             folder = (run_dir / folder).resolve()
-        found.append((name, folder, _stage_manifest(name, folder)))
+        manifest = _stage_manifest(name, folder)
+        if manifest["format"] != "evaluation":  # evaluation stages hold results, not weights
+            found.append((name, folder, manifest))
     return found
 
 

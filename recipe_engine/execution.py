@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import platform
 import shutil
@@ -12,6 +13,7 @@ from typing import Any
 
 from recipe_engine.dag import canonical_hash
 from recipe_engine.data import load_splits
+from recipe_engine.errors import RecipeError
 from recipe_engine.hardware import is_main_process
 from recipe_engine.loading import (
     check_handoff,
@@ -241,6 +243,62 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
     trainer.accelerator.wait_for_everyone()
     return manifest
 
+
+def evaluate_stage(plan: RecipePlan, stage: StagePlan, store: Store) -> dict[str, Any]:
+    """An evaluation stage: generate on the held-out split, store predictions and metrics."""
+    started = time.time()
+    entry = stage.model
+    if not is_main_process():  # generation is per-process work; rank 0 does it once
+        return {}
+    location, _ = _init_location(plan, stage, store)
+    model = load_pretrained(
+        location, entry, dtype=stage.dtype, device_map=stage.placement.device_map
+    )
+    processor = load_processor(location, entry["kind"], entry)
+    _pad_token_fallback(processor)
+    splits = load_splits(stage.data, kind=entry["kind"], seed=plan.config["seed"])
+    if splits.eval is None:
+        raise RecipeError(
+            f"Evaluation stage `{stage.name}` needs a held-out split: set data.eval_split "
+            "to a split your data has, or data.eval_fraction=0.1.",
+            key="data.eval_split",
+        )
+    rows = _capped(splits.eval, plan.config["eval"]["max_samples"])
+    from recipe_engine.evaluation import exact_match
+
+    generation = ("max_new_tokens", "batch_size", "do_sample", "temperature", "top_p")
+    settings = {k: plan.config["eval"][k] for k in generation}
+    result = exact_match(
+        model, processor, rows, entry["kind"], seed=plan.config["seed"], **settings
+    )
+    final = store.work_dir(stage.fingerprint) / "final"
+    shutil.rmtree(final, ignore_errors=True)
+    final.mkdir(parents=True)
+    with (final / "predictions.jsonl").open("w") as handle:
+        handle.writelines(json.dumps(p) + "\n" for p in result["predictions"])
+    manifest = {
+        "stage": stage.name,
+        "recipe": plan.recipe,
+        "fingerprint": stage.fingerprint,
+        "parent": stage.parent,
+        "parent_fingerprint": plan.stages[stage.parent].fingerprint if stage.parent else None,
+        "format": "evaluation",
+        "evaluated": location,
+        "model_entry": entry,
+        "dtype": stage.dtype,
+        "config": stage.settings,
+        "data": stage.data,
+        "eval_settings": plan.config["eval"],
+        "trained_components": [],
+        "metrics": {"eval_accuracy": result["accuracy"], "eval_samples": len(rows)},
+        "timings": {"total_s": time.time() - started},
+        "versions": {name: _version(name) for name in LIBRARIES}
+        | {"python": platform.python_version()},
+    }
+    write_json(final / "manifest.json", manifest)
+    store.commit(stage.fingerprint, final)
+    shutil.rmtree(store.work_dir(stage.fingerprint), ignore_errors=True)
+    return manifest
 
 
 def _init_location(plan: RecipePlan, stage: StagePlan, store: Store):

@@ -111,7 +111,10 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
         root = graph.root_of(name)
         model = sources[root][2]
         _check_stage_settings(name, stage)
-        policy = _checked_policies(name, stage, model, sources[root][3], inventories)
+        if stage.get("evaluate_only"):
+            policy = _evaluation_policy(name, stage, graph, stages)
+        else:
+            policy = _checked_policies(name, stage, model, sources[root][3], inventories)
         dtype = stage["dtype"]
         bits = validate.quant_bits(stage.get("quantization"))
         request = _placement_request(
@@ -125,7 +128,7 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
             text = str(refusal).replace("`quantization=none`", f"`~stage.{name}.quantization`")
             text = re.sub(r"`quantization([.=])", rf"`stage.{name}.quantization\1", text)
             raise PlacementRefused(text, key=refusal.key) from None
-        if policy["param_counts"] is None:
+        if policy["param_counts"] is None and not stage.get("evaluate_only"):
             policy["notes"].append(
                 f"module checks deferred to load time: the config of `{model['id']}` "
                 "could not be read here (offline?)"
@@ -156,6 +159,8 @@ def plan_recipe(cfg: dict[str, Any], machine: Machine) -> RecipePlan:
             **stages[name],
             "world_size": result[name].placement.world_size,
             "effective_quantization": result[name].placement.quantization,
+            # An evaluation stage's results depend on how it generates.
+            **({"eval": cfg["eval"]} if stages[name].get("evaluate_only") else {}),
         }
         for name in graph.order
     }
@@ -279,6 +284,34 @@ POLICY_CODE = (
     "policies/lora.py",
     "policies/quant.py",
 )
+
+
+def _evaluation_policy(
+    name: str, stage: Mapping[str, Any], graph: dag.StageGraph, stages: Mapping[str, Any]
+) -> dict:
+    """An evaluation stage trains nothing; it must not quantize, adapt or feed a child."""
+    for key in ("lora", "quantization"):
+        if stage.get(key):
+            raise RecipeError(
+                f"`stage.{name}` is an evaluation stage (evaluate_only) but sets `{key}`; "
+                f"remove it with ~stage.{name}.{key}.",
+                key=f"stage.{name}.{key}",
+            )
+    children = graph.children(name)
+    if children:
+        raise RecipeError(
+            f"Stage `{children[0]}` starts from `{name}`, an evaluation stage, which has no "
+            f"weights. Point `stage.{children[0]}.init.from_stage` at a training stage.",
+            key=f"stage.{children[0]}.init.from_stage",
+        )
+    return {
+        "frozen": list(COMPONENTS),
+        "trained": [],
+        "lora_components": [],
+        "lora_targets": [],
+        "notes": ["evaluation only: nothing is trained"],
+        "param_counts": None,
+    }
 
 
 def _checked_policies(

@@ -30,7 +30,7 @@ log = logging.getLogger("recipe_engine")
 @dataclass
 class StageResult:
     name: str
-    status: str  # trained | cached
+    status: str  # trained | evaluated | cached
     output: Path
     manifest: dict[str, Any] = field(default_factory=dict)
 
@@ -147,11 +147,16 @@ def _run_or_reuse(
                 store.entry(stage.fingerprint),
                 store.manifest(stage.fingerprint),
             )
-        from recipe_engine.execution import train_stage
+        from recipe_engine.execution import evaluate_stage, train_stage
 
-        train_stage(plan, stage, store, fresh=fresh or force)
+        if stage.settings.get("evaluate_only"):
+            evaluate_stage(plan, stage, store)
+            status = "evaluated"
+        else:
+            train_stage(plan, stage, store, fresh=fresh or force)
+            status = "trained"
         entry = store.entry(stage.fingerprint)
-        return StageResult(stage.name, "trained", entry, store.manifest(stage.fingerprint))
+        return StageResult(stage.name, status, entry, store.manifest(stage.fingerprint))
 
 
 def summarise(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> str:

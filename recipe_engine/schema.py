@@ -47,6 +47,7 @@ class DataConfig:
 class StageConfig:
     template: str | None = None
     description: str = ""
+    evaluate_only: bool = False  # a held-out evaluation of `init`, cached like any stage
     init: InitConfig = field(default_factory=InitConfig)
     freeze: FreezeConfig = field(default_factory=FreezeConfig)
     lora: dict[str, Any] | None = None  # LoraConfig keys + `components`

@@ -151,3 +151,17 @@ def test_only_retrains_the_named_stage_after_its_settings_change(outputs):
 def test_only_refuses_a_stage_whose_parent_was_never_trained(tmp_path):
     with pytest.raises(RecipeError, match="Run it first: only=\\[vision\\]"):
         run("r3-two-stage", tmp_path, "only=[llm]")
+
+
+def test_a_recipe_can_end_with_an_evaluation_stage_cached_like_any_other(outputs):
+    first = run("user-with-eval", outputs)
+    assert first["eval"].status == "evaluated"
+    manifest = read_manifest(first["eval"].output)
+    assert manifest["format"] == "evaluation" and manifest["metrics"]["eval_samples"] == 8
+    assert ".merged-" in manifest["evaluated"]  # the llm adapter, merged into its base
+    predictions = (first["eval"].output / "predictions.jsonl").read_text().splitlines()
+    assert len(predictions) == 8
+    again = run("user-with-eval", outputs)
+    assert [r.status for r in again.values()] == ["cached", "cached", "cached"]
+    regenerated = run("user-with-eval", outputs, "eval.max_new_tokens=4")
+    assert regenerated["eval"].status == "evaluated" and regenerated["llm"].status == "cached"
