@@ -7,6 +7,7 @@ read top to bottom; `run_stage` is one stage.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from omegaconf import DictConfig
 from recipe_engine import dag
 from recipe_engine.config import CONFIG_DIR, CONFIG_NAME, to_plain
 from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
-from recipe_engine.hardware import is_main_process
+from recipe_engine.hardware import is_main_process, parse_gpus
 from recipe_engine.planning import RecipePlan, StagePlan, plan_from_config
 from recipe_engine.schema import register_configs
 from recipe_engine.store import Store, write_json
@@ -47,9 +48,21 @@ def hydra_entry() -> None:
 def _hydra_task(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    from recipe_engine.gpu_pool import job_pool, lease_gpu
+
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    pool = job_pool(
+        parse_gpus(cfg.gpus), cfg.parallel, hydra_cfg.runtime.choices.get("hydra/launcher")
+    )
     try:
-        run_recipe(cfg, run_dir)
+        if pool is None:
+            run_recipe(cfg, run_dir)
+            return
+        with lease_gpu(pool, Path(cfg.output_root) / "locks") as gpu:
+            cfg.gpus = [gpu]  # this job's GPU; CUDA has not started in this process yet
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            run_recipe(cfg, run_dir)
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
@@ -203,7 +216,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def eval_text(metrics: dict[str, Any]) -> str:
-    """"acc 96%, loss 0.037" from a stage's metrics, "-" when it has none."""
+    """ "acc 96%, loss 0.037" from a stage's metrics, "-" when it has none."""
     parts = []
     if metrics.get("eval_accuracy") is not None:
         parts.append(f"acc {metrics['eval_accuracy']:.0%}")
