@@ -202,11 +202,7 @@ def train_stage(plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool
     timings["total_s"] = time.time() - started
     trained_names = _trained_parameter_names(model)
     manifest = {
-        "stage": stage.name,
-        "recipe": plan.recipe,
-        "fingerprint": stage.fingerprint,
-        "parent": stage.parent,
-        "parent_fingerprint": plan.stages[stage.parent].fingerprint if stage.parent else None,
+        **_identity(plan, stage),
         "format": "peft_adapter" if stage.settings.get("lora") else "full",
         "base_location": base_location,
         "model_entry": entry,
@@ -277,11 +273,7 @@ def evaluate_stage(plan: RecipePlan, stage: StagePlan, store: Store) -> dict[str
     with (final / "predictions.jsonl").open("w") as handle:
         handle.writelines(json.dumps(p) + "\n" for p in result["predictions"])
     manifest = {
-        "stage": stage.name,
-        "recipe": plan.recipe,
-        "fingerprint": stage.fingerprint,
-        "parent": stage.parent,
-        "parent_fingerprint": plan.stages[stage.parent].fingerprint if stage.parent else None,
+        **_identity(plan, stage),
         "format": "evaluation",
         "evaluated": location,
         "model_entry": entry,
@@ -299,6 +291,18 @@ def evaluate_stage(plan: RecipePlan, stage: StagePlan, store: Store) -> dict[str
     store.commit(stage.fingerprint, final)
     shutil.rmtree(store.work_dir(stage.fingerprint), ignore_errors=True)
     return manifest
+
+
+def _identity(plan: RecipePlan, stage: StagePlan) -> dict[str, Any]:
+    """The manifest fields that place a stage output in its recipe and graph."""
+    parent = plan.stages[stage.parent].fingerprint if stage.parent else None
+    return {
+        "stage": stage.name,
+        "recipe": plan.recipe,
+        "fingerprint": stage.fingerprint,
+        "parent": stage.parent,
+        "parent_fingerprint": parent,
+    }
 
 
 def _init_location(plan: RecipePlan, stage: StagePlan, store: Store):

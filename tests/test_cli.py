@@ -105,8 +105,8 @@ ERROR_CASES = {
         ["per_device_train_batch_size", "positive"],
     ),
     "model path that does not exist": (
-        ["recipe=r1-llm-only", "stage.llm.init.path=/nonexistent/checkpoint"],
-        ["stage.llm.init.path", "/nonexistent/checkpoint", "does not exist"],
+        ["recipe=r1-llm-only", "stage.llm.init.path=missing/checkpoint-7"],
+        ["stage.llm.init.path", "missing/checkpoint-7", "does not exist"],
     ),
     "unknown verb": (["pln"], ["Unknown verb `pln`", "Did you mean `plan`"]),
 }
