@@ -13,7 +13,8 @@ import inspect
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -147,41 +148,33 @@ def _check_type(key: str, value: Any, type_text: str) -> None:
 
 
 def check_lora_keys(stage: str, lora: Mapping[str, Any]) -> None:
-    fields = set(library_fields("LoraConfig")) | ENGINE_LORA_KEYS
-    for key, value in lora.items():
-        full = f"stage.{stage}.lora.{key}"
-        if key not in fields:
-            raise unknown_key(full, fields, "the LoRA settings (LoraConfig fields)")
-        if key in ("r", "lora_alpha") and (not _is_number(value) or value <= 0):
-            raise RecipeError(f"`{full}` is {value!r}; it must be a positive number.", key=full)
+    """The policy's own LoRA checks, with keys named from the recipe root."""
+    from recipe_engine.policies.lora import validate_lora
+
+    with stage_keys(stage, "lora"):
+        validate_lora(lora)
 
 
 def check_quant_keys(stage: str, quant: Mapping[str, Any]) -> None:
-    fields = set(library_fields("BitsAndBytesConfig")) | ENGINE_QUANT_KEYS
-    for key in quant:
-        if key not in fields:
-            raise unknown_key(
-                f"stage.{stage}.quantization.{key}",
-                fields,
-                "the quantization settings (BitsAndBytesConfig arguments)",
-            )
-    if quant.get("load_in_4bit") and quant.get("load_in_8bit"):
-        raise RecipeError(
-            f"`stage.{stage}.quantization` sets both load_in_4bit and load_in_8bit; pick one.",
-            key=f"stage.{stage}.quantization",
+    """The policy's own quantization checks, with keys named from the recipe root."""
+    from recipe_engine.policies.quant import validate_quantization
+
+    with stage_keys(stage, "quantization"):
+        validate_quantization(quant)
+
+
+@contextmanager
+def stage_keys(stage: str, section: str) -> Iterator[None]:
+    """Policies name keys relative to the stage (`lora.r`); users type `stage.<name>.lora.r`."""
+    try:
+        yield
+    except RecipeError as error:
+        qualified = f"stage.{stage}.{section}"
+        text = re.sub(rf"`{section}\b", f"`{qualified}", str(error))
+        key = error.key and (
+            f"stage.{stage}.{error.key}" if error.key.startswith(section) else error.key
         )
-    if not (quant.get("load_in_4bit") or quant.get("load_in_8bit")):
-        raise RecipeError(
-            f"`stage.{stage}.quantization` sets neither load_in_4bit nor load_in_8bit. Set one, "
-            f"or remove quantization with ~stage.{stage}.quantization.",
-            key=f"stage.{stage}.quantization",
-        )
-    policy = quant.get("on_unsupported", "error")
-    if policy not in ("error", "skip"):
-        raise RecipeError(
-            f"`stage.{stage}.quantization.on_unsupported` is {policy!r}; use error or skip.",
-            key=f"stage.{stage}.quantization.on_unsupported",
-        )
+        raise RecipeError(text, key=key) from None
 
 
 def quant_bits(quant: Mapping[str, Any] | None) -> str:

@@ -22,6 +22,7 @@ from recipe_engine.components import (
 )
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
 from recipe_engine.policies.freeze import compile_patterns, matches_any, trained_components
+from recipe_engine.validate import ENGINE_LORA_KEYS, library_fields
 
 if TYPE_CHECKING:
     import peft
@@ -48,9 +49,7 @@ class LoraPlan:
 
 def lora_keys() -> set[str]:
     """Keys accepted in a stage's ``lora`` mapping (LoraConfig's fields, read once per version)."""
-    from recipe_engine.validate import library_fields
-
-    return set(library_fields("LoraConfig")) - _ENGINE_OWNED | {"components"}
+    return set(library_fields("LoraConfig")) - _ENGINE_OWNED | ENGINE_LORA_KEYS
 
 
 def validate_lora(lora: Mapping) -> None:
@@ -70,6 +69,10 @@ def validate_lora(lora: Mapping) -> None:
             continue
         if key not in valid:
             raise unknown_key(f"lora.{key}", valid, "the `lora` mapping (peft.LoraConfig keys)")
+        value = lora[key]
+        positive = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        if key in ("r", "lora_alpha") and not positive:
+            raise RecipeError(f"`lora.{key}` is {value!r}; it must be a positive number.", key)
 
 
 def _is_linear(module: Any) -> bool:

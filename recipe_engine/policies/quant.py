@@ -9,7 +9,6 @@ we pass bitsandbytes an explicit ``llm_int8_skip_modules``, which in transformer
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +19,13 @@ from recipe_engine.components import (
     validate_components,
 )
 from recipe_engine.errors import RecipeError, unknown_key
+from recipe_engine.validate import ENGINE_QUANT_KEYS, library_fields
 
 if TYPE_CHECKING:
     from transformers import BitsAndBytesConfig
 
 DEFAULT_COMPONENTS = ("language_model",)
 ON_UNSUPPORTED = ("error", "skip")
-_OWN_KEYS = {"components", "on_unsupported"}
 # Keys that only one of the two modes reads; BitsAndBytesConfig ignores the others silently.
 _ONLY_4BIT = {
     "bnb_4bit_compute_dtype",
@@ -39,18 +38,9 @@ _DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8")
 
 
 def quantization_keys() -> set[str]:
-    """Keys accepted in a stage's ``quantization`` mapping."""
-    from transformers import BitsAndBytesConfig
-
-    params = inspect.signature(BitsAndBytesConfig.__init__).parameters
-    return {k for k in params if k not in ("self", "kwargs")} | _OWN_KEYS
-
-
-def quant_bits(quant: Mapping | None) -> int | None:
-    """4, 8, or None when the stage does not quantize."""
-    if not quant:
-        return None
-    return 4 if quant.get("load_in_4bit") else 8 if quant.get("load_in_8bit") else None
+    """Keys accepted in a stage's ``quantization`` mapping (BitsAndBytesConfig's arguments,
+    read once per transformers version, plus the engine's own)."""
+    return set(library_fields("BitsAndBytesConfig")) | ENGINE_QUANT_KEYS
 
 
 def validate_quantization(quant: Mapping) -> None:
@@ -159,7 +149,7 @@ def bnb_config(
     skip, _ = covering_modules(names, keep, names_are_modules=True)
     # A user's own skips come on top (they can only keep more in full precision).
     user_skip = list(quant.get("llm_int8_skip_modules") or [])
-    kwargs = {k: v for k, v in quant.items() if k not in _OWN_KEYS}
+    kwargs = {k: v for k, v in quant.items() if k not in ENGINE_QUANT_KEYS}
     for key in ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage"):
         if key in kwargs:
             kwargs[key] = getattr(torch, _dtype_name(kwargs[key]))
