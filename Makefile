@@ -28,6 +28,7 @@ bench: install
 
 lint: install
 	$(VENV)/bin/ruff check recipe_engine tests
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf outputs/runs outputs/sweeps outputs/store .cache

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from recipe_engine.config import available
+from recipe_engine.config.compose import available
 
 QUIET = ["eval.compare=false"]
 
@@ -51,14 +51,19 @@ def bench_cached_rerun(root: Path) -> None:
 def bench_sweep(root: Path) -> None:
     rates = ["1e-4", "2e-4", "3e-4"]
     sweep = timed(
-        "-m", "recipe=r3-two-stage", f"stage.llm.train.learning_rate={','.join(rates)}",
-        f"output_root={root / 'sweep'}", *QUIET,
+        "-m",
+        "recipe=r3-two-stage",
+        f"stage.llm.train.learning_rate={','.join(rates)}",
+        f"output_root={root / 'sweep'}",
+        *QUIET,
     )
     serial = timed("recipe=r2-vision-only", f"output_root={root / 'serial'}", *QUIET)
     for rate in rates:
         serial += timed(
-            "recipe=r3-two-stage", f"stage.llm.train.learning_rate={rate}",
-            f"output_root={root / 'serial'}", *QUIET,
+            "recipe=r3-two-stage",
+            f"stage.llm.train.learning_rate={rate}",
+            f"output_root={root / 'serial'}",
+            *QUIET,
         )
     print("sweep of 3 llm learning rates (goal: within 10% of 1 vision + 3 llm run back to back)")
     print(f"  sweep {sweep:6.1f} s   back to back {serial:6.1f} s   ratio {sweep / serial:.2f}")

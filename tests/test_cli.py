@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from recipe_engine.__main__ import expand_sweep, main, normalise_argv
+from recipe_engine.cli.argv import expand_sweep, normalise_argv
+from recipe_engine.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_RECIPES = str(ROOT / "tests" / "fixtures" / "recipes")

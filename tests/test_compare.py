@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from recipe_engine.__main__ import main
-from recipe_engine.compare import compare_run, task_metrics
-from recipe_engine.config import compose_config
+from recipe_engine.cli.main import main
+from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.runner import run_recipe
+from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.report.compare import compare_run, task_metrics
+from recipe_engine.run.recipe import run_recipe
+from recipe_engine.store.records import Manifest, RunSummary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 RECIPE = "r3-two-stage"
@@ -40,7 +42,7 @@ def outputs(tmp_path_factory) -> Path:
         "data.max_samples=16",
         "eval.max_samples=4",
     ]
-    run_recipe(compose_config(overrides), root / "runs" / RECIPE / "t1")
+    run_recipe(plan_from_config(compose_config(overrides)), root / "runs" / RECIPE / "t1")
     return root
 
 
@@ -99,9 +101,9 @@ def test_metrics_match_a_recomputation_from_the_csv(compared):
 
 def test_eval_loss_matches_the_stage_evaluation(compared, outputs):
     # Same first 4 held-out rows as the stage's own evaluation; `vision` is full precision.
-    summary = json.loads((outputs / "runs" / RECIPE / "t1" / "summary.json").read_text())
-    vision = Path(summary["stages"][0]["output"])
-    recorded = json.loads((vision / "manifest.json").read_text())["metrics"]["eval_loss"]
+    run_dir = outputs / "runs" / RECIPE / "t1"
+    vision = RunSummary.load(run_dir).stages[0].output_path(run_dir)
+    recorded = Manifest.load(vision).metrics.eval_loss
     assert compared["metrics"]["vision"]["eval_loss"] == pytest.approx(recorded, rel=1e-3)
 
 
@@ -167,7 +169,10 @@ def test_missing_run_is_a_user_error(outputs, tmp_path, capsys):
 
 
 def test_missing_stage_folder(outputs, tmp_path):
-    summary = json.loads((outputs / "runs" / RECIPE / "t1" / "summary.json").read_text())
+    run_dir = outputs / "runs" / RECIPE / "t1"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for row, stage in zip(summary["stages"], RunSummary.load(run_dir).stages, strict=True):
+        row["output"] = str(stage.output_path(run_dir))  # absolute, as older engines wrote
     summary["stages"][1]["output"] = str(tmp_path / "gone")
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(RecipeError, match=r"Stage `llm`: its output folder .* is missing"):
@@ -175,14 +180,15 @@ def test_missing_stage_folder(outputs, tmp_path):
 
 
 def test_damaged_stage_folder(outputs, tmp_path):
-    summary = json.loads((outputs / "runs" / RECIPE / "t1" / "summary.json").read_text())
+    run_dir = outputs / "runs" / RECIPE / "t1"
+    summary = json.loads((run_dir / "summary.json").read_text())
     broken = tmp_path / "store" / "vision"
-    shutil.copytree(summary["stages"][0]["output"], broken)
+    shutil.copytree(RunSummary.load(run_dir).stages[0].output_path(run_dir), broken)
     (broken / "model.safetensors").write_bytes(b"\x00" * 16)  # truncated weights
     summary["stages"] = summary["stages"][:1]
     summary["stages"][0]["output"] = str(broken)
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    run_dir.mkdir()  # a summary naming its stage by absolute path
     (run_dir / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(RecipeError, match=r"Could not load `vision`.*damaged"):
         compare_run(run_dir, settings={"max_samples": 1, "max_new_tokens": 1})

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 from tiny_configs import tiny_model
 
-from recipe_engine.components import (
+from recipe_engine.config.components import (
     ARCHITECTURES,
     COMPONENTS,
     architecture_of,
     canonical_name,
     component_of,
     covering_modules,
-    group_by_component,
     validate_components,
 )
 from recipe_engine.errors import RecipeError
@@ -74,7 +73,7 @@ def test_every_parameter_has_its_component(kind: str) -> None:
         # The first matching prefix in EXPECTED (most specific first) decides.
         want = next(c for p, c in EXPECTED[architecture].items() if name.startswith(p))
         assert component_of(name, architecture) == want, name
-    groups = group_by_component(names, architecture)
+    groups = {component_of(name, architecture) for name in names}
     assert "other" not in groups
     expected = (
         set(COMPONENTS)

@@ -8,8 +8,8 @@ import sys
 import pytest
 import yaml
 
-from recipe_engine import dag
 from recipe_engine.errors import RecipeError
+from recipe_engine.plan import dag
 
 
 def stage(parent: str | None = None, **train) -> dict:
@@ -115,6 +115,6 @@ def test_fingerprint_follows_data_seed_and_parent():
 
 
 def test_dag_module_imports_no_torch():
-    code = "import recipe_engine.dag, sys; print('torch' in sys.modules)"
+    code = "import recipe_engine.plan.dag, sys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

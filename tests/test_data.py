@@ -1,4 +1,4 @@
-"""Tests for recipe_engine.data: file types, formats, splits, validation errors, identity."""
+"""Tests for recipe_engine.plan.data: file types, formats, splits, validation errors, identity."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from recipe_engine.data import data_identity, load_splits
 from recipe_engine.errors import RecipeError
+from recipe_engine.plan.data import data_identity, load_splits
 
 CHAT = [
     {"role": "user", "content": "Hi"},
@@ -451,7 +451,7 @@ def test_identity_for_hub_and_tiny_needs_no_files() -> None:
 
 def test_module_import_is_light() -> None:
     code = (
-        "import sys, recipe_engine.data as d\n"
+        "import sys, recipe_engine.plan.data as d\n"
         "d.data_identity({'source': 'hub', 'path': 'x'})\n"
         "print(sorted(m for m in ('torch', 'datasets', 'pyarrow', 'PIL') if m in sys.modules))"
     )

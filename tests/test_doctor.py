@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from recipe_engine.__main__ import main
-from recipe_engine.doctor import _cuda_library, doctor_report
+from recipe_engine.cli.main import main
+from recipe_engine.report.doctor import _cuda_library, doctor_report
 
 ROOT = Path(__file__).resolve().parent.parent
 # The launcher variables of this shell must not leak into the "plain process" cases.

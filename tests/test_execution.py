@@ -14,10 +14,12 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-from recipe_engine.config import available, compose_config
+from recipe_engine.config.compose import available, compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.loading import merge_adapter_parent, read_manifest
-from recipe_engine.runner import run_recipe
+from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.run.loading import merge_adapter_parent
+from recipe_engine.run.recipe import run_recipe
+from recipe_engine.store.records import Manifest
 
 SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1}
 
@@ -37,20 +39,23 @@ def outputs(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("outputs")
 
 
+def run_overrides(recipe: str, outputs: Path, *extra: str) -> list[str]:
+    return [f"recipe={recipe}", f"output_root={outputs}", *short_overrides(recipe), *extra]
+
+
 def run(recipe: str, outputs: Path, *extra: str):
     cfg = compose_config(
         [f"recipe={recipe}", f"output_root={outputs}", *short_overrides(recipe), *extra],
         extra_dirs=[USER_RECIPES],
     )
-    return {r.name: r for r in run_recipe(cfg, outputs / "runs" / recipe)}
+    return {r.name: r for r in run_recipe(plan_from_config(cfg), outputs / "runs" / recipe)}
 
 
 def load_output(folder: Path):
-    manifest = read_manifest(folder)
-    kind = manifest["model_entry"]["kind"]
-    cls = AutoModelForImageTextToText if kind == "vlm" else AutoModelForCausalLM
-    if manifest["format"] == "peft_adapter":
-        base = cls.from_pretrained(manifest["base_location"])
+    manifest = Manifest.load(folder)
+    cls = AutoModelForImageTextToText if manifest.kind == "vlm" else AutoModelForCausalLM
+    if manifest.format == "peft_adapter":
+        base = cls.from_pretrained(manifest.base_path(folder.parent))
         return PeftModel.from_pretrained(base, folder), manifest
     return cls.from_pretrained(folder), manifest
 
@@ -61,9 +66,9 @@ def test_recipe_runs_end_to_end_and_outputs_load(recipe, outputs):
     for name, result in results.items():
         assert result.status in ("trained", "cached")  # r3 reuses r2's identical vision stage
         model, manifest = load_output(result.output)
-        assert manifest["stage"] == name and manifest["metrics"]["steps"] == 3
+        assert manifest.stage == name and manifest.metrics.steps == 3
         assert (result.output / "COMPLETE").is_file()
-        assert manifest["trainable_report"]["total"]["trainable"] > 0
+        assert manifest.trainable_report["total"]["trainable"] > 0
         assert any(p.numel() for p in model.parameters())
     summary = json.loads((outputs / "runs" / recipe / "summary.json").read_text())
     assert [row["stage"] for row in summary["stages"]] == list(results)
@@ -72,9 +77,9 @@ def test_recipe_runs_end_to_end_and_outputs_load(recipe, outputs):
 @pytest.mark.parametrize("recipe", ["r1-llm-only", "r4-joint"])
 def test_qlora_recipes_are_quantized_on_cpu_and_say_so(recipe, outputs):
     result = next(iter(run(recipe, outputs).values()))
-    manifest = read_manifest(result.output)
-    assert manifest["quantization"]["bits"] == "4bit"
-    census = manifest["census"]["language_model"]["dtype"]
+    manifest = Manifest.load(result.output)
+    assert manifest.bits == "4bit"
+    census = manifest.census["language_model"]["dtype"]
     assert "torch.uint8" in census, census
 
 
@@ -82,9 +87,11 @@ def test_two_stage_llm_starts_from_the_vision_stage_weights(outputs):
     results = run("r3-two-stage", outputs)
     vision, _ = load_output(results["vision"].output)
     llm, manifest = load_output(results["llm"].output)
-    assert manifest["base_location"] == str(results["vision"].output)
+    store = results["vision"].output.parent
+    assert manifest.base_path(store) == str(results["vision"].output)
+    assert manifest.base_location == f"./{results['vision'].output.name}"  # store-relative
     base = AutoModelForImageTextToText.from_pretrained(
-        read_manifest(results["vision"].output)["base_location"]
+        Manifest.load(results["vision"].output).base_path(store)
     )
     trained = dict(vision.named_parameters())
     downstream = {n.removeprefix("base_model.model."): p for n, p in llm.named_parameters()}
@@ -92,19 +99,18 @@ def test_two_stage_llm_starts_from_the_vision_stage_weights(outputs):
     name = "model.visual.blocks.0.attn.qkv.weight"
     assert torch.equal(downstream[name], trained[name])
     assert not torch.equal(trained[name], untouched[name]), "the vision stage changed the tower"
-    assert manifest["handoff"]["checked"] > 0
+    assert manifest.handoff["checked"] > 0
 
 
 def test_adapter_parent_is_merged_parameter_by_parameter(outputs, tmp_path):
     adapter_dir = run("r1-llm-only", outputs)["llm"].output
-    manifest = read_manifest(adapter_dir)
+    manifest = Manifest.load(adapter_dir)
+    base_location = manifest.base_path(adapter_dir.parent)
     merged_dir, expected = merge_adapter_parent(adapter_dir, "float32", tmp_path / "merged")
     merged = dict(AutoModelForImageTextToText.from_pretrained(merged_dir).named_parameters())
-    base = dict(
-        AutoModelForImageTextToText.from_pretrained(manifest["base_location"]).named_parameters()
-    )
+    base = dict(AutoModelForImageTextToText.from_pretrained(base_location).named_parameters())
     adapter = PeftModel.from_pretrained(
-        AutoModelForImageTextToText.from_pretrained(manifest["base_location"]), adapter_dir
+        AutoModelForImageTextToText.from_pretrained(base_location), adapter_dir
     )
     checked = 0
     for name, module in adapter.base_model.model.named_modules():
@@ -122,9 +128,9 @@ def test_adapter_parent_is_merged_parameter_by_parameter(outputs, tmp_path):
 def test_adapter_after_adapter_keeps_a_loadable_base(outputs):
     results = run("user-adapter-chain", outputs)
     second, manifest = load_output(results["second"].output)
-    base = Path(manifest["base_location"])
+    base = Path(manifest.base_path(results["second"].output.parent))
     assert base.is_dir() and ".merged-" in base.name, "the merged parent outlives the stage"
-    assert manifest["handoff"]["checked"] > 0
+    assert manifest.handoff["checked"] > 0
     assert isinstance(second, PeftModel)
 
 
@@ -134,7 +140,7 @@ def test_adapter_after_adapter_keeps_a_loadable_base(outputs):
 def test_other_architectures_train_through_the_same_path(recipe, model, outputs, caplog):
     results = run(recipe, outputs, f"model={model}")
     loaded, manifest = load_output(results["llm"].output)
-    assert manifest["model_entry"]["name"] == model
+    assert manifest.model_entry["name"] == model
     if model == "tiny-llama":  # built without a pad token: falls back to EOS, and says so
         assert "no pad token" in caplog.text
 
@@ -156,12 +162,35 @@ def test_only_refuses_a_stage_whose_parent_was_never_trained(tmp_path):
 def test_a_recipe_can_end_with_an_evaluation_stage_cached_like_any_other(outputs):
     first = run("user-with-eval", outputs)
     assert first["eval"].status == "evaluated"
-    manifest = read_manifest(first["eval"].output)
-    assert manifest["format"] == "evaluation" and manifest["metrics"]["eval_samples"] == 8
-    assert ".merged-" in manifest["evaluated"]  # the llm adapter, merged into its base
+    manifest = Manifest.load(first["eval"].output)
+    assert manifest.format == "evaluation" and manifest.metrics.eval_samples == 8
+    assert ".merged-" in manifest.base_location  # the llm adapter, merged into its base
     predictions = (first["eval"].output / "predictions.jsonl").read_text().splitlines()
     assert len(predictions) == 8
     again = run("user-with-eval", outputs)
     assert [r.status for r in again.values()] == ["cached", "cached", "cached"]
     regenerated = run("user-with-eval", outputs, "eval.max_new_tokens=4")
     assert regenerated["eval"].status == "evaluated" and regenerated["llm"].status == "cached"
+
+
+@pytest.mark.parametrize("memo", ["cold", "warm"])
+def test_a_run_reads_its_data_once(memo, tmp_path, monkeypatch):
+    """Plan, both stages of r3 (one dataset) and the end-of-run compare share one read."""
+    from recipe_engine.plan import data
+    from recipe_engine.plan import memo as memo_module
+    from recipe_engine.report.run_report import report_run
+
+    if memo == "cold":  # nothing remembered: the planner reads and checks every row
+        monkeypatch.setattr(memo_module, "cache_dir", lambda: tmp_path / "memo")
+    else:  # remembered: the planner reads nothing, the first stage reads
+        plan_from_config(compose_config(run_overrides("r3-two-stage", tmp_path)))
+    reads: list = []
+    real = data.load_splits
+    monkeypatch.setattr(data, "load_splits", lambda *a, **k: reads.append(a) or real(*a, **k))
+    overrides = [*run_overrides("r3-two-stage", tmp_path), "eval.compare=true"]
+    plan = plan_from_config(compose_config(overrides))
+    assert len(reads) == (1 if memo == "cold" else 0)
+    run_dir = tmp_path / "runs" / "r3"
+    report_run(plan, run_recipe(plan, run_dir), run_dir)
+    assert len(reads) == 1
+    assert (run_dir / "compare.md").is_file()

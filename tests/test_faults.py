@@ -62,19 +62,19 @@ def armed():
     return current["stage"] == STAGE
 
 
-import recipe_engine.execution as execution  # noqa: E402
-import recipe_engine.runner as runner  # noqa: E402
+import recipe_engine.run.recipe as runner  # noqa: E402
+import recipe_engine.run.stage as execution  # noqa: E402
 from transformers import Trainer  # noqa: E402
 
-real_train_stage = execution.train_stage
+real_run = execution.StageRecipe.run
 
 
-def train_stage(plan, stage, store, **kwargs):
-    current["stage"] = stage.name
-    return real_train_stage(plan, stage, store, **kwargs)
+def run_stage(self):
+    current["stage"] = self.stage.name
+    return real_run(self)
 
 
-execution.train_stage = train_stage
+execution.StageRecipe.run = run_stage
 real_load = execution.load_pretrained
 
 
@@ -139,18 +139,18 @@ elif FAULT == "commit":
 
     pathlib.Path.write_text = write_text
 elif FAULT == "between":
-    real_run_or_reuse = runner._run_or_reuse
+    real_run_or_reuse = runner.run_or_reuse
 
     def run_or_reuse(plan, stage, store, **kwargs):
         if stage.name == STAGE:
             die()  # every earlier stage has returned (committed), this one has not started
         return real_run_or_reuse(plan, stage, store, **kwargs)
 
-    runner._run_or_reuse = run_or_reuse
+    runner.run_or_reuse = run_or_reuse
 elif FAULT:
     raise SystemExit(f"unknown fault {FAULT}")
 
-from recipe_engine.__main__ import main  # noqa: E402
+from recipe_engine.cli.main import main  # noqa: E402
 
 raise SystemExit(main(sys.argv[1:]))
 '''
@@ -216,10 +216,10 @@ def losses_by_step(rows: list[dict[str, Any]]) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory) -> dict[str, Any]:
-    from recipe_engine.__main__ import normalise_argv
-    from recipe_engine.config import compose_config
-    from recipe_engine.planning import plan_from_config
-    from recipe_engine.store import Store
+    from recipe_engine.cli.argv import normalise_argv
+    from recipe_engine.config.compose import compose_config
+    from recipe_engine.plan.planner import plan_from_config
+    from recipe_engine.store.store import Store
 
     tmp = tmp_path_factory.mktemp("faults")
     helper = tmp / "faulty_engine.py"
@@ -329,7 +329,7 @@ def test_commit_kill_leaves_an_unmarked_folder_that_is_rebuilt_and_never_used(ch
     # Rebuilt from the checkpoint and committed again, not the unmarked folder marked late.
     assert after["entry"]["model.safetensors"][1] != killed["entry"]["model.safetensors"][1]
     manifest = chain["store"].manifest(chain["keys"]["vision"])
-    assert manifest["metrics"]["steps"] == manifest["metrics"]["planned_steps"] == 4
+    assert manifest.metrics.steps == manifest.metrics.planned_steps == 4
 
 
 def test_no_run_loads_a_store_folder_without_its_marker(chain):
@@ -399,7 +399,7 @@ def test_final_save_kill_leaves_nothing_usable_and_the_rerun_commits(chain):
     assert after["complete"] and after["work"] is None and runs["clean"]["stale"] == []
     assert {"manifest.json", "adapter_config.json", "processor_config.json"} <= set(after["entry"])
     manifest = chain["store"].manifest(chain["keys"]["llm"])
-    assert manifest["metrics"]["steps"] == manifest["metrics"]["planned_steps"] == 4
+    assert manifest.metrics.steps == manifest.metrics.planned_steps == 4
 
 
 def test_outputs_load_after_recovery(chain):
@@ -412,9 +412,9 @@ def test_outputs_load_after_recovery(chain):
     vision = AutoModelForImageTextToText.from_pretrained(vision_dir)
     assert any(p.numel() for p in vision.parameters())
     manifest = store.manifest(keys["llm"])
-    assert manifest["format"] == "peft_adapter"
-    assert manifest["base_location"] == str(vision_dir)
-    base = AutoModelForImageTextToText.from_pretrained(manifest["base_location"])
+    assert manifest.format == "peft_adapter"
+    assert manifest.base_path(store.root) == str(vision_dir)
+    base = AutoModelForImageTextToText.from_pretrained(manifest.base_path(store.root))
     llm = PeftModel.from_pretrained(base, llm_dir)
     lora = [p for n, p in llm.named_parameters() if "lora_B" in n]
     assert lora and any(torch.count_nonzero(p) for p in lora)  # trained, not the zero init
@@ -426,7 +426,7 @@ def test_resumed_manifest_keeps_the_losses_logged_before_the_resume(chain):
         logged = losses_by_step(records(store.entry(keys[stage]) / "metrics.jsonl"))
         manifest = store.manifest(keys[stage])
         # A resumed stage's manifest keeps the losses logged before the interruption.
-        assert manifest["metrics"]["train_losses"] == [logged[s] for s in sorted(logged)], stage
+        assert manifest.metrics.train_losses == [logged[s] for s in sorted(logged)], stage
 
 
 def test_metrics_log_has_one_record_per_step_after_resumes(chain):
@@ -470,7 +470,7 @@ TrainerState(global_step=4, max_steps=4).save_to_json(f"{folder}/checkpoint-4/tr
 def test_a_truncated_trainer_state_is_not_taken_for_a_complete_checkpoint(tmp_path):
     from transformers.trainer_callback import TrainerState
 
-    from recipe_engine.store import Store
+    from recipe_engine.store.store import Store
 
     store, key = Store(tmp_path), "f" * 64
     folder = store.checkpoints(key)

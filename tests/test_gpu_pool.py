@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from recipe_engine.gpu_pool import job_pool, lease_gpu
+from recipe_engine.run.gpu_pool import job_pool, lease_gpu
 
 
 def test_concurrent_leases_get_distinct_gpus_and_a_third_waits(tmp_path):

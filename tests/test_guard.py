@@ -15,6 +15,7 @@ the reproduction is proven real on this machine. GPUs and MPS are simulated on C
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import inspect
 import os
@@ -34,19 +35,20 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 from transformers.utils import import_utils
 from trl import SFTConfig, SFTTrainer
 
-from recipe_engine.config import compose_config
+from recipe_engine.config.compose import compose_config
+from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
-from recipe_engine.hardware import Machine, detect_machine
-from recipe_engine.placement import (
+from recipe_engine.plan.hardware import Machine, detect_machine
+from recipe_engine.plan.placement import (
     GpuInfo,
     PlacementPlan,
     PlacementRefused,
     PlacementRequest,
     plan_placement,
 )
-from recipe_engine.planning import plan_from_config
-from recipe_engine.tiny import build_tiny_model
-from recipe_engine.training import (
+from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.plan.trainer_settings import trainer_settings
+from recipe_engine.run.trainer import (
     GuardViolation,
     apply_guard,
     build_args,
@@ -54,6 +56,7 @@ from recipe_engine.training import (
     planned_steps,
     verify_trainer,
 )
+from recipe_engine.tiny import build_tiny_model
 
 TWO_GPUS = (GpuInfo(0, "NVIDIA RTX 6000 Ada", 48.0), GpuInfo(1, "NVIDIA RTX 6000 Ada", 48.0))
 ROWS = 8  # conversational rows in the tiny dataset
@@ -198,16 +201,11 @@ def free_port() -> int:
 
 def cpu_args(tmp_path: Path, plan: PlacementPlan):
     """The engine's own SFTConfig for a CPU plan (build_args, then the guard)."""
-    args = build_args(
-        {"per_device_train_batch_size": BATCH, "num_train_epochs": 1},
-        output_dir=tmp_path / "out",
-        placement=plan,
-        dtype="float32",
-        seed=0,
-        gradient_checkpointing=False,
-        kind="llm",
-        has_eval=False,
+    stage = StageConfig(train={"per_device_train_batch_size": BATCH, "num_train_epochs": 1})
+    settings = trainer_settings(
+        dataclasses.replace(stage, dtype="float32"), plan, seed=0, kind="causal_lm", has_eval=False
     )
+    args = build_args(settings, output_dir=tmp_path / "out")
     apply_guard(args, plan)
     return args
 
@@ -509,7 +507,7 @@ def test_e_four_bit_on_mps_falls_back_only_when_asked_and_records_why():
     )
     stage = plan_from_config(cfg).stages["llm"]
     assert stage.placement.device == "mps"
-    assert stage.quant_bits == "none" and stage.placement.quantization == "none"
+    assert stage.policy.bits == "none" and stage.placement.quantization == "none"
     fallback = stage.placement.quantization_fallback
     assert fallback and "MPS" in fallback and "on_unsupported=skip" in fallback
     assert any("WITHOUT quantization" in w for w in stage.placement.warnings)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from recipe_engine.__main__ import main
+from recipe_engine.cli.main import main
 from recipe_engine.errors import RecipeError
-from recipe_engine.housekeeping import (
+from recipe_engine.store.gc import (
     TMP_GRACE_S,
     collect_garbage,
     find_entries,
@@ -20,14 +20,16 @@ from recipe_engine.housekeeping import (
     remove_run,
     render_listing,
 )
-from recipe_engine.store import Store
+from recipe_engine.store.records import Manifest
+from recipe_engine.store.store import Store
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """An output root with one small real run of r2 (one stage, two steps)."""
-    from recipe_engine.config import compose_config
-    from recipe_engine.runner import run_recipe
+    from recipe_engine.config.compose import compose_config
+    from recipe_engine.plan.planner import plan_from_config
+    from recipe_engine.run.recipe import run_recipe
 
     tmp = tmp_path_factory.mktemp("real")
     cfg = compose_config(
@@ -40,7 +42,7 @@ def trained(tmp_path_factory) -> Path:
             "eval.compare=false",
         ]
     )
-    run_recipe(cfg, tmp / "runs" / "r2-vision-only" / "t1")
+    run_recipe(plan_from_config(cfg), tmp / "runs" / "r2-vision-only" / "t1")
     return tmp
 
 
@@ -65,8 +67,15 @@ def fake_entry(root: Path, name: str, *, stage: str = "s", parent: str | None = 
     """A committed store entry with a manifest and some bytes."""
     path = root / "store" / name
     path.mkdir(parents=True)
-    manifest = {"stage": stage, "recipe": "fake", "parent_fingerprint": parent, "metrics": {}}
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    Manifest(
+        stage=stage,
+        recipe="fake",
+        fingerprint=name,
+        format="full",
+        model_entry={"kind": "vlm"},
+        dtype="float32",
+        parent_fingerprint=parent,
+    ).save(path)
     (path / "weights.bin").write_bytes(b"\0" * 4096)
     (path / "COMPLETE").write_text("{}")
     return path

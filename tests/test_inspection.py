@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from recipe_engine.__main__ import main
+from recipe_engine.cli.main import main
 from recipe_engine.errors import RecipeError
-from recipe_engine.inspection import (
+from recipe_engine.report.inspection import (
     inspect_target,
     parse_args,
     render,
     render_pair,
     resolve_target,
 )
+from recipe_engine.store.records import RunSummary
 
 FLOATS = {"float32", "bfloat16", "float16"}
 
@@ -25,8 +26,9 @@ FLOATS = {"float32", "bfloat16", "float16"}
 @pytest.fixture(scope="module")
 def r3(tmp_path_factory) -> Path:
     """A finished two-stage run (2 steps per stage): its run folder."""
-    from recipe_engine.config import compose_config
-    from recipe_engine.runner import run_recipe
+    from recipe_engine.config.compose import compose_config
+    from recipe_engine.plan.planner import plan_from_config
+    from recipe_engine.run.recipe import run_recipe
 
     root = tmp_path_factory.mktemp("r3")
     cfg = compose_config(
@@ -39,7 +41,7 @@ def r3(tmp_path_factory) -> Path:
             "eval.enabled=false",  # evaluation is not what these tests inspect
         ]
     )
-    run_recipe(cfg, root / "runs" / "r3")
+    run_recipe(plan_from_config(cfg), root / "runs" / "r3")
     return root / "runs" / "r3"
 
 
@@ -48,8 +50,8 @@ def _inspect(text: str, **options):
 
 
 def _stage_output(run: Path, stage: str) -> Path:
-    rows = json.loads((run / "summary.json").read_text())["stages"]
-    return Path(next(r["output"] for r in rows if r["stage"] == stage))
+    rows = RunSummary.load(run).stages
+    return next(r.output_path(run) for r in rows if r.stage == stage)
 
 
 def test_vision_stage_shows_vision_trained_language_frozen(r3, capsys):
@@ -138,7 +140,7 @@ def test_unusable_targets_are_clear_errors(r3, tmp_path):
     broken.mkdir()
     (broken / "config.json").write_text("{}")
     (broken / "manifest.json").write_text("{not json")
-    assert "manifest.json is unreadable" in _error(str(broken))
+    assert "manifest.json is corrupt" in _error(str(broken))
     orphan = tmp_path / "orphan"
     shutil.copytree(_stage_output(r3, "llm"), orphan)
     manifest = json.loads((orphan / "manifest.json").read_text())

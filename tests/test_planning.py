@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from recipe_engine.__main__ import main
-from recipe_engine.config import available, compose_config
-from recipe_engine.hardware import Machine
-from recipe_engine.planning import plan_from_config, render_plan
+from recipe_engine.cli.main import main
+from recipe_engine.config.compose import available, compose_config
+from recipe_engine.plan.hardware import Machine
+from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.plan.render import render_plan
 
 CPU_ONLY = Machine(
     gpus=(),
@@ -32,7 +33,7 @@ def test_every_shipped_recipe_plans_on_this_machine(recipe):
     result = plan(f"recipe={recipe}")
     for stage in result.stages.values():
         assert stage.placement.device == "cpu" and stage.placement.n_gpu == 0
-        assert stage.trained or stage.lora_targets
+        assert stage.policy.trained or stage.policy.lora.targets
 
 
 def test_two_stage_plan_on_a_two_gpu_profile_matches_the_field_notes_fix(capsys):
@@ -51,11 +52,15 @@ def test_two_stage_plan_on_a_two_gpu_profile_matches_the_field_notes_fix(capsys)
 def test_plan_reports_policies_per_stage():
     result = plan("recipe=r3-two-stage")
     vision, llm = result.stages["vision"], result.stages["llm"]
-    assert vision.trained == ["vision_tower", "projector"]
-    assert "language_model" in vision.frozen and vision.quant_bits == "none"
-    assert llm.lora_components == ["language_model"] and llm.trained == ["lm_head"]
-    assert llm.quant_bits == "4bit"
-    assert all(".visual." not in target for target in llm.lora_targets)
+    assert vision.policy.trained == ["vision_tower", "projector"]
+    assert "language_model" in vision.policy.frozen and vision.policy.bits == "none"
+    assert llm.policy.lora.components == ["language_model"] and llm.policy.trained == ["lm_head"]
+    assert llm.policy.bits == "4bit"
+    assert all(".visual." not in target for target in llm.policy.lora.targets)
+    # The exact library settings run will use: skip-modules keep the vision tower in full.
+    assert llm.policy.quantization.config["llm_int8_skip_modules"]
+    assert llm.policy.lora.config["target_modules"] == llm.policy.lora.targets
+    assert llm.data.format == "vlm" and llm.data.train_rows == 480 and llm.data.eval_rows == 48
     text = render_plan(result)
     assert "4bit nf4 on language_model" in text
 
@@ -81,4 +86,17 @@ def test_hub_model_plans_offline_with_deferred_module_checks():
     result = plan("recipe=r1-llm-only", "model=qwen2-vl-7b")
     stage = result.stages["llm"]
     assert any("deferred" in note for note in stage.notes)
-    assert stage.source == "hub model Qwen/Qwen2-VL-7B-Instruct"
+    assert stage.init.description == "hub model Qwen/Qwen2-VL-7B-Instruct"
+
+
+def test_the_zero_stage_comes_from_the_stages_deepspeed_config(tmp_path):
+    from recipe_engine.errors import RecipeError
+    from recipe_engine.plan.trainer_settings import zero_stage
+
+    assert zero_stage("llm", {}) == 2  # the engine's default config
+    assert zero_stage("llm", {"deepspeed": {"zero_optimization": {"stage": 3}}}) == 3
+    config = tmp_path / "ds.json"
+    config.write_text('{"zero_optimization": {"stage": 1}}')
+    assert zero_stage("llm", {"deepspeed": str(config)}) == 1
+    with pytest.raises(RecipeError, match="stage.llm.train.deepspeed"):
+        zero_stage("llm", {"deepspeed": str(tmp_path / "missing.json")})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from recipe_engine.plots import loss_series, write_loss_plot, write_metric_bars
+from recipe_engine.report.plots import loss_series, write_loss_plot, write_metric_bars
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

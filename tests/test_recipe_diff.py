@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from recipe_engine.__main__ import main
+from recipe_engine.cli.main import main
 from recipe_engine.errors import RecipeError
-from recipe_engine.recipe_diff import ABSENT, Change, diff_recipes, render_diff
+from recipe_engine.report.diff import ABSENT, Change, diff_recipes, render_diff
 
 
 def test_r1_vs_r4_differ_exactly_in_what_lora_and_freezing_cover():

@@ -14,7 +14,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from recipe_engine.sweep import (
+from recipe_engine.report.sweep import (
     JOBS_FILE,
     SweepTable,
     append_line,

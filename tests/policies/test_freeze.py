@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 from tiny_configs import tiny_model
 
-from recipe_engine.components import component_of
+from recipe_engine.config.components import component_of
 from recipe_engine.errors import RecipeError
-from recipe_engine.policies.freeze import apply_freeze, trained_components
+from recipe_engine.plan.policies.freeze import trained_components
+from recipe_engine.run.policies import apply_freeze
 
 
 def grads(model: Any) -> dict[str, bool]:

@@ -6,17 +6,14 @@ import peft
 import pytest
 import torch
 import transformers as tf
+from policy_steps import apply_lora
+from policy_steps import lora_config as build_lora_config
 from tiny_configs import QWEN_TEXT, QWEN_VISION, tiny_model
 
-from recipe_engine.components import component_of
+from recipe_engine.config.components import component_of
 from recipe_engine.errors import RecipeError
-from recipe_engine.policies.freeze import apply_freeze
-from recipe_engine.policies.lora import (
-    apply_lora,
-    build_lora_config,
-    plan_lora,
-    resolve_lora_targets,
-)
+from recipe_engine.plan.policies.lora import plan_lora
+from recipe_engine.run.policies import apply_freeze
 
 LM_LINEARS = [
     f"model.language_model.layers.0.{m}"
@@ -49,9 +46,7 @@ def test_all_linear_inside_language_model_only() -> None:
 
 def test_default_components_skip_lm_head_and_embeddings() -> None:
     model = tiny_model("qwen2_vl")
-    targets = resolve_lora_targets(
-        model, architecture="qwen2_vl", lora={"r": 4}, frozen=["vision_tower"]
-    )
+    targets = lora_targets(model, architecture="qwen2_vl", lora={"r": 4}, frozen=["vision_tower"])
     # Default: all-linear over projector and language model, never lm_head or the tower.
     assert all(component_of(t, "qwen2_vl") in ("projector", "language_model") for t in targets)
     assert "model.visual.merger.mlp.0" in targets and "lm_head" not in targets
@@ -105,7 +100,7 @@ def test_modules_to_save_for_lm_head() -> None:
 def test_target_in_frozen_component() -> None:
     model = tiny_model("qwen2_vl", device="meta")
     with pytest.raises(RecipeError, match="vision_tower") as info:
-        resolve_lora_targets(
+        lora_targets(
             model,
             architecture="qwen2_vl",
             lora={"target_modules": ["qkv"]},
@@ -113,14 +108,14 @@ def test_target_in_frozen_component() -> None:
         )
     assert info.value.key == "lora.target_modules"
     with pytest.raises(RecipeError, match="frozen"):
-        resolve_lora_targets(
+        lora_targets(
             model,
             architecture="qwen2_vl",
             lora={"target_modules": r"model\.visual\.blocks\..*"},
             frozen=["vision_tower"],
         )
     with pytest.raises(RecipeError, match="freezes") as info:
-        resolve_lora_targets(
+        lora_targets(
             model,
             architecture="qwen2_vl",
             lora={"components": ["vision_tower"]},
@@ -163,7 +158,7 @@ def test_explicit_component_without_target() -> None:
 def test_target_outside_lora_components() -> None:
     model = tiny_model("llama", device="meta")
     with pytest.raises(RecipeError, match="not a LoRA component"):
-        resolve_lora_targets(
+        lora_targets(
             model,
             architecture="causal_lm",
             lora={"target_modules": ["lm_head"], "components": ["language_model"]},
@@ -180,20 +175,18 @@ def test_target_outside_lora_components() -> None:
 def test_no_match_lists_available_names() -> None:
     model = tiny_model("qwen2_vl", device="meta")
     with pytest.raises(RecipeError, match="Did you mean `q_proj`") as info:
-        resolve_lora_targets(
-            model, architecture="qwen2_vl", lora={"target_modules": ["q_prj"]}, frozen=[]
-        )
+        lora_targets(model, architecture="qwen2_vl", lora={"target_modules": ["q_prj"]}, frozen=[])
     assert "gate_proj" in str(info.value)
     assert info.value.key == "lora.target_modules"
     with pytest.raises(RecipeError, match="matches no module"):
-        resolve_lora_targets(
+        lora_targets(
             model, architecture="qwen2_vl", lora={"target_modules": r".*\.nothing"}, frozen=[]
         )
 
 
 def test_regex_target() -> None:
     model = tiny_model("qwen2_vl", device="meta")
-    targets = resolve_lora_targets(
+    targets = lora_targets(
         model,
         architecture="qwen2_vl",
         lora={"target_modules": r".*language_model.*\.(q|v)_proj"},
@@ -204,7 +197,7 @@ def test_regex_target() -> None:
 
 def test_exclude_modules() -> None:
     model = tiny_model("llama", device="meta")
-    targets = resolve_lora_targets(
+    targets = lora_targets(
         model,
         architecture="causal_lm",
         lora={"exclude_modules": ["down_proj", "up_proj"]},
@@ -216,10 +209,10 @@ def test_exclude_modules() -> None:
 def test_unknown_lora_key() -> None:
     model = tiny_model("llama", device="meta")
     with pytest.raises(RecipeError, match="Did you mean `lora_alpha`") as info:
-        resolve_lora_targets(model, architecture="causal_lm", lora={"lora_alpah": 8}, frozen=[])
+        lora_targets(model, architecture="causal_lm", lora={"lora_alpah": 8}, frozen=[])
     assert info.value.key == "lora.lora_alpah"
     with pytest.raises(RecipeError, match="set by the engine"):
-        resolve_lora_targets(
+        lora_targets(
             model, architecture="causal_lm", lora={"modules_to_save": ["lm_head"]}, frozen=[]
         )
 
@@ -230,7 +223,7 @@ def test_meta_device_model_resolves_targets() -> None:
         model = tf.Qwen2VLForConditionalGeneration(config)
     assert next(model.parameters()).device.type == "meta"
     lora = {"components": ["language_model"], "target_modules": "all-linear"}
-    assert resolve_lora_targets(model, architecture="qwen2_vl", lora=lora, frozen=[]) == LM_LINEARS
+    assert lora_targets(model, architecture="qwen2_vl", lora=lora, frozen=[]) == LM_LINEARS
     config = build_lora_config(
         model, architecture="qwen2_vl", lora=lora, frozen=["vision_tower", "lm_head"]
     )
@@ -251,7 +244,7 @@ def test_pattern_frozen_params_stay_frozen_in_modules_to_save() -> None:
     assert params[copy + "mlp.0.weight"].requires_grad
     assert not params[copy + "ln_q.weight"].requires_grad
     # all-linear never adapts a layer whose weight a pattern freezes.
-    targets = resolve_lora_targets(
+    targets = lora_targets(
         model, architecture="qwen2_vl", lora={"r": 4}, frozen=[], patterns=[r"layers\.0\.mlp\."]
     )
     assert not any(".mlp." in t and "language_model" in t for t in targets)
@@ -301,3 +294,8 @@ def test_omegaconf_mapping_becomes_plain_config() -> None:
     }
     assert type(config.rank_pattern) is dict and config.rank_pattern == {"q_proj": 8}
     assert config.modules_to_save == ["lm_head"]
+
+
+def lora_targets(model, **policy) -> list[str]:
+    """The exact module names that get adapters (sorted), as the planner resolves them."""
+    return plan_lora(model, **policy).targets

@@ -8,19 +8,19 @@ from typing import Any
 import pytest
 import torch
 import transformers as tf
+from policy_steps import apply_lora, bnb_config
 from tiny_configs import tiny_model
 
-from recipe_engine.components import component_of
+from recipe_engine.config.components import component_of
+from recipe_engine.config.library_keys import validate_quantization
 from recipe_engine.errors import RecipeError
-from recipe_engine.policies.freeze import apply_freeze
-from recipe_engine.policies.lora import apply_lora, plan_lora
-from recipe_engine.policies.quant import (
-    bnb_config,
+from recipe_engine.plan.policies.lora import plan_lora
+from recipe_engine.plan.policies.quant import (
     linear_module_names,
     quantized_modules,
-    validate_quantization,
 )
-from recipe_engine.policies.report import census, trainable_report
+from recipe_engine.run.census import census, trainable_report
+from recipe_engine.run.policies import apply_freeze
 
 bnb = pytest.importorskip("bitsandbytes")
 

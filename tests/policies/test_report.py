@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 import torch
+from policy_steps import apply_lora
 from tiny_configs import tiny_model
 
-from recipe_engine.components import component_of
-from recipe_engine.policies.freeze import apply_freeze
-from recipe_engine.policies.lora import apply_lora
-from recipe_engine.policies.report import census, format_report, trainable_report
+from recipe_engine.config.components import component_of
+from recipe_engine.run.census import census, format_report, trainable_report
+from recipe_engine.run.policies import apply_freeze
 
 
 def sizes(model: Any, architecture: str) -> dict[str, int]:

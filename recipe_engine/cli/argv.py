@@ -1,0 +1,90 @@
+"""The command line's grammar: verbs, Hydra's flags, and the rewrites Hydra needs.
+
+`gpus=6,7` is ambiguous to Hydra (a sweep or a list?), so outside multirun it becomes
+`gpus=[6,7]`; library keys (`stage.X.train.*`, `.lora.*`, `.quantization.*`) may be set
+without Hydra's `+`, so they become `++key=value` (add or override).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from recipe_engine.errors import RecipeError, did_you_mean
+
+VERBS: dict[str, str] = {
+    "run": "train the recipe's stages (default verb)",
+    "plan": "show what each stage would load, train and where, without loading weights",
+    "doctor": "print what placement depends on here: libraries, devices, launcher, bitsandbytes",
+    "inspect": "per-component parameters, dtypes, devices, trainable share, quantization, LoRA",
+    "diff": "the resolved settings that differ between two recipes, stage by stage",
+    "compare": "base vs every stage on the held-out probes: CSV, JSONL, report, plots",
+    "runs": "list runs and store entries; `runs rm RUN_DIR`, `runs gc` free disk",
+}
+MULTIRUN_FLAGS = ("-m", "--multirun")
+# Hydra flags that take a value in the next argument.
+FLAGS_WITH_VALUE = ("--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp")
+
+# Library settings are open mappings validated against SFTConfig / LoraConfig /
+# BitsAndBytesConfig, so any of their keys may be set without Hydra's `+` (add-or-override).
+_LIBRARY_KEY = re.compile(r"^(stage\.[\w\-]+\.(train|lora|quantization)\.\w+=)")
+# gpus=6,7 is ambiguous to Hydra (a sweep or a list?); outside multirun it means a list.
+_BARE_LIST = re.compile(r"^(gpus|only|force)=([^\[\]{}()'\"]+,[^\[\]{}()'\"]+)$")
+
+
+def normalise_argv(argv: Sequence[str]) -> tuple[str, list[str], bool]:
+    """(verb, Hydra arguments, multirun) from the raw command line."""
+    args = list(argv)
+    verb = "run"
+    if args and not args[0].startswith("-") and "=" not in args[0]:
+        verb = args.pop(0)
+        if verb not in VERBS:
+            raise RecipeError(
+                f"Unknown verb `{verb}`.{did_you_mean(verb, VERBS)} "
+                f"Verbs: {', '.join(VERBS)}. See `python -m recipe_engine --help`."
+            )
+    multirun = any(a in MULTIRUN_FLAGS for a in args)
+    if not multirun:
+        args = [_BARE_LIST.sub(r"\1=[\2]", a) for a in args]
+    args = [_LIBRARY_KEY.sub(r"++\1", a) for a in args]
+    return verb, args, multirun
+
+
+def split_hydra_flags(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(overrides, flags) where flags are Hydra's own options such as --config-dir DIR."""
+    overrides: list[str] = []
+    flags: list[str] = []
+    it = iter(args)
+    for arg in it:
+        if arg in FLAGS_WITH_VALUE:
+            flags += [arg, next(it, "")]
+        elif arg.startswith("-"):
+            flags.append(arg)
+        else:
+            overrides.append(arg)
+    return overrides, flags
+
+
+def config_dirs(flags: Sequence[str]) -> list[str]:
+    dirs = []
+    for i, flag in enumerate(flags):
+        if flag in ("--config-dir", "-cd") and i + 1 < len(flags):
+            dirs.append(flags[i + 1])
+        elif flag.startswith("--config-dir="):
+            dirs.append(flag.split("=", 1)[1])
+    return dirs
+
+
+def expand_sweep(overrides: Sequence[str]) -> list[list[str]]:
+    """One override list per multirun job, expanded by Hydra's own sweep parser."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from recipe_engine.config.compose import translate_error
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception as error:  # Hydra's grammar errors carry the offending override
+        raise translate_error(error) from None
+    batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+    return [list(job) for batch in batches for job in batch]

@@ -1,0 +1,49 @@
+"""`compare`: the base and every stage of a run on the same held-out probes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from recipe_engine.cli.argv import config_dirs, split_hydra_flags
+from recipe_engine.config.compose import compose_config
+from recipe_engine.errors import RecipeError
+from recipe_engine.report.compare import compare_run, newest_run
+
+
+def main(args: list[str], multirun: bool) -> int:
+    """The `compare` verb: find the run, compare, print the metrics and the report's path."""
+    if multirun:
+        raise RecipeError("`compare` looks at one run; drop -m/--multirun and pass run=PATH.")
+    overrides, flags = split_hydra_flags(args)
+    own: dict[str, str] = {}
+    rest: list[str] = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key in ("run", "probes"):  # compare's own keys, not recipe config keys
+            own[key] = value
+        else:
+            rest.append(item)
+    # Composing validates every override (types, unknown keys) with the engine's own messages.
+    cfg = compose_config(rest, extra_dirs=config_dirs(flags))
+    if own.get("run"):
+        run_dir = Path(own["run"]).expanduser()
+    else:
+        run_dir = newest_run(Path(cfg.output_root), str(cfg.recipe.name))
+    settings = {key: cfg.eval[key] for key in _eval_keys(rest)}
+    result = compare_run(run_dir, probes=own.get("probes") or None, settings=settings)
+    print(result["table"])
+    print(f"report:    {result['report']}")
+    print(f"table:     {result['csv']}")
+    print(f"loss plot: {result['loss_plot'] or '(no stage metrics)'}")
+    return 0
+
+
+def _eval_keys(overrides: Sequence[str]) -> list[str]:
+    """The eval.* keys set on the command line: they win over the run's own settings."""
+    keys = []
+    for item in overrides:
+        key = item.partition("=")[0].lstrip("+~")
+        if key.startswith("eval."):
+            keys.append(key.removeprefix("eval."))
+    return keys

@@ -1,0 +1,128 @@
+"""`run` (the default verb): plan every job, refuse before anything is written, then train.
+
+Each job of the command line (one, or one per multirun combination) is composed and planned
+first, so a bad recipe writes nothing. The plans then go to Hydra's own entry point, which
+creates the run folders and runs the jobs (and sweep launchers) the way Hydra users expect;
+each job executes its plan and recomputes none of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from recipe_engine.cli.argv import config_dirs, expand_sweep, split_hydra_flags
+from recipe_engine.config.compose import CONFIG_DIR, CONFIG_NAME, compose_config, to_engine_config
+from recipe_engine.config.schema import EngineConfig, register_configs
+from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
+from recipe_engine.plan.dag import canonical_hash
+from recipe_engine.plan.hardware import is_main_process, parse_gpus
+from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.plan.recipe_plan import RecipePlan
+from recipe_engine.report.run_report import report_run
+from recipe_engine.run.gpu_pool import job_pool, lease_gpu
+from recipe_engine.run.recipe import run_recipe, stages_to_run
+from recipe_engine.store.store import Store
+
+Plans = dict[str, RecipePlan]  # by the hash of the job's config
+
+
+def main(args: list[str], multirun: bool) -> int:
+    overrides, flags = split_hydra_flags(args)
+    jobs = expand_sweep(overrides) if multirun else [overrides]
+    plans = [plan_from_config(compose_config(job, extra_dirs=config_dirs(flags))) for job in jobs]
+    for plan in plans:  # `only` needs its parents stored: refused here, before any folder
+        stages_to_run(plan, Store(plan.config.output_root))
+    if not multirun:
+        visible = plans[0].cuda_visible_devices
+        if visible is not None:  # before anything initialises CUDA
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        if plans[0].launcher_processes:
+            return relaunch(args, plans[0])
+    if int(os.environ.get("RANK", "0")) > 0:
+        args = [*args, "hydra.output_subdir=null"]  # rank 0 writes the run folder's config
+    run_hydra_app(args, {_config_key(plan.config): plan for plan in plans})
+    return 0
+
+
+def run_hydra_app(args: list[str], plans: Plans) -> None:
+    """Hydra's entry point with the engine's config folder, running each job's plan."""
+    register_configs()
+    sys.argv = [sys.argv[0], *args]
+
+    def task(cfg: DictConfig) -> None:
+        run_job(cfg, plans)
+
+    hydra.main(config_path=str(CONFIG_DIR), config_name=CONFIG_NAME, version_base="1.3")(task)()
+
+
+def run_job(cfg: DictConfig, plans: Plans) -> None:
+    """One Hydra job: its plan (made up front, or here in a sweep worker), run and reported."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    launcher = hydra_cfg.runtime.choices.get("hydra/launcher")
+    try:
+        pool = job_pool(parse_gpus(cfg.gpus), cfg.parallel, launcher)
+        if pool is None:
+            _run_and_report(_plan_of(cfg, plans), run_dir)
+            return
+        with lease_gpu(pool, Path(cfg.output_root) / "locks") as gpu:
+            cfg.gpus = [gpu]  # this job's GPU; CUDA has not started in this process yet
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            _run_and_report(_plan_of(cfg, plans), run_dir)
+    except RecipeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def _plan_of(cfg: DictConfig, plans: Plans) -> RecipePlan:
+    config = to_engine_config(cfg)
+    return plans.get(_config_key(config)) or plan_from_config(config)
+
+
+def _config_key(config: EngineConfig) -> str:
+    return canonical_hash(dataclasses.asdict(config))
+
+
+def _run_and_report(plan: RecipePlan, run_dir: Path) -> None:
+    results = run_recipe(plan, run_dir)
+    if is_main_process():
+        report_run(plan, results, run_dir)
+
+
+def relaunch(args: list[str], plan: RecipePlan) -> int:
+    """Run this same command as processes of torch.distributed.run (torchrun).
+
+    Every rank gets the same overrides and one shared run folder, so all ranks run the same
+    stages; rank 0 writes manifests and the summary. For several machines, call torchrun
+    yourself with --nnodes/--node_rank/--rdzv_endpoint and `-m recipe_engine ...`.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    run_dir = f"{plan.config.output_root}/runs/{plan.recipe}/{stamp}"
+    nproc = plan.launcher_processes
+    command = [
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "recipe_engine",
+        *args,
+        f"hydra.run.dir={run_dir}",
+    ]
+    print(f"launching {nproc} processes: torchrun {' '.join(command)}", file=sys.stderr)
+    try:
+        torchrun(command)
+    except ChildFailedError as error:
+        codes = {failure.exitcode for failure in error.failures.values()}
+        return EXIT_USER_ERROR if codes == {EXIT_USER_ERROR} else 1
+    return 0

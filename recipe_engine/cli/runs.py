@@ -1,0 +1,60 @@
+"""`runs`: list runs and store entries; `runs rm RUN_DIR`; `runs gc`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from recipe_engine.cli.argv import config_dirs, split_hydra_flags
+from recipe_engine.config.compose import compose_config
+from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.store.gc import (
+    ACTIONS,
+    DRY_RUN,
+    USAGE,
+    collect_garbage,
+    remove_run,
+    render_listing,
+)
+
+
+def main(args: list[str], multirun: bool) -> int:
+    """Entry point of `python -m recipe_engine runs ...` (see the module docstring)."""
+    overrides, flags = split_hydra_flags(args)
+    # Positional words (the action and its path) are not Hydra overrides: no `=` in them.
+    words = [o for o in overrides if "=" not in o]
+    overrides = [o for o in overrides if "=" in o]
+    dry_run = DRY_RUN in flags
+    action = words.pop(0) if words else "list"
+    if action not in ACTIONS:
+        raise RecipeError(
+            f"Unknown `runs` action `{action}`.{did_you_mean(action, ACTIONS)}\n{USAGE}"
+        )
+    root = output_root(overrides, config_dirs(flags))
+    if action == "rm":
+        if len(words) != 1:
+            raise RecipeError(f"`runs rm` takes one run folder, got {len(words)}.\n{USAGE}")
+        print(remove_run(root, words[0], dry_run=dry_run))
+    elif words:
+        raise RecipeError(f"`runs {action}` takes no path (got `{' '.join(words)}`).")
+    elif action == "gc":
+        print(collect_garbage(root, dry_run=dry_run))
+    else:
+        print(render_listing(root))
+    return 0
+
+
+def output_root(overrides: Sequence[str], extra_dirs: Sequence[str] = ()) -> Path:
+    """The composed `output_root` (so user config folders and defaults apply), absolute."""
+    root = Path(str(compose_config(overrides, extra_dirs=extra_dirs).output_root))
+    root = root.expanduser().resolve()
+    if not root.is_dir():
+        raise RecipeError(
+            f"No output folder `{root}`: nothing has run there yet. "
+            "Pass the one your runs used: runs output_root=DIR.",
+            key="output_root",
+        )
+    return root
+
+
+# --- reading ----------------------------------------------------------------------------------

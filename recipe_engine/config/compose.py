@@ -1,0 +1,129 @@
+"""Compose a recipe with Hydra and turn composition failures into one clear message."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from recipe_engine.config.schema import EngineConfig, register_configs
+from recipe_engine.errors import RecipeError, did_you_mean
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "recipes"
+CONFIG_NAME = "config"
+
+
+def available(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
+    """Options of a config group (e.g. the shipped recipes), from the config folder."""
+    folder = config_dir / group
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def compose_config(
+    overrides: Sequence[str],
+    *,
+    config_dir: Path = CONFIG_DIR,
+    extra_dirs: Sequence[str] = (),
+    with_hydra: bool = False,
+) -> DictConfig:
+    """The composed config for these overrides, as Hydra's own entry point would build it.
+
+    `extra_dirs` are user config folders (like `--config-dir`) searched before the shipped ones.
+    """
+    register_configs()
+    overrides = list(overrides)
+    if extra_dirs:
+        paths = ",".join(f"file://{Path(d).resolve()}" for d in extra_dirs)
+        overrides.append(f"hydra.searchpath=[{paths}]")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            return compose(CONFIG_NAME, overrides=overrides, return_hydra_config=with_hydra)
+    except (HydraException, OmegaConfBaseException, ValueError) as error:
+        raise translate_error(error, config_dir, extra_dirs) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def translate_error(
+    error: BaseException, config_dir: Path = CONFIG_DIR, extra_dirs: Sequence[str] = ()
+) -> RecipeError:
+    """One message naming the key, what was wrong and the fix, from a Hydra/OmegaConf error."""
+    text = str(error)
+    cause = error.__cause__ or error
+    missing = re.search(r"Could not find '([\w\-./]+)/([^']+)'", text)
+    if isinstance(error, MissingConfigException) and missing:
+        group, name = missing.groups()
+        options = available(group, config_dir)
+        for extra in extra_dirs:
+            options += available(group, Path(extra))
+        return RecipeError(
+            f"Unknown {group} `{name}`.{did_you_mean(name, options)} "
+            f"Available: {', '.join(sorted(set(options)))}. Fix: {group}=<one of those>.",
+            key=group,
+        )
+    key = getattr(cause, "full_key", None) or _override_key(text)
+    library = re.fullmatch(r"stage\.[\w\-]+\.(train|lora|quantization)\.(\w+)", key or "")
+    if "Could not override" in text and library:
+        return _library_key_error(key, *library.groups())
+    if "not in" in str(cause) and key:
+        parent_type = getattr(cause, "object_type", None)
+        valid = getattr(parent_type, "__dataclass_fields__", {})
+        hint = did_you_mean(key.rsplit(".", 1)[-1], valid)
+        listing = f" Valid keys there: {', '.join(valid)}." if valid else ""
+        return RecipeError(f"Unknown key `{key}`.{hint}{listing}", key=key)
+    if "Ambiguous value" in text:
+        return RecipeError(
+            f"{text.splitlines()[0]} Use the list form, e.g. gpus=[6,7]; in multirun (-m) "
+            "a comma means a sweep.",
+        )
+    detail = str(cause).splitlines()[0]
+    where = f"`{key}`: " if key else ""
+    return RecipeError(
+        f"Invalid value for {where}{detail}. Fix the override or the YAML entry.", key=key
+    )
+
+
+def _library_key_error(key: str, section: str, name: str) -> RecipeError:
+    """A key the stage's template doesn't set: valid library keys are added with `+`."""
+    from recipe_engine.config import library_keys as validate
+
+    class_name = {"train": "SFTConfig", "lora": "LoraConfig", "quantization": "BitsAndBytesConfig"}
+    engine_keys = {"lora": validate.ENGINE_LORA_KEYS, "quantization": validate.ENGINE_QUANT_KEYS}
+    fields = set(validate.library_fields(class_name[section])) | engine_keys.get(section, set())
+    if name in fields:
+        return RecipeError(
+            f"`{key}` is a valid {class_name[section]} setting that this stage's template does not "
+            f"set; add it with Hydra's append syntax: +{key}=<value>.",
+            key=key,
+        )
+    return RecipeError(
+        f"Unknown key `{key}`: not a {class_name[section]} field.{did_you_mean(name, fields)}",
+        key=key,
+    )
+
+
+def _override_key(text: str) -> str | None:
+    found = re.search(r"override ([\w.\-+~]+)=", text) or re.search(r"override '?([\w.]+)", text)
+    return found.group(1).lstrip("+~") if found else None
+
+
+def to_engine_config(cfg: DictConfig) -> EngineConfig:
+    """The composed config as the schema's dataclasses (typed from here on)."""
+    try:
+        config = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as error:  # e.g. a mandatory key left unset (`???`)
+        raise translate_error(error) from None
+    assert isinstance(config, EngineConfig), type(config)
+    return config
+
+
+def to_plain(cfg: DictConfig) -> dict:
+    """The resolved config as plain data (planners and the DAG take plain data)."""
+    return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)  # type: ignore[return-value]

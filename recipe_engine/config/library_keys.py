@@ -1,0 +1,309 @@
+"""Check library settings against the libraries' own classes before anything loads.
+
+`train` keys are SFTConfig fields, `lora` keys LoraConfig fields, `quantization` keys
+BitsAndBytesConfig arguments. Importing TRL costs several seconds, so the field tables are
+read from the installed classes once per library version and kept in the cache folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from recipe_engine.config.components import validate_components
+from recipe_engine.errors import RecipeError, unknown_key
+from recipe_engine.files import atomic_write_json
+
+# (module, class, distribution that versions it); dataclasses list their fields,
+# BitsAndBytesConfig its __init__ arguments.
+LIBRARY_CLASSES = {
+    "SFTConfig": ("trl", "SFTConfig", "trl"),
+    "LoraConfig": ("peft", "LoraConfig", "peft"),
+    "BitsAndBytesConfig": ("transformers", "BitsAndBytesConfig", "transformers"),
+}
+INIT_SIGNATURE_CLASSES = {"BitsAndBytesConfig"}
+
+# Trainer settings the engine owns; the value says where the user sets them instead.
+ENGINE_OWNED_TRAIN_KEYS = {
+    "output_dir": "the engine's store (`output_root`)",
+    "use_cpu": "`device=cpu`",
+    "no_cuda": "`device=cpu`",
+    "seed": "the top-level `seed`",
+    "data_seed": "the top-level `seed`",
+    "gradient_checkpointing": "`stage.<name>.gradient_checkpointing`",
+    "bf16": "`stage.<name>.dtype`",
+    "fp16": "`stage.<name>.dtype`",
+    "resume_from_checkpoint": "`fresh=true` to start over (resuming is automatic)",
+}
+POSITIVE_TRAIN_KEYS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "num_train_epochs",
+    "per_device_eval_batch_size",
+)
+NON_NEGATIVE_TRAIN_KEYS = ("learning_rate", "weight_decay", "warmup_steps", "warmup_ratio")
+ENGINE_LORA_KEYS = {"components"}
+ENGINE_QUANT_KEYS = {"components", "on_unsupported"}
+# LoraConfig fields set by the engine (task) or derived from the freeze policy
+# (modules_to_save); the rest are PEFT bookkeeping, not recipe material.
+ENGINE_OWNED_LORA_KEYS = {
+    "task_type",
+    "modules_to_save",
+    "peft_type",
+    "auto_mapping",
+    "peft_version",
+}
+DEFAULT_QUANT_COMPONENTS = ("language_model",)
+ON_UNSUPPORTED = ("error", "skip")
+QUANT_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8")
+# Keys that only one of the two modes reads; BitsAndBytesConfig ignores the others silently.
+_ONLY_4BIT = {
+    "bnb_4bit_compute_dtype",
+    "bnb_4bit_quant_type",
+    "bnb_4bit_use_double_quant",
+    "bnb_4bit_quant_storage",
+}
+_ONLY_8BIT = {"llm_int8_threshold", "llm_int8_has_fp16_weight"}
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def cache_dir() -> Path:
+    from recipe_engine.tiny import default_cache_dir
+
+    return default_cache_dir()
+
+
+def library_fields(class_name: str) -> dict[str, str]:
+    """Field name -> type text of one library settings class, cached per installed version."""
+    module, attr, dist = LIBRARY_CLASSES[class_name]
+    version = metadata.version(dist)
+    cached = cache_dir() / "fields" / f"{class_name}-{dist}-{version}.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())
+    cls = getattr(importlib.import_module(module), attr)
+    if class_name not in INIT_SIGNATURE_CLASSES:
+        fields = {f.name: _type_text(f.type) for f in dataclasses.fields(cls) if f.init}
+    else:
+        params = inspect.signature(cls.__init__).parameters
+        fields = {
+            n: _type_text(p.annotation)
+            for n, p in params.items()
+            if n != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+        }
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(cached, fields)
+    return fields
+
+
+def _type_text(annotation: Any) -> str:
+    if annotation is inspect.Parameter.empty:
+        return "Any"
+    return (
+        annotation
+        if isinstance(annotation, str)
+        else getattr(annotation, "__name__", str(annotation))
+    )
+
+
+def check_train(stage: str, train: Mapping[str, Any]) -> None:
+    """Keys are SFTConfig fields the engine doesn't own; values have sane types and signs."""
+    fields = library_fields("SFTConfig")
+    for key, value in train.items():
+        full = f"stage.{stage}.train.{key}"
+        if key in ENGINE_OWNED_TRAIN_KEYS:
+            raise RecipeError(
+                f"`{full}` is set by the engine; use {ENGINE_OWNED_TRAIN_KEYS[key]} instead.",
+                key=full,
+            )
+        if key not in fields:
+            raise unknown_key(full, fields, "the trainer settings (SFTConfig fields)")
+        _check_type(full, value, fields[key])
+    for key in POSITIVE_TRAIN_KEYS:
+        if key in train and _is_number(train[key]) and train[key] <= 0:
+            raise RecipeError(
+                f"`stage.{stage}.train.{key}` is {train[key]}; it must be a positive number.",
+                key=f"stage.{stage}.train.{key}",
+            )
+    for key in NON_NEGATIVE_TRAIN_KEYS:
+        if key in train and _is_number(train[key]) and train[key] < 0:
+            raise RecipeError(
+                f"`stage.{stage}.train.{key}` is {train[key]}; it must not be negative "
+                "(e.g. learning_rate=2e-4).",
+                key=f"stage.{stage}.train.{key}",
+            )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_type(key: str, value: Any, type_text: str) -> None:
+    """Catch the common mistakes (a word where a number goes) without re-implementing typing."""
+    if value is None:
+        return
+    words = set(re.findall(r"[A-Za-z_]+", type_text))
+    if words & {"str", "Any", "dict", "list", "tuple"}:
+        return  # free-form settings: the library checks them when SFTConfig is built
+    expected = words & {"int", "float", "bool"}
+    if not expected:
+        return
+    ok = (
+        ("bool" in expected and isinstance(value, bool))
+        or ("int" in expected and isinstance(value, int) and not isinstance(value, bool))
+        or ("float" in expected and _is_number(value))
+    )
+    if not ok:
+        raise RecipeError(
+            f"`{key}` is {value!r} ({type(value).__name__}); expected {type_text}.", key=key
+        )
+
+
+def check_lora_keys(stage: str, lora: Mapping[str, Any]) -> None:
+    """The policy's own LoRA checks, with keys named from the recipe root."""
+    with stage_keys(stage, "lora"):
+        validate_lora(lora)
+
+
+def check_quant_keys(stage: str, quant: Mapping[str, Any]) -> None:
+    """The policy's own quantization checks, with keys named from the recipe root."""
+    with stage_keys(stage, "quantization"):
+        validate_quantization(quant)
+
+
+@contextmanager
+def stage_keys(stage: str, section: str) -> Iterator[None]:
+    """Policies name keys relative to the stage (`lora.r`); users type `stage.<name>.lora.r`."""
+    try:
+        yield
+    except RecipeError as error:
+        qualified = f"stage.{stage}.{section}"
+        text = re.sub(rf"`{section}\b", f"`{qualified}", str(error))
+        key = error.key and (
+            f"stage.{stage}.{error.key}" if error.key.startswith(section) else error.key
+        )
+        raise RecipeError(text, key=key) from None
+
+
+def quant_bits(quant: Mapping[str, Any] | None) -> str:
+    if not quant:
+        return "none"
+    return "4bit" if quant.get("load_in_4bit") else "8bit" if quant.get("load_in_8bit") else "none"
+
+
+def check_dtype(stage: str, dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise RecipeError(
+            f"`stage.{stage}.dtype` is {dtype!r}; use one of {', '.join(DTYPES)}.",
+            key=f"stage.{stage}.dtype",
+        )
+
+
+# --------------------------------------------------------------------------- lora, quantization
+
+
+def lora_keys() -> set[str]:
+    """Keys accepted in a stage's ``lora`` mapping (LoraConfig's fields, read once per version)."""
+    return set(library_fields("LoraConfig")) - ENGINE_OWNED_LORA_KEYS | ENGINE_LORA_KEYS
+
+
+def validate_lora(lora: Mapping) -> None:
+    """Unknown or engine-owned keys in ``lora`` -> RecipeError with did-you-mean."""
+    if not isinstance(lora, Mapping):
+        raise RecipeError("`lora` must be a mapping of LoraConfig keys.", key="lora")
+    valid = lora_keys()
+    for key in lora:
+        if key == "modules_to_save":
+            raise RecipeError(
+                "`lora.modules_to_save` is set by the engine: every component that is neither "
+                "frozen (`freeze.components`) nor in `lora.components` is trained in full. "
+                "Select what trains with those keys instead.",
+                key="lora.modules_to_save",
+            )
+        if key == "task_type" and str(lora[key]).upper() == "CAUSAL_LM":
+            continue
+        if key not in valid:
+            raise unknown_key(f"lora.{key}", valid, "the `lora` mapping (peft.LoraConfig keys)")
+        value = lora[key]
+        positive = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        if key in ("r", "lora_alpha") and not positive:
+            raise RecipeError(f"`lora.{key}` is {value!r}; it must be a positive number.", key)
+
+
+def quantization_keys() -> set[str]:
+    """Keys accepted in a stage's ``quantization`` mapping (BitsAndBytesConfig's arguments,
+    read once per transformers version, plus the engine's own)."""
+    return set(library_fields("BitsAndBytesConfig")) | ENGINE_QUANT_KEYS
+
+
+def validate_quantization(quant: Mapping) -> None:
+    """Check keys and values of a ``quantization`` mapping; RecipeError on the first problem."""
+    if not isinstance(quant, Mapping):
+        raise RecipeError("`quantization` must be a mapping.", key="quantization")
+    valid = quantization_keys()
+    for key in quant:
+        if key not in valid:
+            raise unknown_key(f"quantization.{key}", valid, "the `quantization` mapping")
+    four, eight = bool(quant.get("load_in_4bit")), bool(quant.get("load_in_8bit"))
+    if four and eight:
+        raise RecipeError(
+            "`quantization` sets both load_in_4bit and load_in_8bit; choose one.",
+            key="quantization.load_in_4bit",
+        )
+    if not (four or eight):
+        raise RecipeError(
+            "`quantization` needs `load_in_4bit: true` or `load_in_8bit: true` "
+            "(or drop the mapping to train unquantized).",
+            key="quantization.load_in_4bit",
+        )
+    ignored = sorted(set(quant) & (_ONLY_4BIT if eight else _ONLY_8BIT))
+    if ignored:
+        mode = "load_in_8bit" if eight else "load_in_4bit"
+        raise RecipeError(
+            f"`quantization.{ignored[0]}` has no effect with {mode}; remove it.",
+            key=f"quantization.{ignored[0]}",
+        )
+    components = quant.get("components", DEFAULT_QUANT_COMPONENTS)
+    validate_components(components, "quantization.components")
+    if not components:
+        raise RecipeError(
+            "`quantization.components` is empty: nothing would be quantized.",
+            key="quantization.components",
+        )
+    if "embeddings" in components:
+        raise RecipeError(
+            "`quantization.components` includes embeddings, but bitsandbytes quantizes linear "
+            "layers only; embeddings keep their dtype. Remove it.",
+            key="quantization.components",
+        )
+    on_unsupported = quant.get("on_unsupported", "error")
+    if on_unsupported not in ON_UNSUPPORTED:
+        raise RecipeError(
+            f"`quantization.on_unsupported` must be one of {', '.join(ON_UNSUPPORTED)}, "
+            f"not {on_unsupported!r}.",
+            key="quantization.on_unsupported",
+        )
+    if quant.get("bnb_4bit_quant_type", "nf4") not in ("nf4", "fp4"):
+        raise RecipeError(
+            "`quantization.bnb_4bit_quant_type` must be nf4 or fp4.",
+            key="quantization.bnb_4bit_quant_type",
+        )
+    for key in ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage"):
+        if key in quant and dtype_name(quant[key]) not in QUANT_DTYPES:
+            raise RecipeError(
+                f"`quantization.{key}` must be one of {', '.join(QUANT_DTYPES)}, "
+                f"not {quant[key]!r}.",
+                key=f"quantization.{key}",
+            )
+
+
+def dtype_name(value: Any) -> str:
+    # Accept "bfloat16", "torch.bfloat16" and torch.bfloat16 alike.
+    return str(value).removeprefix("torch.")

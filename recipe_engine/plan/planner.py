@@ -1,0 +1,380 @@
+"""Recipe -> `RecipePlan`: every stage checked, resolved, placed and keyed before weights load.
+
+`plan_recipe` reads as the list of decisions, stage by stage, in graph order: settings ->
+init source -> policy -> placement -> data -> trainer settings, then the keys of all stages.
+Checks that need module names use the model built on the meta device from its config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from recipe_engine.config import library_keys
+from recipe_engine.config.components import validate_components
+from recipe_engine.config.compose import to_engine_config
+from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
+from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.plan import dag, data, memo
+from recipe_engine.plan.data import data_identity
+from recipe_engine.plan.hardware import Machine, detect_machine, parse_gpus, profile_gpus
+from recipe_engine.plan.models import model_location
+from recipe_engine.plan.placement import (
+    PlacementPlan,
+    PlacementRefused,
+    PlacementRequest,
+    plan_placement,
+)
+from recipe_engine.plan.policy import evaluation_policy, plan_policy
+from recipe_engine.plan.recipe_plan import (
+    HUB,
+    LOCAL,
+    PARENT,
+    DataPlan,
+    InitSource,
+    PolicyPlan,
+    RecipePlan,
+    StagePlan,
+)
+from recipe_engine.plan.trainer_settings import trainer_settings, zero_stage
+
+# Training memory per trainable parameter: fp32 gradient + two AdamW moments.
+TRAINABLE_BYTES = 12
+BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "float16": 2, "4bit": 0.5, "8bit": 1}
+
+
+def plan_from_config(cfg: DictConfig | EngineConfig, machine: Machine | None = None) -> RecipePlan:
+    config = cfg if isinstance(cfg, EngineConfig) else to_engine_config(cfg)
+    return plan_recipe(config, machine or detect_machine())
+
+
+def plan_recipe(cfg: EngineConfig, machine: Machine) -> RecipePlan:
+    stages = {name: resolve_dtypes(stage, cfg.model) for name, stage in cfg.stage.items()}
+    graph = dag.build_graph(
+        {n: dataclasses.asdict(s) for n, s in stages.items()}, cfg.recipe.targets
+    )
+    for key, names in (("only", cfg.only), ("force", cfg.force)):
+        for name in names:
+            _check_stage_name(name, stages, key)
+    planned: dict[str, StagePlan] = {}
+    datas: dict[tuple[str, str], DataPlan] = {}
+    for name in graph.order:
+        parent = planned[graph.parents[name]] if graph.parents[name] else None
+        planned[name] = _plan_stage(cfg, machine, name, stages[name], parent, graph, datas)
+    _set_fingerprints(cfg, graph, planned)
+    return RecipePlan(cfg.recipe.name, cfg, graph, planned, machine, cfg.hardware.name)
+
+
+def _plan_stage(
+    cfg: EngineConfig,
+    machine: Machine,
+    name: str,
+    stage: StageConfig,
+    parent: StagePlan | None,
+    graph: dag.StageGraph,
+    datas: dict[tuple[str, str], DataPlan],
+) -> StagePlan:
+    _check_stage_settings(name, stage)
+    init, model = resolve_init(name, stage, cfg.model, parent)
+    if stage.evaluate_only:
+        policy = evaluation_policy(name, stage, graph.children(name))
+    else:
+        policy = plan_policy(name, stage, model)
+    placement = _place(name, cfg, machine, stage, policy, model)
+    if placement.quantization == "none":  # skipped where bitsandbytes cannot run (recorded)
+        policy = dataclasses.replace(policy, quantization=None)
+    rows = plan_data(stage.data or cfg.data, model.kind, cfg.seed, datas)
+    _check_trainable_rows(name, stage, rows)
+    return StagePlan(
+        name=name,
+        fingerprint="",  # set once every stage's placement is known
+        parent=parent.name if parent else None,
+        config=stage,
+        init=init,
+        model=model,
+        data=rows,
+        policy=policy,
+        dtype=stage.dtype,
+        placement=placement,
+        trainer=trainer_settings(stage, placement, cfg.seed, model.kind, rows.eval_rows > 0),
+        notes=_notes(policy, model, stage),
+    )
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def resolve_dtypes(stage: StageConfig, model: ModelConfig) -> StageConfig:
+    """`dtype: auto` means the model entry's dtype, `bnb_4bit_compute_dtype: auto` the stage's.
+
+    Resolved before fingerprinting, so changing the model entry's dtype retrains the stage.
+    """
+    dtype = model.dtype if stage.dtype == "auto" else stage.dtype
+    quant = stage.quantization
+    if quant and quant.get("bnb_4bit_compute_dtype") == "auto":
+        quant = {**quant, "bnb_4bit_compute_dtype": dtype}
+    return dataclasses.replace(stage, dtype=dtype, quantization=quant)
+
+
+def _check_stage_settings(name: str, stage: StageConfig) -> None:
+    library_keys.check_dtype(name, stage.dtype)
+    validate_components(stage.freeze.components, f"stage.{name}.freeze.components")
+    library_keys.check_train(name, stage.train)
+    if stage.lora:
+        library_keys.check_lora_keys(name, stage.lora)
+        validate_components(stage.lora.get("components") or [], f"stage.{name}.lora.components")
+    if stage.quantization:
+        library_keys.check_quant_keys(name, stage.quantization)
+        validate_components(
+            stage.quantization.get("components") or [], f"stage.{name}.quantization.components"
+        )
+
+
+def _check_stage_name(name: str, stages: Mapping[str, Any], key: str) -> None:
+    if name not in stages:
+        raise RecipeError(
+            f"`{key}` names `{name}`, which is not a stage of this recipe."
+            f"{did_you_mean(name, stages)} Stages: {', '.join(stages)}.",
+            key=key,
+        )
+
+
+# --------------------------------------------------------------------------- init source
+
+
+def resolve_init(
+    name: str, stage: StageConfig, recipe_model: ModelConfig, parent: StagePlan | None
+) -> tuple[InitSource, ModelConfig]:
+    """Where a stage's weights come from, and the model entry they descend from."""
+    if parent is not None:
+        description = f"stage `{parent.name}` output"
+        return InitSource(PARENT, description, parent=parent.name), parent.model
+    init = stage.init
+    if init.path:
+        path = Path(os.path.expanduser(init.path)).resolve()
+        model = dataclasses.replace(recipe_model, source=LOCAL, id=str(path))
+        return _local_source(init.path, f"stage.{name}.init.path"), model
+    model = recipe_model
+    if init.model:
+        model = dataclasses.replace(recipe_model, source=HUB, id=init.model, name=init.model)
+    if model.source == LOCAL:
+        return _local_source(model.id, "model.id"), model
+    identity = {"source": model.source, "id": model.id, "revision": model.revision}
+    location = model_location(dataclasses.asdict(model))
+    return (
+        InitSource(
+            model.source,
+            f"{model.source} model {model.id}",
+            location,
+            model.revision,
+            identity=identity,
+        ),
+        model,
+    )
+
+
+def _local_source(given: str, key: str) -> InitSource:
+    path = Path(os.path.expanduser(given))
+    if not path.exists():
+        fix = (
+            "Point it at a save_pretrained folder or a trainer checkpoint (checkpoint-N)."
+            if key != "model.id"
+            else "Use an existing save_pretrained folder, or model.source=hub for a hub id."
+        )
+        raise RecipeError(f"`{key}` is {given}, which does not exist. {fix}", key=key)
+    resolved = path.resolve()
+    return InitSource(
+        LOCAL,
+        f"local path {path}",
+        str(resolved),
+        adapter=(resolved / "adapter_config.json").is_file(),
+        identity={"path": str(resolved), "files": _tree_identity(path)},
+    )
+
+
+def _tree_identity(path: Path) -> list[tuple[str, int, int]]:
+    """Names, sizes and mtimes of a folder's files: cheap, and changes when weights change."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return [
+        (str(p.relative_to(path.parent)), p.stat().st_size, int(p.stat().st_mtime)) for p in files
+    ]
+
+
+# --------------------------------------------------------------------------- placement
+
+
+def _place(
+    name: str,
+    cfg: EngineConfig,
+    machine: Machine,
+    stage: StageConfig,
+    policy: PolicyPlan,
+    model: ModelConfig,
+) -> PlacementPlan:
+    request = placement_request(cfg, machine, stage, _footprint_gib(policy, model, stage))
+    if request.parallel == "deepspeed":  # ZeRO-3 shards weights: placement checks differ
+        _require("deepspeed", "parallel=deepspeed")
+        request = dataclasses.replace(request, deepspeed_stage=zero_stage(name, stage.train))
+    try:
+        return plan_placement(request)
+    except PlacementRefused as refusal:  # name the stage's own quantization keys
+        text = str(refusal).replace("`quantization=none`", f"`~stage.{name}.quantization`")
+        text = re.sub(r"`quantization([.=])", rf"`stage.{name}.quantization\1", text)
+        raise PlacementRefused(text, key=refusal.key) from None
+
+
+def placement_request(
+    cfg: EngineConfig, machine: Machine, stage: StageConfig, gib: float
+) -> PlacementRequest:
+    hardware = cfg.hardware
+    quant = stage.quantization or {}
+    from_profile = not hardware.detect
+    return PlacementRequest(
+        device=cfg.device,
+        gpus=parse_gpus(cfg.gpus),
+        parallel=cfg.parallel,
+        nproc=cfg.nproc,
+        machine_gpus=profile_gpus(dataclasses.asdict(hardware)) if from_profile else machine.gpus,
+        from_profile=from_profile,
+        cuda_visible_devices=None if from_profile else machine.cuda_visible_devices,
+        mps_available=hardware.mps if from_profile else machine.mps_available,
+        world_size=machine.world_size,
+        local_rank=machine.local_rank,
+        launched_by=machine.launched_by,
+        quantization=library_keys.quant_bits(quant),
+        quant_storage_set=bool(quant.get("bnb_4bit_quant_storage")),
+        on_unsupported=quant.get("on_unsupported", "error"),
+        model_gib=gib,
+    )
+
+
+def _footprint_gib(policy: PolicyPlan, model: ModelConfig, stage: StageConfig) -> float:
+    """Rough training footprint: weights at their storage width + optimizer state."""
+    bits = library_keys.quant_bits(stage.quantization)
+    if policy.param_counts is None:
+        width = BYTES_PER_PARAM[bits if bits != "none" else stage.dtype]
+        return (model.params_billion or 0.0) * 1e9 * width * 1.2 / 2**30
+    total = 0.0
+    for component, count in policy.param_counts.items():
+        width = BYTES_PER_PARAM[stage.dtype]
+        if bits != "none" and component == "language_model":
+            width = BYTES_PER_PARAM[bits]
+        total += count * width
+        if component in policy.trained:
+            total += count * TRAINABLE_BYTES
+    return total * 1.2 / 2**30  # activations and allocator slack
+
+
+def _require(package: str, why: str) -> None:
+    if importlib.util.find_spec(package) is None:
+        raise RecipeError(
+            f"`{why}` needs the {package} package, which is not installed. Install it "
+            f"(pip install {package}) or choose parallel=ddp / parallel=fsdp.",
+            key="parallel",
+        )
+
+
+# --------------------------------------------------------------------------- data
+
+
+def plan_data(
+    config: DataConfig, kind: str, seed: int, planned: dict[tuple[str, str], DataPlan]
+) -> DataPlan:
+    """A stage's rows, checked row by row (once per exact data) and described.
+
+    Stages reading the same rows share one `DataPlan`, so a run reads them once.
+    """
+    identity = data_identity(config)
+    if (identity, kind) in planned:
+        return planned[identity, kind]
+    read: list[data.DataSplits] = []
+
+    def check() -> dict[str, Any]:
+        read.append(data.load_splits(config, kind=kind, seed=seed))
+        splits = read[0]
+        held_out = len(splits.eval) if splits.eval is not None else 0
+        return {"format": splits.format, "train_rows": len(splits.train), "eval_rows": held_out}
+
+    inputs = {"identity": identity, "kind": kind, "seed": seed}
+    # Hub data may change upstream under the same name: checked every time.
+    checked = check() if config.source == "hub" else memo.remembered("rows", inputs, check)
+    plan = DataPlan(config, kind, seed, identity, **checked, _splits=read[0] if read else None)
+    planned[identity, kind] = plan
+    return plan
+
+
+def _check_trainable_rows(name: str, stage: StageConfig, data: DataPlan) -> None:
+    """What the trainer and the evaluation will do with these rows must be possible."""
+    if stage.evaluate_only and not data.eval_rows:
+        raise RecipeError(
+            f"Evaluation stage `{name}` needs a held-out split: set data.eval_split "
+            "to a split your data has, or data.eval_fraction=0.1.",
+            key="data.eval_split",
+        )
+    if data.format == "prompt_completion" and stage.train.get("assistant_only_loss"):
+        raise RecipeError(
+            f"Stage `{name}` trains on prompt/completion rows, but its template sets "
+            "assistant_only_loss, which needs conversational rows. Set "
+            f"stage.{name}.train.assistant_only_loss=false (the loss is then on the "
+            "completion only: completion_only_loss), or convert the rows to `messages`.",
+            key=f"stage.{name}.train.assistant_only_loss",
+        )
+
+
+# --------------------------------------------------------------------------- keys and notes
+
+
+def _set_fingerprints(
+    cfg: EngineConfig, graph: dag.StageGraph, planned: dict[str, StagePlan]
+) -> None:
+    """Each stage's key; the data-parallel world size and a quantization fallback change the
+    weights, and an evaluation stage's results depend on how it generates: all are hashed."""
+    settings = {}
+    for name, stage in planned.items():
+        settings[name] = {
+            **dataclasses.asdict(stage.config),
+            "world_size": stage.placement.world_size,
+            "effective_quantization": stage.placement.quantization,
+            **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
+        }
+    fingerprints = dag.fingerprints(
+        graph,
+        settings,
+        source_identity={n: s.init.identity for n, s in planned.items()},
+        data_identity={n: s.data.identity for n, s in planned.items()},
+        seed=cfg.seed,
+    )
+    _check_duplicates(fingerprints)
+    for name, fingerprint in fingerprints.items():
+        planned[name].fingerprint = fingerprint
+
+
+def _check_duplicates(fingerprints: Mapping[str, str]) -> None:
+    seen: dict[str, str] = {}
+    for name, fp in fingerprints.items():
+        if fp in seen:
+            raise RecipeError(
+                f"Stages `{seen[fp]}` and `{name}` are duplicates: same source, data and "
+                "settings, so they would train identical weights. Remove one or change its "
+                "settings.",
+                key=f"stage.{name}",
+            )
+        seen[fp] = name
+
+
+def _notes(policy: PolicyPlan, model: ModelConfig, stage: StageConfig) -> list[str]:
+    if stage.evaluate_only:
+        return ["evaluation only: nothing is trained"]
+    if policy.deferred:
+        return [
+            f"module checks deferred to load time: the config of `{model.id}` "
+            "could not be read here (offline?)"
+        ]
+    return []

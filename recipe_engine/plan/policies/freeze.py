@@ -1,0 +1,129 @@
+"""Freeze policy: which parameters never change during a stage.
+
+``freeze.components`` and ``freeze.patterns`` (regexes, ``re.search`` on canonical
+parameter names) are frozen; every other parameter is trained.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from recipe_engine.config.components import (
+    ALL_COMPONENTS,
+    canonical_name,
+    component_of,
+    validate_components,
+)
+from recipe_engine.errors import RecipeError
+
+
+def compile_patterns(patterns: Sequence[str], key: str = "freeze.patterns") -> list[re.Pattern]:
+    """Compile user regexes, turning a bad one into a RecipeError naming ``key``."""
+    if isinstance(patterns, str):
+        raise RecipeError(f"`{key}` must be a list of regexes, e.g. ['{patterns}'].", key=key)
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except (re.error, TypeError) as exc:
+            raise RecipeError(
+                f"`{key}` entry {pattern!r} is not a valid regex: {exc}.", key=key
+            ) from None
+    return compiled
+
+
+def matches_any(name: str, patterns: Sequence[re.Pattern]) -> bool:
+    """Whether a parameter name (canonicalised) matches one of the freeze patterns."""
+    canonical = canonical_name(name)
+    return any(p.search(canonical) for p in patterns)
+
+
+def _param_names(model_or_names: Any) -> list[str]:
+    if hasattr(model_or_names, "named_parameters"):
+        # Keep duplicates: a tied lm_head only shows up under its second name this way.
+        return [n for n, _ in model_or_names.named_parameters(remove_duplicate=False)]
+    return list(model_or_names)
+
+
+def is_frozen(
+    name: str, *, architecture: str, frozen: Iterable[str], patterns: Sequence[re.Pattern]
+) -> bool:
+    """Whether the freeze policy freezes this parameter."""
+    return component_of(name, architecture) in set(frozen) or matches_any(name, patterns)
+
+
+def check_freeze(
+    model: Any, *, architecture: str, components: Sequence[str], patterns: Sequence[str]
+) -> dict[int, dict[str, bool]]:
+    """The freeze policy checked against a model (on the meta device at plan time).
+
+    Returns, per tensor, whether each of its names is frozen. Raises RecipeError for an
+    unknown component, a component or pattern that selects nothing in this model, and for
+    tied weights (``lm_head`` tied to ``embed_tokens``) frozen on one side only.
+    """
+    validate_components(components, "freeze.components")
+    compiled = compile_patterns(patterns)
+    frozen_components = set(components)
+    named = list(model.named_parameters(remove_duplicate=False))
+    present = {component_of(name, architecture) for name, _ in named}
+
+    missing = [c for c in components if c not in present]
+    if missing:
+        raise RecipeError(
+            f"`freeze.components` lists {', '.join(missing)}, but this {architecture} model "
+            f"has no parameters there (its components: "
+            f"{', '.join(c for c in ALL_COMPONENTS if c in present)}).",
+            key="freeze.components",
+        )
+    for pattern, rx in zip(patterns, compiled, strict=True):
+        if not any(rx.search(canonical_name(name)) for name, _ in named):
+            sample = ", ".join(canonical_name(n) for n, _ in named[:5])
+            raise RecipeError(
+                f"`freeze.patterns` entry {pattern!r} matches no parameter "
+                f"(re.search on names such as {sample}).",
+                key="freeze.patterns",
+            )
+
+    decisions: dict[int, dict[str, bool]] = {}
+    for name, param in named:
+        frozen = component_of(name, architecture) in frozen_components or matches_any(
+            name, compiled
+        )
+        decisions.setdefault(id(param), {})[name] = frozen
+    for names in decisions.values():
+        if len(set(names.values())) > 1:
+            # One tensor cannot be both frozen and trained.
+            frozen_side = [n for n, f in names.items() if f]
+            trained_side = [n for n, f in names.items() if not f]
+            raise RecipeError(
+                f"{', '.join(frozen_side)} and {', '.join(trained_side)} are the same tied "
+                "tensor, but the freeze policy freezes only the first. Freeze both components "
+                "(e.g. embeddings and lm_head) or neither.",
+                key="freeze.components",
+            )
+    return decisions
+
+
+def trained_components(
+    model_or_names: Any,
+    *,
+    architecture: str,
+    frozen: Sequence[str],
+    patterns: Sequence[str] = (),
+) -> list[str]:
+    """Components of the model that the stage trains (any way: fully or through LoRA).
+
+    A component counts when it is not in ``frozen`` and at least one of its parameters
+    escapes the freeze patterns. Takes a model or an iterable of parameter names.
+    """
+    validate_components(frozen, "freeze.components")
+    compiled = compile_patterns(patterns)
+    frozen_set = set(frozen)
+    found = set()
+    for name in _param_names(model_or_names):
+        comp = component_of(name, architecture)
+        if comp not in frozen_set and not matches_any(name, compiled):
+            found.add(comp)
+    return [c for c in ALL_COMPONENTS if c in found]

@@ -1,0 +1,96 @@
+"""Quantization policy: bitsandbytes 4/8-bit on chosen components only.
+
+The ``quantization`` mapping holds ``BitsAndBytesConfig`` keys plus our ``components``
+(default ``["language_model"]``) and ``on_unsupported`` (``error`` | ``skip``). Everything
+outside ``components`` (vision tower, projector, lm_head by default) stays unquantized:
+we pass bitsandbytes an explicit ``llm_int8_skip_modules``, which in transformers 5
+*replaces* its default skips (lm_head, tied weights) rather than adding to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from recipe_engine.config.components import (
+    ALL_COMPONENTS,
+    component_of,
+    covering_modules,
+)
+from recipe_engine.config.library_keys import (
+    DEFAULT_QUANT_COMPONENTS,
+    ENGINE_QUANT_KEYS,
+    dtype_name,
+    validate_quantization,
+)
+from recipe_engine.errors import RecipeError
+from recipe_engine.plan.recipe_plan import QuantPlan
+
+DTYPE_KEYS = ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage")
+
+
+def quantization_plan(
+    quant: Mapping,
+    *,
+    architecture: str,
+    module_names: Sequence[str],
+    trained: Sequence[str],
+) -> QuantPlan:
+    """The ``BitsAndBytesConfig`` arguments that quantize ``quantization.components`` only.
+
+    ``module_names``: the model's module names (``named_modules`` of a meta-device
+    instance, or just its linear layers, see :func:`linear_module_names`).
+    ``trained``: the components the stage trains *in full* (not frozen, not LoRA);
+    quantizing one of them is a RecipeError, since k-bit weights cannot be trained.
+    Dtypes stay names here (`bfloat16`); `run.policies.bnb_config` makes them torch dtypes.
+    """
+    validate_quantization(quant)
+    components = list(quant.get("components", DEFAULT_QUANT_COMPONENTS))
+    clash = [c for c in components if c in set(trained)]
+    if clash:
+        raise RecipeError(
+            f"`quantization.components` includes {', '.join(clash)}, which this stage trains "
+            "in full; quantized weights cannot be trained. Freeze it (`freeze.components`), "
+            "train it through LoRA (`lora.components`), or stop quantizing it.",
+            key="quantization.components",
+        )
+    names = [n for n in module_names if n]
+    present = {component_of(n, architecture) for n in names}
+    absent = [c for c in components if c not in present]
+    if absent:
+        raise RecipeError(
+            f"`quantization.components` includes {', '.join(absent)}, which this "
+            f"{architecture} model does not have "
+            f"(it has {', '.join(c for c in ALL_COMPONENTS if c in present)}).",
+            key="quantization.components",
+        )
+    keep = [n for n in names if component_of(n, architecture) not in components]
+    skip, _ = covering_modules(names, keep, names_are_modules=True)
+    # A user's own skips come on top (they can only keep more in full precision).
+    user_skip = list(quant.get("llm_int8_skip_modules") or [])
+    config = {k: v for k, v in quant.items() if k not in ENGINE_QUANT_KEYS}
+    for key in DTYPE_KEYS:
+        if key in config:
+            config[key] = dtype_name(config[key])
+    config["llm_int8_skip_modules"] = user_skip + [s for s in skip if s not in user_skip]
+    bits = "4bit" if quant.get("load_in_4bit") else "8bit"
+    return QuantPlan(bits, components, config)
+
+
+def linear_module_names(model: Any) -> list[str]:
+    """Names of the layers bitsandbytes would replace (``nn.Linear`` and GPT-2's Conv1D)."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    return [n for n, m in model.named_modules() if isinstance(m, (torch.nn.Linear, Conv1D))]
+
+
+def quantized_modules(model: Any) -> list[str]:
+    """Names of the bitsandbytes 4-bit/8-bit layers in ``model``."""
+    try:
+        import bitsandbytes as bnb
+
+        kinds: tuple[type, ...] = (bnb.nn.Linear4bit, bnb.nn.Linear8bitLt)
+    except ImportError:  # No bitsandbytes: nothing can be quantized by it.
+        return []
+    return [n for n, m in model.named_modules() if isinstance(m, kinds)]

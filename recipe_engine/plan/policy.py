@@ -1,0 +1,148 @@
+"""A stage's policy, decided on the model built on the meta device from its config.
+
+Frozen / fully trained / adapted components, the exact LoRA targets and `LoraConfig`
+arguments, the exact `BitsAndBytesConfig` arguments with their skip-modules: all decided
+here, once, and executed as they are by `run.policies`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recipe_engine.config.components import COMPONENTS, architecture_of, component_of
+from recipe_engine.config.schema import ModelConfig, StageConfig
+from recipe_engine.errors import RecipeError
+from recipe_engine.plan import memo
+from recipe_engine.plan.models import load_config, meta_model, model_location
+from recipe_engine.plan.policies.freeze import check_freeze
+from recipe_engine.plan.policies.lora import adapter_plan, plan_lora
+from recipe_engine.plan.policies.quant import quantization_plan
+from recipe_engine.plan.recipe_plan import AdapterPlan, PolicyPlan, QuantPlan
+
+
+@dataclass
+class ModelInventory:
+    """What the checks need to know of a model, read from its config on the meta device."""
+
+    architecture: str
+    param_counts: dict[str, int]  # component -> parameters
+    meta_model: Any
+
+
+def plan_policy(name: str, stage: StageConfig, model: ModelConfig) -> PolicyPlan:
+    """The stage's policy, checked against the model (remembered per config and policy)."""
+    config = _local_config(model)
+    if config is None:  # a hub model: its config may be unreachable; checked when it loads
+        return decide_policy(name, stage, model_inventory(model))
+    inputs = {
+        "config": memo.file_digest(config),
+        "kind": model.kind,
+        "policy": {k: dataclasses.asdict(stage)[k] for k in ("freeze", "lora", "quantization")},
+    }
+    checked = memo.remembered(
+        "policies",
+        inputs,
+        lambda: dataclasses.asdict(decide_policy(name, stage, model_inventory(model))),
+    )
+    return _policy_from_dict(checked, stage.gradient_checkpointing)
+
+
+def decide_policy(name: str, stage: StageConfig, inventory: ModelInventory | None) -> PolicyPlan:
+    """Frozen / fully trained / LoRA components of a stage, checked against the model.
+
+    Without the model (a hub model offline) the split is derived from the recipe alone and
+    the module-level checks wait for load time, where this same function runs again on the
+    loaded model's inventory.
+    """
+    frozen, patterns = list(stage.freeze.components), list(stage.freeze.patterns)
+    base = PolicyPlan(None, frozen, patterns, [], stage.gradient_checkpointing)
+    if inventory is None:
+        lora_components = list((stage.lora or {}).get("components") or [])
+        trained = [c for c in COMPONENTS if c not in frozen and c not in lora_components]
+        lora = AdapterPlan(lora_components, [], {}) if stage.lora else None
+        return dataclasses.replace(base, trained=trained, lora=lora)
+    meta, architecture = inventory.meta_model, inventory.architecture
+    check_freeze(meta, architecture=architecture, components=frozen, patterns=patterns)
+    lora = None
+    if stage.lora:
+        planned = plan_lora(
+            meta, architecture=architecture, lora=stage.lora, frozen=frozen, patterns=patterns
+        )
+        trained, lora = planned.fully_trained, adapter_plan(planned, stage.lora)
+    else:
+        trained = [c for c in COMPONENTS if inventory.param_counts.get(c) and c not in frozen]
+    if lora is None and not trained:
+        raise RecipeError(
+            f"Stage `{name}` trains nothing: `stage.{name}.freeze.components` freezes "
+            f"{', '.join(frozen) or 'nothing'} and there is no LoRA, leaving no trainable "
+            f"parameters. Unfreeze a component or add stage.{name}.lora.",
+            key=f"stage.{name}.freeze.components",
+        )
+    quant = None
+    if stage.quantization:
+        names = [n for n, _ in meta.named_modules()]
+        quant = quantization_plan(
+            stage.quantization, architecture=architecture, module_names=names, trained=trained
+        )
+    return dataclasses.replace(
+        base,
+        architecture=architecture,
+        trained=trained,
+        lora=lora,
+        quantization=quant,
+        param_counts=inventory.param_counts,
+    )
+
+
+def evaluation_policy(name: str, stage: StageConfig, children: Sequence[str]) -> PolicyPlan:
+    """An evaluation stage trains nothing; it must not quantize, adapt or feed a child."""
+    for key in ("lora", "quantization"):
+        if getattr(stage, key):
+            raise RecipeError(
+                f"`stage.{name}` is an evaluation stage (evaluate_only) but sets `{key}`; "
+                f"remove it with ~stage.{name}.{key}.",
+                key=f"stage.{name}.{key}",
+            )
+    if children:
+        raise RecipeError(
+            f"Stage `{children[0]}` starts from `{name}`, an evaluation stage, which has no "
+            f"weights. Point `stage.{children[0]}.init.from_stage` at a training stage.",
+            key=f"stage.{children[0]}.init.from_stage",
+        )
+    return PolicyPlan(None, list(COMPONENTS), [], [], False)
+
+
+def model_inventory(model: ModelConfig, loaded: Any = None) -> ModelInventory | None:
+    """The model on the meta device from its config (or a loaded model); None if unreachable."""
+    if loaded is None:
+        config = load_config(dataclasses.asdict(model))
+        if config is None:
+            return None
+        loaded = meta_model(config, model.kind)
+    architecture = architecture_of(loaded.config.model_type)
+    counts: dict[str, int] = {}
+    for pname, param in loaded.named_parameters():
+        component = component_of(pname, architecture)
+        counts[component] = counts.get(component, 0) + param.numel()
+    return ModelInventory(architecture, counts, loaded)
+
+
+def _local_config(model: ModelConfig) -> Path | None:
+    """The config.json of a tiny or local model (what a remembered check is keyed by)."""
+    if model.source not in ("tiny", "local"):
+        return None
+    config = Path(model_location(dataclasses.asdict(model))) / "config.json"
+    return config if config.is_file() else None
+
+
+def _policy_from_dict(data: dict[str, Any], gradient_checkpointing: bool) -> PolicyPlan:
+    lora, quant = data.pop("lora"), data.pop("quantization")
+    return PolicyPlan(
+        **{**data, "gradient_checkpointing": gradient_checkpointing},
+        lora=AdapterPlan(**lora) if lora else None,
+        quantization=QuantPlan(**quant) if quant else None,
+    )

@@ -1,0 +1,154 @@
+"""The plan: typed objects that `plan` prints and `run` executes, field for field.
+
+Everything here is decided before any weight is read (see `plan.planner`). The run layer
+takes a `StagePlan` and recomputes none of it: where the weights come from, which rows it
+trains on, what is frozen / adapted / quantized and with which exact library settings, where
+the model goes and with which trainer settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
+from recipe_engine.plan import data
+from recipe_engine.plan.dag import StageGraph
+from recipe_engine.plan.hardware import Machine
+from recipe_engine.plan.placement import PlacementPlan
+
+# Where a stage's weights come from.
+HUB, TINY, LOCAL, PARENT = "hub", "tiny", "local", "stage"
+
+
+@dataclass(frozen=True)
+class InitSource:
+    """A stage's starting weights: a hub id (+ revision), a local folder, or a parent stage."""
+
+    kind: str  # HUB | TINY | LOCAL | PARENT
+    description: str  # in words, as `plan` and the run table print it
+    location: str | None = None  # what from_pretrained gets; None for a parent stage
+    revision: str | None = None
+    parent: str | None = None  # the parent stage's name (PARENT only)
+    adapter: bool = False  # a local PEFT adapter folder: merged into its base before loading
+    identity: Any = None  # what the stage key hashes (a parent is hashed through its key)
+
+
+@dataclass
+class DataPlan:
+    """A stage's rows: identity, format after detection and split sizes, checked row by row.
+
+    The rows themselves are read at most once per process (`splits`): by the planner when
+    it has not checked this exact data before, otherwise by the first step that needs them.
+    """
+
+    config: DataConfig
+    kind: str  # the model kind the rows are for (vlm | causal_lm)
+    seed: int  # the eval_fraction split depends on it
+    identity: str
+    format: str  # rows as TRL gets them: messages | prompt_completion | vlm
+    train_rows: int
+    eval_rows: int  # 0: no held-out split
+    _splits: data.DataSplits | None = field(default=None, repr=False, compare=False)
+
+    def splits(self) -> data.DataSplits:
+        if self._splits is None:
+            self._splits = data.load_splits(self.config, kind=self.kind, seed=self.seed)
+        return self._splits
+
+    def __getstate__(self) -> dict[str, Any]:  # a sweep worker re-reads rather than unpickles
+        return {**self.__dict__, "_splits": None}
+
+    def describe(self) -> str:
+        held_out = f"{self.eval_rows} held out" if self.eval_rows else "no held-out split"
+        return f"{self.config.name} ({self.format}, {self.train_rows} train / {held_out})"
+
+
+@dataclass
+class AdapterPlan:
+    """LoRA: the components it adapts, the exact modules, and the LoraConfig arguments."""
+
+    components: list[str]
+    targets: list[str]
+    config: dict[str, Any]  # LoraConfig(**config): target_modules, modules_to_save, r, ...
+
+
+@dataclass
+class QuantPlan:
+    """bitsandbytes: the BitsAndBytesConfig arguments, skip-modules resolved."""
+
+    bits: str  # 4bit | 8bit
+    components: list[str]
+    config: dict[str, Any]  # BitsAndBytesConfig(**config) once dtype names become dtypes
+
+
+@dataclass
+class PolicyPlan:
+    """What a stage trains: frozen, fully trained and adapted components, and quantization."""
+
+    architecture: str | None
+    frozen: list[str]
+    freeze_patterns: list[str]
+    trained: list[str]  # trained in full
+    gradient_checkpointing: bool
+    lora: AdapterPlan | None = None
+    quantization: QuantPlan | None = None
+    param_counts: dict[str, int] | None = None  # per component; None: config unreadable here
+
+    @property
+    def deferred(self) -> bool:
+        """Module-level checks wait for load time (the model's config was unreachable)."""
+        return self.param_counts is None
+
+    @property
+    def bits(self) -> str:
+        return self.quantization.bits if self.quantization else "none"
+
+    @property
+    def trained_components(self) -> list[str]:
+        return self.trained + (self.lora.components if self.lora else [])
+
+
+@dataclass
+class StagePlan:
+    name: str
+    fingerprint: str
+    parent: str | None
+    config: StageConfig  # the stage's settings, dtypes resolved
+    init: InitSource
+    model: ModelConfig  # the model entry the stage's weights descend from
+    data: DataPlan
+    policy: PolicyPlan
+    dtype: str
+    placement: PlacementPlan
+    trainer: dict[str, Any]  # SFTConfig arguments, all but output_dir (the store's)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def evaluate_only(self) -> bool:
+        return self.config.evaluate_only
+
+
+@dataclass
+class RecipePlan:
+    recipe: str
+    config: EngineConfig
+    graph: StageGraph
+    stages: dict[str, StagePlan]
+    machine: Machine
+    hardware: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cuda_visible_devices(self) -> str | None:
+        values = {s.placement.cuda_visible_devices for s in self.stages.values()}
+        return values.pop() if len(values) == 1 else None
+
+    @property
+    def launcher_processes(self) -> int | None:
+        """Processes to relaunch this command as (torchrun), or None to run in this one."""
+        placement = next(iter(self.stages.values())).placement
+        return placement.nproc if placement.launcher == "self-torchrun" else None
+
+    def parent_of(self, stage: StagePlan) -> StagePlan | None:
+        return self.stages[stage.parent] if stage.parent else None

@@ -1,0 +1,52 @@
+"""The `plan` verb's text: per stage in order, what it loads, reads, trains and where."""
+
+from __future__ import annotations
+
+from recipe_engine.plan.dag import short
+from recipe_engine.plan.placement import describe
+from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
+
+
+def render_plan(plan: RecipePlan) -> str:
+    lines = [f"recipe {plan.recipe}  ({len(plan.stages)} stage(s), hardware: {plan.hardware})"]
+    for index, name in enumerate(plan.graph.order, 1):
+        lines += ["", *_stage_lines(index, plan.stages[name])]
+    lines += [f"note: {note}" for note in plan.notes]
+    return "\n".join(lines)
+
+
+def _stage_lines(index: int, stage: StagePlan) -> list[str]:
+    parent = f"  parent: {stage.parent}" if stage.parent else ""
+    policy = stage.policy
+    return [
+        f"[{index}] stage {stage.name}  key {short(stage.fingerprint)}{parent}",
+        f"    init:      {stage.init.description}",
+        f"    data:      {stage.data.describe()}",
+        f"    frozen:    {', '.join(policy.frozen) or '-'}",
+        f"    trained:   {', '.join(policy.trained) or '-'} (full)",
+        f"    lora:      {_lora_text(stage)}",
+        f"    quantized: {_quant_text(stage)}",
+        f"    dtype:     {stage.dtype}",
+        *(f"    {line}" for line in describe(stage.placement)),
+        *(f"    note: {note}" for note in stage.notes),
+    ]
+
+
+def _lora_text(stage: StagePlan) -> str:
+    lora = stage.policy.lora
+    if lora is None:
+        return "-"
+    count = f", {len(lora.targets)} modules" if lora.targets else ""
+    rank = (stage.config.lora or {}).get("r", 8)
+    return f"{', '.join(lora.components)} (r={rank}{count})"
+
+
+def _quant_text(stage: StagePlan) -> str:
+    quant, placement = stage.policy.quantization, stage.placement
+    if quant is None and placement.quantization != "none":  # policy deferred to load time
+        return f"{placement.quantization} (modules resolved when the model loads)"
+    if quant is None:
+        fallback = placement.quantization_fallback
+        return f"- (requested quantization skipped: {fallback})" if fallback else "-"
+    kind = quant.config.get("bnb_4bit_quant_type", "nf4") if quant.bits == "4bit" else "int8"
+    return f"{quant.bits} {kind} on {', '.join(quant.components)}"

@@ -1,0 +1,573 @@
+"""`compare`: the base model and every stage's output on one probe set, side by side.
+
+    python -m recipe_engine compare recipe=r3-two-stage [output_root=DIR] [probes=FILE]
+                                    [eval.max_new_tokens=16 eval.max_samples=50 ...]
+    python -m recipe_engine compare run=outputs/runs/r3-two-stage/<time>
+
+Probes are the recipe's held-out split, or `probes=FILE`: rows in any of the data formats
+(JSONL/JSON/CSV/parquet, image paths relative to the file) or a `.txt` file of one prompt per
+line (no references, so no task metrics). Every model answers the same probes with the same
+generation settings; the run folder gets compare.csv, compare.jsonl, compare_metrics.json,
+compare.md (side-by-side table, metrics, bar charts, loss plot) and the PNGs.
+"""
+
+from __future__ import annotations
+
+import csv
+import gc
+import json
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.report.plots import write_loss_plot, write_metric_bars
+from recipe_engine.run.evaluation import (
+    GENERATION_KEYS,
+    generate_answers,
+    is_exact_match,
+    message_text,
+)
+from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
+from recipe_engine.tables import text_table
+
+log = logging.getLogger("recipe_engine")
+
+BASE = "base"
+METRICS = {  # metric -> (title, higher is better)
+    "exact_match": ("Exact match (answer == reference)", True),
+    "contains": ("Contains (reference in answer, case-insensitive)", True),
+    "eval_loss": ("Eval loss on the references (lower is better)", False),
+}
+MD_ROWS = 50  # the report shows this many probes; the CSV/JSONL hold them all
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def newest_run(output_root: Path, recipe: str) -> Path:
+    """The most recently finished run folder (one with summary.json) of a recipe."""
+    folder = output_root / "runs" / recipe
+    runs = [p for p in folder.glob("*/summary.json")] if folder.is_dir() else []
+    if not runs:
+        raise RecipeError(
+            f"No finished run of recipe `{recipe}` under {folder} (no */summary.json). Run it "
+            f"first (python -m recipe_engine recipe={recipe}), set output_root=<where it wrote>, "
+            "or pass run=PATH.",
+            key="run",
+        )
+    return max(runs, key=lambda p: (p.stat().st_mtime, p.parent.name)).parent
+
+
+# --------------------------------------------------------------------------- the comparison
+
+
+def compare_run(
+    run_dir: Path,
+    *,
+    probes: str | Path | None = None,
+    settings: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+    held_out: Any = None,
+) -> dict[str, Any]:
+    """Compare base and every stage of a finished run on one probe set; write the outputs.
+
+    `settings` override the run's eval settings (EvalConfig keys); `seed` the run's seed;
+    `held_out` are the held-out rows when the caller has them (the run that just trained),
+    so they are not read again. Returns the written paths, the per-model metrics and the
+    printed table.
+    """
+    run_dir = Path(run_dir)
+    summary = _read_summary(run_dir)
+    stages = _stage_outputs(summary, run_dir)
+    run_cfg = _run_config(run_dir, summary.recipe)
+    evaluation = {**run_cfg["eval"], **dict(settings or {})}
+    seed = run_cfg["seed"] if seed is None else seed
+    root = _root(stages)
+    kind = root[2].kind
+
+    rows, source = _probe_rows(probes, root[2], kind, seed, held_out)
+    limit = evaluation.get("max_samples")
+    if limit is not None:
+        rows = rows[: int(limit)]
+    if not rows:
+        raise RecipeError(f"The probe set ({source}) has no rows.", key="probes")
+    has_reference = all(r["reference"] is not None for r in rows)
+    generation = {k: evaluation[k] for k in GENERATION_KEYS if k in evaluation}
+
+    outputs: dict[str, list[str]] = {}
+    metrics: dict[str, dict[str, Any]] = {}
+    base_name = BASE if BASE not in {name for name, _, _ in stages} else "base_model"
+    loaders: list[tuple[str, Callable[[], tuple[Any, Any]]]] = [
+        (base_name, lambda: _load_base(root[1], root[2]))
+    ]
+    loaders += [
+        (name, lambda f=folder, m=manifest, n=name: _load_stage(n, f, m, stages))
+        for name, folder, manifest in stages
+    ]
+    for name, load in loaders:
+        log.info("compare: %s on %d probe(s)", name, len(rows))
+        model, processor = load()
+        answers = generate_answers(model, processor, rows, kind, seed=seed, **generation)
+        outputs[name] = answers
+        metrics[name] = {"n": len(rows)}
+        if has_reference:
+            metrics[name] |= task_metrics(answers, [r["reference"] for r in rows])
+            loss = reference_loss(model, processor, rows, kind)
+            metrics[name]["eval_loss"] = None if math.isnan(loss) else loss
+        del model, processor
+        gc.collect()  # one model in memory at a time
+
+    written = _write_outputs(run_dir, rows, outputs, metrics)
+    loss_plot = _loss_plot(run_dir, stages)
+    bars = {
+        metric: write_metric_bars(
+            run_dir / f"compare_{metric}.png",
+            {name: values[metric] for name, values in metrics.items()},
+            title,
+        )
+        for metric, (title, _) in METRICS.items()
+        if all(values.get(metric) is not None for values in metrics.values())
+    }
+    table = metrics_table(metrics)
+    report = _write_report(
+        run_dir,
+        summary.recipe,
+        rows,
+        outputs,
+        table,
+        bars,
+        loss_plot,
+        {"probes": source, "seed": seed, **generation},
+    )
+    return {
+        "run_dir": run_dir,
+        "probes": len(rows),
+        "probe_source": source,
+        "models": list(outputs),
+        "metrics": metrics,
+        "table": table,
+        "report": report,
+        "loss_plot": loss_plot,
+        "plots": bars,
+        **written,
+    }
+
+
+def task_metrics(answers: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Exact match (after stripping) and "contains" (reference inside the answer, any case)."""
+    pairs = list(zip(answers, references, strict=True))
+    n = max(len(pairs), 1)
+    return {
+        "exact_match": sum(is_exact_match(a, r) for a, r in pairs) / n,
+        "contains": sum(r.strip().lower() in a.strip().lower() for a, r in pairs) / n,
+    }
+
+
+def metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
+    """A plain-text table, one row per model (also used in the Markdown report)."""
+    columns = ["model", "n", *(m for m in METRICS if any(m in v for v in metrics.values()))]
+    rows = [[name, *(_fmt(values.get(c)) for c in columns[1:])] for name, values in metrics.items()]
+    return "\n".join(text_table(rows, header=columns))
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+# --------------------------------------------------------------------------- reading the run
+
+
+def _read_summary(run_dir: Path) -> RunSummary:
+    if not run_dir.is_dir():
+        raise RecipeError(f"Run folder {run_dir} does not exist. Pass run=<a run folder>.", "run")
+    summary = RunSummary.load(run_dir)
+    if not summary.stages:
+        raise RecipeError(f"{run_dir} lists no stages: nothing to compare.", key="run")
+    return summary
+
+
+Stage = tuple[str, Path, Manifest]  # name, output folder, manifest
+
+
+def _stage_outputs(summary: RunSummary, run_dir: Path) -> list[Stage]:
+    """(stage, output folder, manifest) per stage of the run, each checked to be complete."""
+    found = []
+    for row in summary.stages:
+        folder = row.output_path(run_dir)
+        manifest = _stage_manifest(row.stage, folder)
+        if manifest.format != EVALUATION:  # evaluation stages hold results, not weights
+            found.append((row.stage, folder, manifest))
+    return found
+
+
+def _stage_manifest(name: str, folder: Path) -> Manifest:
+    fix = f"Rerun the recipe (force=[{name}] retrains it)."
+    if not folder.is_dir():
+        raise RecipeError(f"Stage `{name}`: its output folder {folder} is missing. {fix}", "run")
+    if not (folder / "COMPLETE").is_file():
+        raise RecipeError(
+            f"Stage `{name}`: {folder} is not a completed stage output (no COMPLETE marker). {fix}",
+            key="run",
+        )
+    return Manifest.load(folder, stage=name)
+
+
+def _root(stages: list[Stage]) -> Stage:
+    """The run's root stage (no parent); with `only=[...]` runs, the first stage listed."""
+    return next((s for s in stages if not s[2].parent), stages[0])
+
+
+def _run_config(run_dir: Path, recipe: str) -> dict[str, Any]:
+    """The run's eval settings and seed: Hydra's saved config, else the recipe recomposed."""
+    from omegaconf import OmegaConf
+
+    from recipe_engine.config.schema import EngineConfig, EvalConfig
+
+    saved = run_dir / ".hydra" / "config.yaml"
+    cfg: Any = None
+    if saved.is_file():
+        try:
+            cfg = OmegaConf.to_container(OmegaConf.load(saved), resolve=False)
+        except Exception:  # an unreadable saved config falls back to recomposing
+            cfg = None
+    if cfg is None:
+        from recipe_engine.config.compose import compose_config
+
+        try:  # the run's own overrides are unknown here: the recipe's defaults stand in
+            cfg = OmegaConf.to_container(compose_config([f"recipe={recipe}"]), resolve=False)
+        except RecipeError:  # e.g. a recipe from a --config-dir not given now
+            cfg = {}
+    from dataclasses import asdict
+
+    return {
+        "eval": {**asdict(EvalConfig()), **(cfg.get("eval") or {})},
+        "seed": cfg.get("seed", EngineConfig.seed),
+    }
+
+
+# --------------------------------------------------------------------------- probes
+
+
+def _probe_rows(
+    probes: str | Path | None, root_manifest: Manifest, kind: str, seed: int, held_out: Any
+) -> tuple[list[dict[str, Any]], str]:
+    """Probe rows {messages, images, reference, input, image} and a description of the source."""
+    from recipe_engine.plan.data import load_splits
+
+    if probes is None:
+        data = root_manifest.data
+        if not data:
+            raise RecipeError(
+                "The root stage's manifest names no data; pass probes=FILE.", "probes"
+            )
+        if held_out is not None:
+            return [_probe(r) for r in held_out], f"held-out split of data `{data.get('name')}`"
+        splits = load_splits(data, kind=kind, seed=seed)
+        if splits.eval is None:
+            raise RecipeError(
+                f"Data `{data.get('name') or data.get('path')}` has no held-out split to probe "
+                "with. Pass probes=FILE (rows like the data, or a .txt of prompts).",
+                key="probes",
+            )
+        return [_probe(r) for r in splits.eval], f"held-out split of data `{data.get('name')}`"
+    path = Path(probes).expanduser().resolve()
+    if not path.exists():
+        raise RecipeError(f"Probe file {path} does not exist.", key="probes")
+    if path.suffix.lower() == ".txt":
+        prompts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+        rows = [
+            {
+                "messages": [
+                    {"role": "user", "content": p},
+                    {"role": "assistant", "content": ""},  # dropped: generation sees the prompt
+                ],
+                "images": [],
+                "reference": None,
+            }
+            for p in prompts
+        ]
+        return [_describe(r) for r in rows], f"prompts in {path}"
+    splits = load_splits(
+        {"source": "local", "path": str(path), "format": "auto", "eval_split": None},
+        kind=kind,
+        seed=seed,
+    )
+    return [_probe(r) for r in splits.train], f"rows of {path}"
+
+
+def _probe(row: Mapping[str, Any]) -> dict[str, Any]:
+    if "messages" not in row:  # prompt/completion rows: one user turn, one reference answer
+        messages = [
+            {"role": "user", "content": row["prompt"]},
+            {"role": "assistant", "content": row["completion"]},
+        ]
+    else:
+        messages = list(row["messages"])
+    probe = {
+        "messages": messages,
+        "images": list(row.get("images") or []),
+        "reference": message_text(messages[-1]).strip(),
+    }
+    return _describe(probe)
+
+
+def _describe(probe: dict[str, Any]) -> dict[str, Any]:
+    """Adds the CSV's `input` (prompt text) and `image` (file paths) columns."""
+    prompt = probe["messages"][:-1]
+    if len(prompt) == 1:
+        probe["input"] = message_text(prompt[0])
+    else:
+        probe["input"] = "\n".join(f"{m['role']}: {message_text(m)}" for m in prompt)
+    # Images from files keep their path; images that came as bytes (hub data) have none.
+    probe["image"] = ";".join(getattr(im, "filename", "") or "(embedded)" for im in probe["images"])
+    return probe
+
+
+# --------------------------------------------------------------------------- models
+
+
+def _device_map(manifest: Manifest) -> Any:
+    """The stage's recorded device map where this machine can honour it, else the CPU."""
+    import torch
+
+    planned = manifest.placement.get("device_map")
+    if planned and torch.cuda.is_available():
+        return planned
+    return {"": "cpu"}
+
+
+def _load_base(folder: Path, root: Manifest) -> tuple[Any, Any]:
+    from recipe_engine.plan.models import model_location
+
+    entry = root.model_entry
+    location = root.base_path(folder.parent) or model_location(entry)
+    if _missing_local(location):
+        # A merged handoff folder is deleted after its stage commits: rebuild from the entry.
+        location = model_location(entry)
+    return _guarded(BASE, location, lambda: _pretrained(location, root), stage=False)
+
+
+def _load_stage(
+    name: str, folder: Path, manifest: Manifest, stages: list[Stage]
+) -> tuple[Any, Any]:
+    def load() -> tuple[Any, Any]:
+        if manifest.format != ADAPTER:
+            return _pretrained(str(folder), manifest)
+        from peft import PeftModel
+
+        base = _adapter_base(folder, manifest, stages)
+        model = PeftModel.from_pretrained(base, str(folder))
+        return model, _processor(str(folder), manifest)
+
+    return _guarded(name, folder, load)
+
+
+def _adapter_base(folder: Path, manifest: Manifest, stages: list[Stage]) -> Any:
+    """The full-precision model an adapter applies to (its 4-bit training base, unquantized)."""
+    location = manifest.base_path(folder.parent)
+    if location and not _missing_local(location):
+        return _pretrained(location, manifest)[0]
+    parent = manifest.parent
+    for name, folder, parent_manifest in stages:
+        if name == parent:
+            # The parent was an adapter whose merged handoff folder is gone: merge it again.
+            model, _ = _load_stage(name, folder, parent_manifest, stages)
+            return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    raise RecipeError(
+        f"The base of adapter stage `{manifest.stage}` ({location}) no longer exists and "
+        "its parent stage is not in this run. Rerun the recipe.",
+        key="run",
+    )
+
+
+def _pretrained(location: str, manifest: Manifest) -> tuple[Any, Any]:
+    from recipe_engine.run.loading import load_pretrained
+
+    model = load_pretrained(
+        str(location),
+        manifest.model_entry,
+        dtype=manifest.dtype,
+        device_map=_device_map(manifest),
+    )
+    return model, _processor(str(location), manifest)
+
+
+def _processor(location: str, manifest: Manifest) -> Any:
+    from recipe_engine.run.loading import load_processor
+
+    return load_processor(location, manifest.kind, manifest.model_entry)
+
+
+def _guarded(
+    name: str, where: Any, load: Callable[[], tuple[Any, Any]], *, stage: bool = True
+) -> tuple[Any, Any]:
+    """Loading errors of a damaged folder become one RecipeError naming the stage."""
+    try:
+        return load()
+    except RecipeError:
+        raise
+    except Exception as error:  # safetensors, PEFT and transformers raise many types
+        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise RecipeError(
+            f"Could not load `{name}` from {where}: {detail}. The folder is damaged or "
+            + (
+                f"incomplete; rerun the recipe (force=[{name}] retrains the stage)."
+                if stage
+                else "incomplete; check the model entry's source (tiny models rebuild on use)."
+            ),
+            key="run",
+        ) from None
+
+
+def _missing_local(location: str) -> bool:
+    # Hub ids ("org/name") are not local paths; only absolute/relative folders can be missing.
+    path = Path(location).expanduser()
+    looks_local = path.is_absolute() or location.startswith((".", "~"))
+    return looks_local and not path.exists()
+
+
+def reference_loss(model: Any, processor: Any, rows: Sequence[dict[str, Any]], kind: str) -> float:
+    """Mean token loss of the reference answers (the last message, end-of-turn included)."""
+    import torch
+
+    tokenizer = getattr(processor, "tokenizer", processor)
+    device = next(p.device for p in model.parameters() if p.device.type != "meta")
+    total, count = 0.0, 0
+    model.eval()
+    for row in rows:
+        full = processor.apply_chat_template(row["messages"], tokenize=False)
+        prompt = processor.apply_chat_template(
+            row["messages"][:-1], tokenize=False, add_generation_prompt=True
+        )
+        images = row["images"] if kind == "vlm" else []
+        inputs = _encode(processor, tokenizer, full, images)
+        start = _encode(processor, tokenizer, prompt, images)["input_ids"].shape[1]
+        labels = inputs["input_ids"].clone()
+        labels[:, :start] = -100  # only the answer is scored, as in assistant-only training
+        tokens = int((labels[:, 1:] != -100).sum())
+        if tokens == 0:
+            continue
+        inputs = {k: v.to(device) for k, v in inputs.items()}
+        with torch.no_grad():
+            loss = model(**inputs, labels=labels.to(device)).loss
+        total += float(loss) * tokens
+        count += tokens
+    return total / count if count else float("nan")
+
+
+def _encode(processor: Any, tokenizer: Any, text: str, images: list[Any]) -> Any:
+    if images:  # the processor expands image placeholders the same way for prompt and answer
+        return processor(text=[text], images=[images], return_tensors="pt")
+    return tokenizer([text], return_tensors="pt", add_special_tokens=False)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _write_outputs(
+    run_dir: Path,
+    rows: list[dict[str, Any]],
+    outputs: dict[str, list[str]],
+    metrics: dict[str, dict[str, Any]],
+) -> dict[str, Path]:
+    paths = {
+        "csv": run_dir / "compare.csv",
+        "jsonl": run_dir / "compare.jsonl",
+        "metrics_path": run_dir / "compare_metrics.json",
+    }
+    with paths["csv"].open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "input", "image", "reference", *(f"output_{m}" for m in outputs)])
+        for i, row in enumerate(rows):
+            writer.writerow(
+                [
+                    i,
+                    row["input"],
+                    row["image"],
+                    row["reference"] or "",
+                    *(o[i] for o in outputs.values()),
+                ]
+            )
+    with paths["jsonl"].open("w", encoding="utf-8") as handle:
+        for i, row in enumerate(rows):
+            record = {
+                "id": i,
+                "input": row["input"],
+                "image": row["image"] or None,
+                "reference": row["reference"],
+                "outputs": {m: o[i] for m, o in outputs.items()},
+            }
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    paths["metrics_path"].write_text(json.dumps(metrics, indent=2) + "\n")
+    return paths
+
+
+def _loss_plot(run_dir: Path, stages: list[Stage]) -> Path | None:
+    metrics = [(name, folder / "metrics.jsonl") for name, folder, _ in stages]
+    if not any(path.is_file() for _, path in metrics):
+        return None
+    return write_loss_plot(run_dir, metrics)
+
+
+def _cell(value: Any, limit: int = 120) -> str:
+    """Markdown-table-safe text: pipes escaped, newlines flattened, long text cut."""
+    text = "" if value is None else str(value)
+    text = text.replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _write_report(
+    run_dir: Path,
+    recipe: str,
+    rows: list[dict[str, Any]],
+    outputs: dict[str, list[str]],
+    table: str,
+    bars: dict[str, Path],
+    loss_plot: Path | None,
+    settings: dict[str, Any],
+) -> Path:
+    models = list(outputs)
+    has_images = any(r["image"] for r in rows)
+    lines = [
+        f"# Compare: recipe `{recipe}`",
+        "",
+        f"Run folder: `{run_dir}`  ",
+        "Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()),
+        "",
+        "## Metrics",
+        "",
+        "```",
+        table,
+        "```",
+        "",
+        "exact_match: answer equals the reference after stripping whitespace; contains: the "
+        "reference occurs in the answer (case-insensitive); eval_loss: mean token loss of the "
+        "reference answers. Adapter stages are evaluated on their base in full precision.",
+        "",
+    ]
+    lines += [f"![{metric}]({path.name})" for metric, path in bars.items()]
+    if loss_plot is not None:
+        lines += ["", "## Loss over the run", "", f"![loss]({loss_plot.name})"]
+    header = ["#", "input", *(["image"] if has_images else []), "reference", *models]
+    lines += ["", "## Side by side", "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "---|" * len(header))
+    for i, row in enumerate(rows[:MD_ROWS]):
+        image = [_cell(Path(row["image"].split(";")[0]).name)] if has_images else []
+        cells = [str(i), _cell(row["input"]), *image, _cell(row["reference"] or "-")]
+        cells += [_cell(outputs[m][i]) for m in models]
+        lines.append("| " + " | ".join(cells) + " |")
+    if len(rows) > MD_ROWS:
+        lines += ["", f"First {MD_ROWS} of {len(rows)} probes; all are in compare.csv."]
+    path = run_dir / "compare.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+__all__ = ["compare_run", "metrics_table", "newest_run", "task_metrics"]

@@ -1,0 +1,526 @@
+"""`python -m recipe_engine inspect TARGET [TARGET] [key=value ...]`: what a model holds, per part.
+
+Per component (vision_tower, projector, language_model, embeddings, lm_head, other): parameter
+count, stored dtypes, devices, trainable share, bitsandbytes-quantized modules and LoRA
+adapters. A loaded checkpoint has requires_grad=True everywhere (PEFT adapters: False), so for a
+stage output the share the stage *trained* comes from its manifest and is shown next to what the
+loaded model reports. With two targets both are shown side by side, then what differs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recipe_engine.config.components import ALL_COMPONENTS, canonical_name, component_of
+from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
+from recipe_engine.store.records import ADAPTER, Manifest, RunSummary
+from recipe_engine.tables import text_table
+
+USAGE = """\
+usage: python -m recipe_engine inspect TARGET [TARGET] [key=value ...]
+
+TARGET is one of
+  STORE_DIR        a stage output (outputs/store/<key>/): full weights, or a PEFT adapter
+                   (its base is loaded from the manifest's base_location)
+  RUN_DIR:STAGE    a run folder (outputs/runs/<recipe>/<time>/) and one of its stages,
+                   e.g. outputs/runs/r3-two-stage/2025-01-01_12-00-00:llm
+  FOLDER           a save_pretrained folder (config.json + weights) or a PEFT adapter folder
+  MODEL            a model entry (tiny-qwen2-vl, qwen2-vl-7b, ...): built from its config on
+                   the meta device, no weights read (hub entries need the hub or its cache)
+
+options (both targets; prefix a. or b. for one only, e.g. b.load_in_4bit=true)
+  load_in_4bit=true | load_in_8bit=true   quantize on load as a stage would (language model only;
+                                          needs real weights, so a model entry loads them)
+  dtype=float32|bfloat16|float16          load dtype (default: the stage's / model entry's)
+  weights=true                            load a model entry's weights instead of the meta model
+  device=cpu|cuda                         where weights load (default cpu: no GPU memory used)
+
+Two targets print side by side, then the differences."""
+
+OPTIONS = ("load_in_4bit", "load_in_8bit", "dtype", "weights", "device")
+DTYPES = ("float32", "bfloat16", "float16")
+_TRUE = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+@dataclass
+class Target:
+    """A resolved TARGET: what to load and what we know about it before loading."""
+
+    label: str  # as the user wrote it
+    kind: str  # stage | folder | adapter | entry
+    path: Path | None
+    entry: dict[str, Any]  # model entry (kind, source, id, ...)
+    manifest: Manifest | None = None
+
+
+@dataclass
+class Row:
+    """One component of one inspected model."""
+
+    params: int = 0  # logical parameters (4-bit weights unpacked)
+    dtypes: dict[str, int] = field(default_factory=dict)  # stored elements per dtype
+    devices: list[str] = field(default_factory=list)
+    requires_grad: int = 0  # as loaded
+    stage_trainable: int | None = None  # from the stage manifest
+    stage_params: int | None = None
+    quantized: list[str] = field(default_factory=list)  # bitsandbytes module names
+    lora: list[str] = field(default_factory=list)  # modules carrying LoRA adapters
+    saved: list[str] = field(default_factory=list)  # PEFT modules_to_save
+
+
+@dataclass
+class Inspection:
+    label: str
+    description: list[str]
+    architecture: str
+    rows: dict[str, Row]  # component -> row, ALL_COMPONENTS order, plus "total"
+    adapters: list[str] = field(default_factory=list)  # e.g. "default r=16"
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def parse_args(words: Sequence[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """(targets, per-target options) from the words after `inspect`."""
+    targets = [w for w in words if "=" not in w]
+    if not 1 <= len(targets) <= 2:
+        got = f"{len(targets)} ({', '.join(targets)})" if targets else "none"
+        raise RecipeError(f"`inspect` takes one or two targets, got {got}.\n{USAGE}")
+    shared: dict[str, Any] = {}
+    own: list[dict[str, Any]] = [{}, {}]
+    for word in words:
+        if "=" not in word:
+            continue
+        key, value = word.split("=", 1)
+        key = key.lstrip("+~")  # Hydra-style prefixes mean nothing here
+        which = shared
+        if key[:2] in ("a.", "b."):
+            which, key = own[key[0] == "b"], key[2:]
+            if len(targets) == 1 and which is own[1]:
+                raise RecipeError(f"`{word}` names the second target, but there is only one.")
+        which[key] = _option(key, value)
+    options = [{**shared, **own[i]} for i in range(len(targets))]
+    for opts in options:
+        if opts.get("load_in_4bit") and opts.get("load_in_8bit"):
+            raise RecipeError("Choose one of load_in_4bit=true and load_in_8bit=true, not both.")
+    return targets, options
+
+
+def _option(key: str, value: str) -> Any:
+    if key not in OPTIONS:
+        raise unknown_key(key, OPTIONS, "`inspect` options")
+    if key == "dtype":
+        if value not in DTYPES:
+            raise RecipeError(f"`dtype={value}`: use one of {', '.join(DTYPES)}.", key="dtype")
+        return value
+    if key == "device":
+        if value not in ("cpu", "cuda"):
+            raise RecipeError(f"`device={value}`: use cpu or cuda.", key="device")
+        return value
+    if value.lower() not in _TRUE:
+        raise RecipeError(f"`{key}={value}`: use true or false.", key=key)
+    return _TRUE[value.lower()]
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def resolve_target(text: str, *, extra_dirs: Sequence[str] = ()) -> Target:
+    """A TARGET word -> Target; RecipeError naming the problem for anything unusable."""
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise RecipeError(f"{text} is a file; inspect takes a folder or a model entry name.")
+        if (path / "summary.json").is_file():
+            return _run_stage(path, None, text)
+        return _folder_target(path, text)
+    run, sep, stage = text.rpartition(":")
+    if sep and run and Path(run).expanduser().is_dir():
+        return _run_stage(Path(run).expanduser(), stage, text)
+    from recipe_engine.config.compose import CONFIG_DIR, available
+
+    entries = available("model", CONFIG_DIR) + [
+        name for d in extra_dirs for name in available("model", Path(d))
+    ]
+    if text in entries:
+        from recipe_engine.config.compose import compose_config, to_plain
+
+        entry = to_plain(compose_config([f"model={text}"], extra_dirs=extra_dirs))["model"]
+        return Target(text, "entry", None, entry)
+    looks_like_path = "/" in text or text.startswith((".", "~"))
+    what = "path does not exist" if looks_like_path else "not a folder nor a model entry"
+    raise RecipeError(
+        f"Cannot inspect `{text}`: {what}.{did_you_mean(text, entries)} Model entries: "
+        f"{', '.join(sorted(entries))}; or give a stage output, a save_pretrained folder or "
+        "RUN_DIR:STAGE."
+    )
+
+
+def _run_stage(run_dir: Path, stage: str | None, label: str) -> Target:
+    if not (run_dir / "summary.json").is_file():
+        raise RecipeError(
+            f"{run_dir} is not a run folder (no summary.json). RUN_DIR:STAGE takes a folder "
+            "under outputs/runs/<recipe>/; for a stage output pass outputs/store/<key> itself."
+        )
+    rows = RunSummary.load(run_dir).stages
+    names = [row.stage for row in rows]
+    if stage is None:
+        if len(names) != 1:
+            raise RecipeError(
+                f"{run_dir} is a run folder with stages {', '.join(names)}: name one, e.g. "
+                f"{run_dir}:{names[-1] if names else 'STAGE'}."
+            )
+        stage = names[0]
+    if stage not in names:
+        raise RecipeError(
+            f"Run {run_dir} has no stage `{stage}`.{did_you_mean(stage, names)} "
+            f"Stages: {', '.join(names) or 'none'}."
+        )
+    output = rows[names.index(stage)].output_path(run_dir)
+    if not output.is_dir():
+        raise RecipeError(
+            f"Stage `{stage}` of {run_dir} points at {output}, which no longer exists (outputs "
+            "cleaned?). Rerun the recipe to recreate it."
+        )
+    return _folder_target(output, label)
+
+
+def _folder_target(path: Path, label: str) -> Target:
+    if (path / "manifest.json").exists():
+        manifest = Manifest.load(path)
+        fmt = manifest.format
+        needed = "adapter_config.json" if fmt == ADAPTER else "config.json"
+        if not (path / needed).is_file():
+            raise RecipeError(
+                f"{path} is a {fmt} stage output without {needed}: it is corrupt or incomplete. "
+                "Rerun the stage with force=[STAGE]."
+            )
+        base = manifest.base_path(path.parent)
+        if fmt == ADAPTER and not (base and Path(base).is_dir()):
+            raise RecipeError(
+                f"{path} is a LoRA adapter on {base}, which no longer "
+                "exists, so the adapter cannot be applied. Rerun its parent stage (or the recipe)."
+            )
+        kind = "adapter" if fmt == ADAPTER else "stage"
+        return Target(label, kind, path, dict(manifest.model_entry), manifest)
+    if (path / "config.json").is_file():
+        return Target(label, "folder", path, _local_entry(path, path))
+    if (path / "adapter_config.json").is_file():
+        try:
+            base = json.loads((path / "adapter_config.json").read_text())["base_model_name_or_path"]
+        except (ValueError, KeyError) as error:
+            raise RecipeError(f"{path}/adapter_config.json is unreadable ({error}).") from None
+        return Target(label, "adapter", path, _local_entry(Path(base), path))
+    raise RecipeError(
+        f"{path} is not a model folder: no config.json (nor adapter_config.json, manifest.json "
+        "or summary.json). Point at a folder save_pretrained or a stage wrote."
+    )
+
+
+def _local_entry(location: Path, folder: Path) -> dict[str, Any]:
+    """A model entry for a folder found on disk: its kind follows its config's model type."""
+    from recipe_engine.config.components import ARCHITECTURES, architecture_of
+
+    config_file = location / "config.json"
+    source = "local" if location.is_dir() else "hub"  # an adapter's base may be a hub id
+    model_type = None
+    if config_file.is_file():
+        try:
+            model_type = json.loads(config_file.read_text()).get("model_type")
+        except ValueError as error:
+            raise RecipeError(f"{config_file} is not valid JSON ({error}): corrupt.") from None
+    kind = "vlm"
+    if model_type and architecture_of(model_type) in ARCHITECTURES:
+        kind = "causal_lm" if architecture_of(model_type) == "causal_lm" else "vlm"
+    return {"name": folder.name, "source": source, "id": str(location), "kind": kind}
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def inspect_target(target: Target, options: Mapping[str, Any]) -> Inspection:
+    """Load (or build on meta) the target as asked, and measure it per component."""
+    from recipe_engine.config.components import architecture_of
+    from recipe_engine.plan.models import load_config, meta_model
+
+    config_at = target.path if target.kind != "entry" else None
+    if target.kind == "adapter":
+        config_at = Path(target.entry["id"]) if target.entry["source"] == "local" else None
+    config = load_config(target.entry, config_at)
+    if config is None:
+        raise RecipeError(
+            f"The config of `{target.label}` ({target.entry['id']}) could not be read: the hub "
+            "is unreachable (offline?) and it is not in the local cache. Connect (unset "
+            "HF_HUB_OFFLINE), or inspect a local save_pretrained folder instead."
+        )
+    architecture = architecture_of(config.model_type)
+    dtype = options.get("dtype") or _default_dtype(target, config)
+    bits = 4 if options.get("load_in_4bit") else 8 if options.get("load_in_8bit") else None
+    meta_only = target.kind == "entry" and not (bits or options.get("weights"))
+    meta = meta_model(config, target.entry["kind"], dtype=dtype)
+    description = [_describe(target)]
+    if meta_only:
+        model = meta
+        description.append(f"built from its config on the meta device (no weights), {dtype}")
+    else:
+        model = _load(target, meta, architecture, dtype, bits, options.get("device", "cpu"))
+        quant = f"{bits}-bit (bitsandbytes, language model)" if bits else "none"
+        description.append(
+            f"loaded: dtype {dtype}, device {options.get('device', 'cpu')}, quantization {quant}"
+        )
+    if target.manifest:
+        description.append(_stage_summary(target.manifest))
+        trained_bits = target.manifest.bits
+        if trained_bits != "none" and not bits:
+            description.append(
+                f"(inspected unquantized; add load_in_{trained_bits}=true to see it as trained)"
+            )
+    rows, adapters = measure(model, architecture, target.manifest)
+    return Inspection(target.label, description, architecture, rows, adapters)
+
+
+def _default_dtype(target: Target, config: Any) -> str:
+    if target.manifest and target.manifest.dtype in DTYPES:
+        return target.manifest.dtype
+    if target.entry.get("dtype") in DTYPES:
+        return target.entry["dtype"]
+    stored = str(getattr(config, "dtype", None) or "float32").removeprefix("torch.")
+    return stored if stored in DTYPES else "float32"
+
+
+def _load(
+    target: Target, meta: Any, architecture: str, dtype: str, bits: int | None, device: str
+) -> Any:
+    from recipe_engine.plan.models import model_location
+    from recipe_engine.run.loading import load_pretrained
+
+    quant_config = None
+    if bits:
+        from recipe_engine.plan.policies.quant import quantization_plan
+        from recipe_engine.run.policies import bnb_config
+
+        # The stages' own policy: only the language model is quantized.
+        quant = {"load_in_4bit": True, "bnb_4bit_compute_dtype": dtype} if bits == 4 else {}
+        quant = quant or {"load_in_8bit": True}
+        names = [n for n, _ in meta.named_modules()]
+        planned = quantization_plan(
+            quant, architecture=architecture, module_names=names, trained=[]
+        )
+        quant_config = bnb_config(planned)
+    if target.kind == "entry":
+        location = model_location(target.entry)
+    elif target.kind == "adapter":
+        based = target.manifest and target.path
+        location = (based and target.manifest.base_path(target.path.parent)) or target.entry["id"]
+    else:
+        location = str(target.path)
+    device_map = {"": 0 if device == "cuda" else "cpu"}
+    try:
+        model = load_pretrained(
+            location,
+            target.entry,
+            dtype=dtype,
+            device_map=device_map,
+            quantization_config=quant_config,
+        )
+        if target.kind == "adapter":
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, str(target.path))
+    except (OSError, ValueError, RuntimeError) as error:  # corrupt weights or adapter files
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RecipeError(f"Could not load `{target.label}` from {location}: {first}") from None
+    return model
+
+
+def _describe(target: Target) -> str:
+    if target.manifest:
+        fmt = "LoRA adapter" if target.kind == "adapter" else "full weights"
+        base_path = target.manifest.base_path(target.path.parent) if target.path else None
+        base = f" on {base_path}" if target.kind == "adapter" else ""
+        return (
+            f"stage `{target.manifest.stage}` of recipe {target.manifest.recipe}: "
+            f"{fmt}{base} ({target.path})"
+        )
+    if target.kind == "entry":
+        return f"model entry {target.label}: {target.entry['source']} {target.entry['id']}"
+    if target.kind == "adapter":
+        return f"PEFT adapter {target.path} on {target.entry['id']}"
+    return f"save_pretrained folder {target.path}"
+
+
+def _stage_summary(manifest: Manifest) -> str:
+    trained = ", ".join(manifest.trained_components) or "-"
+    frozen = ", ".join(manifest.frozen_components) or "-"
+    quant = manifest.bits
+    return f"the stage trained: {trained}; froze: {frozen}; trained with quantization {quant}"
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def measure(
+    model: Any, architecture: str, manifest: Manifest | None = None
+) -> tuple[dict[str, Row], list[str]]:
+    """Per-component rows (+ "total") and the LoRA adapters (name and rank) of a model."""
+    from recipe_engine.plan.policies.quant import quantized_modules
+    from recipe_engine.run.census import census, trainable_report
+
+    report = trainable_report(model, architecture=architecture)
+    cells = census(model, architecture=architecture)
+    stage_report = manifest.trainable_report if manifest else {}
+    rows: dict[str, Row] = {}
+    for component in (*ALL_COMPONENTS, "total"):
+        if component not in report and component not in stage_report:
+            continue
+        row = Row()
+        if component in report:
+            row.params = report[component]["params"]
+            row.requires_grad = report[component]["trainable"]
+        cell = cells.get(component, {})
+        row.dtypes = {k.removeprefix("torch."): v for k, v in cell.get("dtype", {}).items()}
+        row.devices = sorted(cell.get("device", {}))
+        if component in stage_report:
+            row.stage_trainable = stage_report[component]["trainable"]
+            row.stage_params = stage_report[component]["params"]
+        rows[component] = row
+    for name in quantized_modules(model):
+        rows[component_of(name, architecture)].quantized.append(canonical_name(name))
+    adapters: dict[str, set[int]] = {}
+    for name, module in model.named_modules():
+        if type(module).__name__ == "ModulesToSaveWrapper":
+            rows[component_of(name, architecture)].saved.append(canonical_name(name))
+        lora_a = getattr(module, "lora_A", None)
+        if lora_a is not None and len(lora_a) and hasattr(module, "r"):
+            rows[component_of(name, architecture)].lora.append(canonical_name(name))
+            for adapter in lora_a:
+                adapters.setdefault(adapter, set()).add(module.r[adapter])
+    total = rows["total"]
+    for component, row in rows.items():
+        if component != "total":
+            total.quantized += row.quantized
+            total.lora += row.lora
+            total.saved += row.saved
+            for dtype, n in row.dtypes.items():
+                total.dtypes[dtype] = total.dtypes.get(dtype, 0) + n
+            total.devices = sorted(set(total.devices) | set(row.devices))
+    names = [f"`{a}` r={'/'.join(str(r) for r in sorted(rs))}" for a, rs in adapters.items()]
+    return rows, names
+
+
+# --------------------------------------------------------------------------- rendering
+
+COLUMNS = ("params", "trained by stage", "requires_grad", "dtypes", "devices", "quantized", "LoRA")
+
+
+def cells(row: Row) -> dict[str, str]:
+    """A row as the strings the tables show (also what two models are compared on)."""
+
+    def share(n: int | None, of: int | None) -> str:
+        if n is None or not of:
+            return "-" if n is None else f"{n:,}"
+        return f"{n:,} ({100.0 * n / of:.1f}%)"
+
+    lora = ", ".join(
+        [f"{len(row.lora)} modules"] * bool(row.lora) + ["modules_to_save"] * bool(row.saved)
+    )
+    return {
+        "params": f"{row.params:,}",
+        "trained by stage": share(row.stage_trainable, row.stage_params),
+        "requires_grad": share(row.requires_grad, row.params),
+        "dtypes": ", ".join(f"{k} {v:,}" for k, v in sorted(row.dtypes.items())) or "-",
+        "devices": ", ".join(row.devices) or "-",
+        "quantized": f"{len(row.quantized)} modules" if row.quantized else "-",
+        "LoRA": lora or "-",
+    }
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    return [line.rstrip() for line in text_table(rows[1:], header=rows[0])]
+
+
+def render(result: Inspection) -> str:
+    """One model: a line per component, then the quantized / LoRA module details."""
+    lines = [f"inspect {result.label}", *(f"  {d}" for d in result.description)]
+    lines.append(f"  architecture: {result.architecture}")
+    lines.append(
+        "  `trained by stage` is the stage manifest's record; `requires_grad` is the model as "
+        "loaded here"
+    )
+    table = [["component", *COLUMNS]]
+    for component, row in result.rows.items():
+        table.append([component, *cells(row).values()])
+    lines += ["", *_table(table), ""]
+    lines += _details(result)
+    return "\n".join(lines).rstrip()
+
+
+def _details(result: Inspection) -> list[str]:
+    lines = []
+    for component, row in result.rows.items():
+        if component == "total":
+            continue
+        if row.quantized:
+            examples = ", ".join(row.quantized[:3])
+            lines.append(f"quantized in {component}: {len(row.quantized)}, e.g. {examples}")
+        if row.lora:
+            lines.append(f"LoRA in {component}: {len(row.lora)}, e.g. {', '.join(row.lora[:3])}")
+        if row.saved:
+            lines.append(
+                f"trained in full (modules_to_save) in {component}: {', '.join(row.saved)}"
+            )
+    if result.adapters:
+        lines.append(f"LoRA adapters: {', '.join(result.adapters)}")
+    if not any(r.quantized for r in result.rows.values()):
+        lines.append("no quantized modules")
+    if not result.adapters:
+        lines.append("no LoRA adapters")
+    return lines
+
+
+def differences(a: Inspection, b: Inspection) -> list[tuple[str, str, str, str]]:
+    """(component, column, A, B) for every cell that differs."""
+    out = []
+    empty = cells(Row(params=0))
+    for component in (*ALL_COMPONENTS, "total"):
+        if component not in a.rows and component not in b.rows:
+            continue
+        left = cells(a.rows[component]) if component in a.rows else empty
+        right = cells(b.rows[component]) if component in b.rows else empty
+        for column in COLUMNS:
+            if left[column] != right[column]:
+                out.append((component, column, left[column], right[column]))
+    return out
+
+
+def render_pair(a: Inspection, b: Inspection) -> str:
+    """Two models: A and B per component and column, then the differences."""
+    lines = []
+    for tag, result in (("A", a), ("B", b)):
+        lines.append(f"{tag}: {result.label}  ({result.architecture})")
+        lines += [f"   {d}" for d in result.description]
+    table = [["component", "column", "A", "B", ""]]
+    for component in (*ALL_COMPONENTS, "total"):
+        if component not in a.rows and component not in b.rows:
+            continue
+        left = cells(a.rows.get(component, Row()))
+        right = cells(b.rows.get(component, Row()))
+        # Columns empty on both sides (no stage record, no LoRA...) would only add noise.
+        shown = [c for c in COLUMNS if (left[c], right[c]) != ("-", "-")]
+        for i, column in enumerate(shown):
+            mark = "*" if left[column] != right[column] else ""
+            table.append([component if i == 0 else "", column, left[column], right[column], mark])
+    lines += ["", *_table(table), ""]
+    found = differences(a, b)
+    if found:
+        lines.append(f"differences ({len(found)}, marked *):")
+        lines += [f"  {comp} {col}: {left} -> {right}" for comp, col, left, right in found]
+    else:
+        lines.append("no differences")
+    for tag, result in (("A", a), ("B", b)):
+        lines += ["", f"{tag} details:", *(f"  {d}" for d in _details(result))]
+    return "\n".join(lines)

@@ -1,0 +1,244 @@
+"""The sweep table: a Hydra callback that records every multirun job and tabulates the sweep.
+
+Registered in `recipes/config.yaml` under `hydra.callbacks`. After each job it appends one JSON
+line to `<sweep dir>/jobs.jsonl` (overrides, per-stage status / key / metrics, read from the
+job's `summary.json` and the stages' manifests); when the sweep ends it writes `sweep.md` and
+`sweep.csv` next to it and prints the table. Single runs are left alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from recipe_engine.files import atomic_write_text, file_lock
+from recipe_engine.store.records import (
+    MANIFEST_FILE,
+    SUMMARY_FILE,
+    Manifest,
+    RunSummary,
+    StageMetrics,
+    StageRow,
+)
+from recipe_engine.tables import markdown_table
+
+log = logging.getLogger("recipe_engine")
+
+JOBS_FILE = "jobs.jsonl"
+TABLE_MD = "sweep.md"
+TABLE_CSV = "sweep.csv"
+
+
+class SweepTable(Callback):
+    """Hydra callback: `jobs.jsonl` line per job, `sweep.md` / `sweep.csv` per sweep."""
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if OmegaConf.select(config, "hydra.mode") != RunMode.MULTIRUN:
+            return  # single runs have their own summary.json; nothing to tabulate
+        # A broken table must never turn a trained job into a failed one: warn and go on.
+        try:
+            record = job_record(config, job_return)
+            append_line(sweep_dir_of(config) / JOBS_FILE, json.dumps(record, default=str))
+        except Exception as error:  # noqa: BLE001
+            log.warning("sweep table: could not record job: %s", error)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+            jobs = read_jobs(sweep_dir / JOBS_FILE)
+            if not jobs:
+                return
+            table = write_tables(sweep_dir, jobs)
+        except Exception as error:  # noqa: BLE001
+            log.warning("sweep table: could not write the table: %s", error)
+            return
+        print(table)
+        print(f"sweep table: {sweep_dir / TABLE_MD} (also {TABLE_CSV}, {JOBS_FILE})")
+
+
+def sweep_dir_of(config: DictConfig) -> Path:
+    """The sweep folder as an absolute path.
+
+    Derived from the job's absolute output folder (sweep dir + subdir) rather than
+    `hydra.sweep.dir`, which may be relative while `hydra.job.chdir=true` moved the cwd.
+    """
+    output_dir = Path(str(config.hydra.runtime.output_dir))
+    subdir = OmegaConf.select(config, "hydra.sweep.subdir")
+    depth = len(Path(str(subdir)).parts) if subdir not in (None, "") else 0
+    return output_dir.parents[depth - 1] if depth else output_dir
+
+
+def job_record(config: DictConfig, job_return: JobReturn) -> dict[str, Any]:
+    """One job: number, overrides, status and each stage's status, key and metrics."""
+    output_dir = Path(str(config.hydra.runtime.output_dir))
+    failed = job_return.status == JobStatus.FAILED
+    record: dict[str, Any] = {
+        "job": int(config.hydra.job.num),
+        "overrides": list(job_return.overrides or []),
+        "status": "failed" if failed else "completed",
+        "output_dir": str(output_dir),
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "pid": os.getpid(),
+        "stages": [],
+    }
+    if failed:
+        # `return_value` re-raises for failed jobs; the exception itself is in `_return_value`.
+        record["error"] = repr(job_return._return_value)
+    if not (output_dir / SUMMARY_FILE).is_file():
+        return record
+    summary = RunSummary.load(output_dir)
+    record["recipe"] = summary.recipe
+    record["stages"] = [stage_record(row, output_dir) for row in summary.stages]
+    return record
+
+
+def stage_record(row: StageRow, run_dir: Path) -> dict[str, Any]:
+    """A summary.json stage row plus the numeric metrics of its store manifest."""
+    output = row.output_path(run_dir)
+    metrics = StageMetrics()
+    if (output / MANIFEST_FILE).is_file():
+        metrics = Manifest.load(output, stage=row.stage).metrics
+    losses = metrics.train_losses
+    return {
+        "stage": row.stage,
+        "status": row.status,
+        "key": row.key,
+        "entry": output.name,
+        "output": str(output),
+        "steps": metrics.steps,
+        "train_loss": losses[-1] if losses else None,
+        "eval_loss": metrics.eval_loss,
+        "eval_accuracy": metrics.eval_accuracy,
+        "base_accuracy": metrics.base_accuracy,
+    }
+
+
+def _lock(path: Path) -> Any:
+    return file_lock(path.with_name(f".{path.name}.lock"))
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line under a lock: joblib workers write the same file at once."""
+    with _lock(path), open(path, "a", encoding="utf-8") as handle:
+        handle.write(line.rstrip("\n") + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_jobs(path: Path) -> list[dict[str, Any]]:
+    """The recorded jobs by number; a job recorded twice (a re-launched sweep) keeps its last."""
+    if not path.is_file():
+        return []
+    with _lock(path):
+        lines = path.read_text(encoding="utf-8").splitlines()
+    jobs: dict[int, dict[str, Any]] = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash; the other jobs still count
+        jobs[int(record["job"])] = record
+    return [jobs[n] for n in sorted(jobs)]
+
+
+def varying_overrides(jobs: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """(overrides every job shares, per job the overrides that differ): the table shows the
+    second so a sweep's columns are what was swept."""
+    if len(jobs) < 2:
+        return [], [list(j.get("overrides", [])) for j in jobs]
+    sets = [set(j.get("overrides", [])) for j in jobs]
+    common = set.intersection(*sets)
+    shared = [o for o in jobs[0].get("overrides", []) if o in common]
+    return shared, [[o for o in j.get("overrides", []) if o not in common] for j in jobs]
+
+
+def stage_names(jobs: Sequence[dict[str, Any]]) -> list[str]:
+    names: list[str] = []
+    for job in jobs:
+        for stage in job.get("stages", []):
+            if stage["stage"] not in names:
+                names.append(stage["stage"])
+    return names
+
+
+def table_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[str], list[dict[str, str]]]:
+    """Headers and text rows of the markdown table (also what is printed)."""
+    names = stage_names(jobs)
+    _, varying = varying_overrides(jobs)
+    headers = ["job", "overrides", "status"]
+    headers += [f"{n}" for n in names] + [f"{n} eval" for n in names]
+    rows = []
+    for job, overrides in zip(jobs, varying, strict=True):
+        by_stage = {s["stage"]: s for s in job.get("stages", [])}
+        row = {
+            "job": str(job["job"]),
+            "overrides": " ".join(overrides) or "-",
+            "status": job.get("status", "?"),
+        }
+        for name in names:
+            stage = by_stage.get(name)
+            row[name] = f"{stage['status']} `{stage['key']}`" if stage else "-"
+            row[f"{name} eval"] = _eval_text(stage or {})
+        rows.append(row)
+    return headers, rows
+
+
+def render_markdown(jobs: Sequence[dict[str, Any]], title: str = "") -> str:
+    headers, rows = table_rows(jobs)
+    shared, _ = varying_overrides(jobs)
+    lines = [f"# {title}", ""] if title else []
+    if shared:
+        lines += [f"Common overrides: `{' '.join(shared)}`", ""]
+    lines += markdown_table([[r[h] for h in headers] for r in rows], header=headers)
+    return "\n".join(lines)
+
+
+def _eval_text(stage: dict[str, Any]) -> str:
+    metrics = StageMetrics(
+        eval_loss=stage.get("eval_loss"), eval_accuracy=stage.get("eval_accuracy")
+    )
+    return metrics.eval_text()
+
+
+def write_csv(path: Path, jobs: Sequence[dict[str, Any]]) -> None:
+    """One row per job: overrides, and per stage status, key, store entry and raw metrics."""
+    names = stage_names(jobs)
+    fields = ["status", "key", "entry", "steps", "train_loss", "eval_loss", "eval_accuracy"]
+    headers = ["job", "status", "overrides"] + [f"{n}.{f}" for n in names for f in fields]
+    _, varying = varying_overrides(jobs)
+    handle = io.StringIO(newline="")
+    writer = csv.DictWriter(handle, fieldnames=headers)
+    writer.writeheader()
+    for job, overrides in zip(jobs, varying, strict=True):
+        row: dict[str, Any] = {
+            "job": job["job"],
+            "status": job.get("status"),
+            "overrides": " ".join(overrides),
+        }
+        for stage in job.get("stages", []):
+            for f in fields:
+                row[f"{stage['stage']}.{f}"] = stage.get(f)
+        writer.writerow(row)
+    atomic_write_text(path, handle.getvalue())
+
+
+def write_tables(sweep_dir: Path, jobs: Sequence[dict[str, Any]]) -> str:
+    """Write sweep.md and sweep.csv; return the markdown table."""
+    recipe = next((j["recipe"] for j in jobs if j.get("recipe")), "")
+    title = f"Sweep {recipe} {sweep_dir.name}: {len(jobs)} jobs"
+    table = render_markdown(jobs, title=title)
+    atomic_write_text(sweep_dir / TABLE_MD, table + "\n")
+    write_csv(sweep_dir / TABLE_CSV, jobs)
+    return table

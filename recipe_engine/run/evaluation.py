@@ -1,0 +1,119 @@
+"""Held-out task metrics by generation: greedy, `max_new_tokens`, attention mask passed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from recipe_engine.config.schema import EvalConfig
+
+# The EvalConfig fields that decide how answers are generated (and so an evaluation's key).
+GENERATION_KEYS = ("max_new_tokens", "batch_size", "do_sample", "temperature", "top_p")
+
+
+def is_exact_match(answer: str, reference: str) -> bool:
+    """The engine's one definition of a correct answer: equal after stripping whitespace."""
+    return answer.strip() == reference.strip()
+
+
+def generation_settings(settings: EvalConfig) -> dict[str, Any]:
+    return {key: getattr(settings, key) for key in GENERATION_KEYS}
+
+
+def capped(rows: Any, limit: int | None) -> Any:
+    """The first `limit` rows of a dataset (all when None)."""
+    return rows if limit is None or len(rows) <= limit else rows.select(range(limit))
+
+
+def message_text(message: dict[str, Any]) -> str:
+    content = message["content"]
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text") or "" for part in content if part.get("type") == "text")
+
+
+def prompt_text(processor: Any, row: dict[str, Any]) -> str:
+    """What the model is asked: a conversation's messages but the last, through the chat
+    template; a prompt/completion row's prompt as it is (as TRL trains on it)."""
+    if "messages" in row:
+        messages = row["messages"][:-1]
+        return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return row["prompt"]
+
+
+def reference_text(row: dict[str, Any]) -> str:
+    """The answer a row expects: its last message, or its completion."""
+    return message_text(row["messages"][-1]) if "messages" in row else row["completion"]
+
+
+def generate_answers(
+    model: Any,
+    processor: Any,
+    rows: Any,
+    kind: str,
+    *,
+    max_new_tokens: int = 8,
+    batch_size: int = 16,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+) -> list[str]:
+    """Answers to each row's prompt (`prompt_text`); greedy unless do_sample."""
+    torch.manual_seed(seed)  # sampling, when asked for, is reproducible
+    tokenizer = getattr(processor, "tokenizer", processor)
+    answers: list[str] = []
+    model.eval()
+    device = next(p.device for p in model.parameters() if p.device.type != "meta")
+    for start in range(0, len(rows), batch_size):
+        batch = [rows[i] for i in range(start, min(start + batch_size, len(rows)))]
+        texts = [prompt_text(processor, row) for row in batch]
+        if kind == "vlm" and batch[0].get("images"):
+            inputs = processor(
+                text=texts,
+                images=[row["images"] for row in batch],
+                padding=True,
+                padding_side="left",
+                return_tensors="pt",
+            )
+        else:
+            inputs = tokenizer(
+                texts,
+                padding=True,
+                padding_side="left",
+                return_tensors="pt",
+                add_special_tokens=False,
+            )
+        inputs = {k: v.to(device) for k, v in inputs.items()}
+        with torch.no_grad():
+            output = model.generate(
+                **inputs,
+                max_new_tokens=max_new_tokens,
+                do_sample=do_sample,
+                pad_token_id=tokenizer.pad_token_id,
+                **({"temperature": temperature, "top_p": top_p} if do_sample else {}),
+            )
+        new_tokens = output[:, inputs["input_ids"].shape[1] :]
+        answers += [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+    return answers
+
+
+def exact_match(model: Any, processor: Any, rows: Any, kind: str, **kwargs: Any) -> dict[str, Any]:
+    """Share of held-out rows whose answer equals the reference exactly (kwargs: generation)."""
+    answers = generate_answers(model, processor, rows, kind, **kwargs)
+    references = [reference_text(rows[i]).strip() for i in range(len(rows))]
+    hits = [is_exact_match(a, r) for a, r in zip(answers, references, strict=True)]
+    return {
+        "accuracy": sum(hits) / len(hits) if hits else 0.0,
+        "predictions": [
+            {"reference": r, "answer": a} for a, r in zip(answers, references, strict=True)
+        ],
+    }
+
+
+def write_predictions(folder: Path, predictions: list[dict[str, Any]]) -> None:
+    with (folder / "predictions.jsonl").open("w") as handle:
+        handle.writelines(json.dumps(p) + "\n" for p in predictions)

@@ -1,0 +1,213 @@
+"""Resolve a stage's init and load it: hub id | local path | parent stage output.
+
+Handoff rules: a full-weights parent loads directly and the child quantizes on load if it
+asks to; an adapter parent is first merged into its base in the compute dtype (never into
+a 4-bit model) and saved, then the child loads the merged weights. Afterwards every
+parameter trained upstream is checked against the parent's recorded checksums.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.plan.dag import canonical_hash
+from recipe_engine.plan.models import auto_model_class
+from recipe_engine.plan.recipe_plan import PARENT, RecipePlan, StagePlan
+from recipe_engine.store.records import Manifest
+from recipe_engine.store.store import Store
+
+log = logging.getLogger("recipe_engine")
+
+HANDOFF = "handoff.json"
+
+
+class HandoffError(RuntimeError):
+    """A parameter trained upstream did not arrive downstream: the engine stops the recipe."""
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def is_adapter_folder(folder: Path) -> bool:
+    return (folder / "adapter_config.json").is_file()
+
+
+def load_processor(location: str, kind: str, model_entry: dict[str, Any]) -> Any:
+    """The processor (VLM) or tokenizer (causal LM), with a pad token for batching."""
+    from transformers import AutoProcessor, AutoTokenizer
+
+    cls = AutoProcessor if kind == "vlm" else AutoTokenizer
+    processor = cls.from_pretrained(
+        location,
+        revision=model_entry.get("revision"),
+        trust_remote_code=bool(model_entry.get("trust_remote_code")),
+    )
+    pad_token_fallback(processor)
+    return processor
+
+
+def pad_token_fallback(processor: Any) -> None:
+    """Batches need a pad token; a tokenizer without one pads with EOS (and says so)."""
+    tokenizer = getattr(processor, "tokenizer", processor)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+        log.warning(
+            "tokenizer has no pad token: using the EOS token %r for padding", tokenizer.eos_token
+        )
+
+
+def load_pretrained(
+    location: str,
+    model_entry: dict[str, Any],
+    *,
+    dtype: str,
+    device_map: Any,
+    quantization_config: Any = None,
+) -> Any:
+    """`from_pretrained` with the engine's safety defaults (no remote code, safetensors only)."""
+    cls = auto_model_class(model_entry["kind"])
+    try:
+        return cls.from_pretrained(
+            location,
+            revision=model_entry.get("revision"),
+            dtype=torch_dtype(dtype),
+            device_map=device_map,
+            quantization_config=quantization_config,
+            trust_remote_code=bool(model_entry.get("trust_remote_code")),
+            use_safetensors=None if model_entry.get("allow_pickle") else True,
+        )
+    except OSError as error:
+        hint = (
+            " Only safetensors weights are loaded; if you trust this checkpoint's pickle files "
+            "set model.allow_pickle=true."
+            if "safetensors" in str(error)
+            else ""
+        )
+        raise RecipeError(
+            f"Could not load a model from {location}: {str(error).splitlines()[0]}{hint}",
+            key="model.id",
+        ) from None
+
+
+def merge_adapter_parent(parent: Path, dtype: str, into: Path) -> tuple[Path, dict]:
+    """Merge a parent stage's LoRA adapter into its base in the compute dtype and save it.
+
+    The merged folder is kept (it is the base a child adapter applies to) and reused by
+    later children; `handoff.json` beside the weights holds the checksums of every weight
+    the adapter changed. Written aside and renamed into place, like a stage output.
+    """
+    record = into / HANDOFF
+    if record.is_file():
+        return into, json.loads(record.read_text())
+    from peft import PeftModel
+
+    manifest = Manifest.load(parent)
+    entry = manifest.model_entry
+    base_location = manifest.base_path(parent.parent)
+    base = load_pretrained(base_location, entry, dtype=dtype, device_map={"": "cpu"})
+    merged = PeftModel.from_pretrained(base, str(parent)).merge_and_unload()
+    expected = handoff_checksums(merged, manifest.trained_parameters)
+    tmp = into.with_name(f".{into.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    merged.save_pretrained(tmp, safe_serialization=True)
+    load_processor(str(parent), entry["kind"], entry).save_pretrained(tmp)
+    (tmp / HANDOFF).write_text(json.dumps(expected))
+    try:
+        os.rename(tmp, into)
+    except OSError:  # another process merged it first: use theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return into, expected
+
+
+def is_quantized_param(param: torch.nn.Parameter) -> bool:
+    return type(param).__name__ in ("Params4bit", "Int8Params")
+
+
+CHECKSUM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def tensor_checksum(tensor: torch.Tensor, dtype: torch.dtype) -> str:
+    data = tensor.detach().to("cpu", dtype).contiguous().flatten().view(torch.uint8)
+    return hashlib.sha256(data.numpy().tobytes()).hexdigest()[:16]
+
+
+def handoff_checksums(model: Any, names: list[str]) -> dict[str, dict[str, str]]:
+    """Checksums of the named parameters as a child will load them, in each float dtype.
+
+    Recorded by runtime parameter name: transformers may rename keys on save, so the
+    child compares what it loaded, not the file's keys.
+    """
+    params = dict(model.named_parameters())
+    return {
+        name: {str(d): tensor_checksum(params[name], d) for d in CHECKSUM_DTYPES}
+        for name in names
+        if name in params
+    }
+
+
+def check_handoff(model: Any, expected: dict[str, dict[str, str]], parent: str) -> dict[str, int]:
+    """Every parameter the parent trained arrived here with the parent's values.
+
+    Parameters the child quantizes on load are checked for presence only (4/8-bit storage
+    changes their bytes by design). Returns counts for the manifest.
+    """
+    params = dict(model.named_parameters())
+    missing = [name for name in expected if name not in params]
+    if missing:
+        raise HandoffError(
+            f"{len(missing)} parameter(s) trained in stage `{parent}` are missing after loading "
+            f"its output, e.g. {missing[:3]}. The parent's output is incomplete or the model "
+            "class dropped them."
+        )
+    changed, quantized = [], 0
+    for name, sums in expected.items():
+        param = params[name]
+        if is_quantized_param(param):
+            quantized += 1
+        elif tensor_checksum(param, param.dtype) != sums.get(str(param.dtype)):
+            changed.append(name)
+    if changed:
+        raise HandoffError(
+            f"{len(changed)} parameter(s) trained in stage `{parent}` did not arrive with the "
+            f"values it saved, e.g. {changed[:3]}. The handoff lost the parent's training."
+        )
+    return {"checked": len(expected) - quantized, "quantized_on_load": quantized}
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What a stage loads: the folder or hub id, and what its parent trained (to check)."""
+
+    location: str
+    parent: str | None = None
+    expected: dict[str, dict[str, str]] | None = None  # checksums of the parent's training
+
+
+def weights_to_load(plan: RecipePlan, stage: StagePlan, store: Store) -> Weights:
+    """The planned init source as a loadable location; adapters are merged into their base
+    in the stage's compute dtype (never into a quantized model) and kept in the store."""
+    init = stage.init
+    if init.kind == PARENT:
+        parent = plan.stages[str(init.parent)]
+        folder = store.entry(parent.fingerprint)
+        if is_adapter_folder(folder):
+            into = store.merged_dir(parent.fingerprint, stage.dtype)
+            merged, expected = merge_adapter_parent(folder, stage.dtype, into)
+            return Weights(str(merged), parent.name, expected)
+        checksums = Manifest.load(folder, stage=parent.name).trained_checksums
+        return Weights(str(folder), parent.name, checksums)
+    if init.adapter:
+        into = store.merged_dir(canonical_hash(init.identity), stage.dtype)
+        return Weights(str(merge_adapter_parent(Path(str(init.location)), stage.dtype, into)[0]))
+    return Weights(str(init.location))

@@ -1,0 +1,133 @@
+"""Apply a planned policy to a loaded model: freeze, LoRA, quantization config.
+
+Nothing is decided here: the targets, `modules_to_save`, skip-modules and every library
+argument come from the stage's `PolicyPlan`. The checks that run again on the loaded model
+are the planner's own (`check_freeze`), as a guard against a model that differs from its
+config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from recipe_engine.config.components import component_of
+from recipe_engine.errors import RecipeError
+from recipe_engine.plan.policies.freeze import check_freeze, compile_patterns, matches_any
+from recipe_engine.plan.policies.quant import DTYPE_KEYS
+from recipe_engine.plan.recipe_plan import AdapterPlan, QuantPlan
+
+if TYPE_CHECKING:
+    import peft
+    from transformers import BitsAndBytesConfig
+
+
+def bnb_config(quant: QuantPlan) -> BitsAndBytesConfig:
+    """The planned `BitsAndBytesConfig` (dtype names become torch dtypes)."""
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    kwargs = dict(quant.config)
+    for key in DTYPE_KEYS:
+        if key in kwargs:
+            kwargs[key] = getattr(torch, kwargs[key])
+    try:
+        return BitsAndBytesConfig(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise RecipeError(f"Invalid `quantization` settings: {exc}", key="quantization") from None
+
+
+def apply_freeze(
+    model: Any, *, architecture: str, components: Sequence[str], patterns: Sequence[str]
+) -> list[str]:
+    """Set ``requires_grad`` by the freeze policy; return the frozen parameter names.
+
+    Frozen parameters get ``requires_grad=False``; every other floating-point parameter
+    gets ``True`` (quantized integer storage cannot require grad).
+    """
+    decisions = check_freeze(
+        model, architecture=architecture, components=components, patterns=patterns
+    )
+    frozen_names = []
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if decisions[id(param)][name]:
+            param.requires_grad_(False)
+            frozen_names.append(name)
+        elif param.is_floating_point() or param.is_complex():
+            param.requires_grad_(True)
+    return frozen_names
+
+
+def is_quantized(model: Any) -> bool:
+    """Whether the model was loaded in 4 or 8 bit (bitsandbytes)."""
+    return bool(
+        getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False)
+    )
+
+
+def apply_lora(
+    model: Any,
+    adapter: AdapterPlan,
+    *,
+    architecture: str,
+    frozen: Sequence[str],
+    patterns: Sequence[str] = (),
+    gradient_checkpointing: bool = False,
+    gradient_checkpointing_kwargs: Mapping | None = None,
+) -> peft.PeftModel:
+    """Wrap ``model`` in a PeftModel with the planned `LoraConfig`.
+
+    A k-bit model first goes through ``peft.prepare_model_for_kbit_training``, which also
+    upcasts every non-quantized fp16/bf16 parameter (vision tower, norms, lm_head) to
+    fp32: the census after this call shows it.
+    """
+    import peft
+
+    try:
+        config = peft.LoraConfig(**adapter.config)
+    except (TypeError, ValueError) as exc:
+        raise RecipeError(f"Invalid `lora` settings: {exc}", key="lora") from None
+    # torch warns (and plans to fail) when use_reentrant is left implicit; non-reentrant
+    # also needs no input-grad hook for frozen embeddings.
+    gc_kwargs = {"use_reentrant": False, **(gradient_checkpointing_kwargs or {})}
+    if is_quantized(model):
+        model = peft.prepare_model_for_kbit_training(
+            model,
+            use_gradient_checkpointing=gradient_checkpointing,
+            gradient_checkpointing_kwargs=gc_kwargs,
+        )
+    elif gradient_checkpointing:
+        enable_gradient_checkpointing(model, gc_kwargs)
+    peft_model = peft.get_peft_model(model, config)
+
+    # ModulesToSaveWrapper makes the whole copy trainable; re-freeze what patterns froze.
+    compiled = compile_patterns(patterns)
+    for name, param in peft_model.named_parameters():
+        if ".modules_to_save." in name and matches_any(name, compiled):
+            param.requires_grad_(False)
+    _check_trainable(peft_model, architecture=architecture, frozen=frozen)
+    return peft_model
+
+
+def enable_gradient_checkpointing(model: Any, gc_kwargs: Mapping | None = None) -> None:
+    gc_kwargs = {"use_reentrant": False, **(gc_kwargs or {})}
+    # transformers 5.23 renamed it; the old name still works but warns.
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=gc_kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gc_kwargs)
+    if gc_kwargs["use_reentrant"]:
+        # The embeddings are frozen, so with reentrant checkpointing nothing upstream of
+        # the first checkpoint would require grad and the adapters would get no gradient.
+        model.enable_input_require_grads()
+
+
+def _check_trainable(model: Any, *, architecture: str, frozen: Sequence[str]) -> None:
+    # Guards the policy against library changes: nothing frozen may train.
+    leaked = [
+        n
+        for n, p in model.named_parameters()
+        if p.requires_grad and component_of(n, architecture) in set(frozen)
+    ]
+    if leaked:
+        raise RuntimeError(f"LoRA left frozen parameters trainable: {leaked[:5]}")

@@ -1,0 +1,101 @@
+"""Run a planned recipe: each stage in order, trained, evaluated or reused from the store.
+
+`run_recipe` executes a `RecipePlan` and writes the run folder's `summary.json`; printing
+and reports are the caller's (the `run` verb).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.plan.dag import short
+from recipe_engine.plan.hardware import is_main_process
+from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
+from recipe_engine.run.stage import EvaluationRecipe, StageRecipe
+from recipe_engine.store.records import Manifest, RunSummary, StageRow, relative_to
+from recipe_engine.store.store import Store
+
+log = logging.getLogger("recipe_engine")
+
+
+@dataclass
+class StageResult:
+    name: str
+    status: str  # trained | evaluated | cached
+    output: Path
+    manifest: Manifest | None  # None on ranks other than 0
+
+
+def run_recipe(plan: RecipePlan, run_dir: Path) -> list[StageResult]:
+    """Every stage this run covers, in order; rank 0 then writes the run summary."""
+    store = Store(plan.config.output_root)
+    results = [run_or_reuse(plan, plan.stages[name], store) for name in stages_to_run(plan, store)]
+    if is_main_process():
+        run_summary(plan, results, run_dir).save(run_dir)
+    return results
+
+
+def stages_to_run(plan: RecipePlan, store: Store) -> list[str]:
+    """Stages of this run in order: `only` narrows them, but never to a stage whose parent
+    has no stored output (the error names what to run first)."""
+    only = set(plan.config.only)
+    if not only:
+        return list(plan.graph.order)
+    for name in plan.graph.order:
+        if name in only:
+            continue
+        needed_by = sorted(w for w in only if name in plan.graph.ancestors(w))
+        if needed_by and not store.is_complete(plan.stages[name].fingerprint):
+            raise RecipeError(
+                f"`only` skips stage `{name}`, but it has no stored output and "
+                f"{', '.join(needed_by)} start(s) from it. Run it first: only=[{name}] "
+                "(or drop `only`).",
+                key="only",
+            )
+    # Skipped stages still appear when stored, so the summary maps every stage to its output.
+    return [
+        n for n in plan.graph.order if n in only or store.is_complete(plan.stages[n].fingerprint)
+    ]
+
+
+def run_or_reuse(plan: RecipePlan, stage: StagePlan, store: Store) -> StageResult:
+    """A stored stage is reused unless forced; otherwise it trains (or evaluates) now."""
+    # A concurrent job training the same stage finishes first. Ranks of one job train
+    # together, so only rank 0 takes the lock.
+    force = stage.name in plan.config.force
+    with store.lock(stage.fingerprint) if is_main_process() else nullcontext():
+        entry = store.entry(stage.fingerprint)
+        if store.is_complete(stage.fingerprint) and not force:
+            log.info("stage %s: cached at %s", stage.name, entry)
+            return StageResult(stage.name, "cached", entry, Manifest.load(entry, stage=stage.name))
+        if stage.evaluate_only:
+            manifest = EvaluationRecipe(plan, stage, store).run()
+            return StageResult(stage.name, "evaluated", entry, manifest)
+        fresh = plan.config.fresh or force
+        manifest = StageRecipe(plan, stage, store, fresh=fresh).run()
+        return StageResult(stage.name, "trained", entry, manifest)
+
+
+def run_summary(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> RunSummary:
+    return RunSummary(plan.recipe, [_row(plan, result, run_dir) for result in results])
+
+
+def _row(plan: RecipePlan, result: StageResult, run_dir: Path) -> StageRow:
+    stage, manifest = plan.stages[result.name], result.manifest
+    metrics = manifest.metrics if manifest else None
+    return StageRow(
+        stage=result.name,
+        status=result.status,
+        key=short(stage.fingerprint),
+        init=stage.init.description,
+        output=relative_to(result.output, run_dir),
+        trained=", ".join(manifest.trained_components if manifest else []) or "-",
+        steps=metrics.steps if metrics and metrics.steps is not None else "-",
+        loss=metrics.loss_text() if metrics else "-",
+        eval=metrics.eval_text() if metrics else "-",
+        time_s=round(manifest.timings.get("total_s", 0.0), 1) if manifest else 0.0,
+    )

@@ -1,0 +1,347 @@
+"""One stage of a recipe, executed as its `StagePlan` says, step by step.
+
+`StageRecipe.run` is the table of contents of a training stage; each step is one method.
+Evaluation runs after the trained weights are committed, so a failing evaluation never
+costs the training. `EvaluationRecipe` is the evaluation-only stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import shutil
+import time
+from typing import Any
+
+from recipe_engine.plan.hardware import is_main_process
+from recipe_engine.plan.policy import decide_policy, model_inventory
+from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
+from recipe_engine.run import evaluation
+from recipe_engine.run.census import census, format_report, trainable_report
+from recipe_engine.run.loading import (
+    Weights,
+    check_handoff,
+    handoff_checksums,
+    load_pretrained,
+    load_processor,
+    torch_dtype,
+    weights_to_load,
+)
+from recipe_engine.run.policies import apply_freeze, apply_lora, bnb_config
+from recipe_engine.run.policies import enable_gradient_checkpointing as checkpointing
+from recipe_engine.run.trainer import (
+    MetricsLogger,
+    align_trainable_dtype,
+    apply_guard,
+    build_args,
+    check_parameter_devices,
+    planned_steps,
+    preflight,
+    verify_trainer,
+)
+from recipe_engine.store.records import ADAPTER, EVALUATION, FULL, Manifest, StageMetrics
+from recipe_engine.store.store import Store, relative_in_store
+from recipe_engine.versions import LIBRARIES, package_version
+
+log = logging.getLogger("recipe_engine")
+
+
+class StageRecipe:
+    """Trains one stage: load -> policies -> trainer -> guard -> train -> commit -> evaluate."""
+
+    def __init__(self, plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool) -> None:
+        self.plan, self.stage, self.store, self.fresh = plan, stage, store, fresh
+        self.main_process = is_main_process()
+        self.work = store.work_dir(stage.fingerprint)
+        self.metrics = StageMetrics(train_samples=stage.data.train_rows)
+        self.timings: dict[str, float] = {}
+        self.started = time.time()
+
+    def run(self) -> Manifest | None:
+        """The stage, top to bottom. Returns the manifest (rank 0) or None (other ranks)."""
+        self.prepare_work_dir()
+        self.load()
+        self.apply_policies()
+        self.build_trainer()
+        self.guard_and_preflight()
+        self.train()
+        self.commit()
+        self.evaluate()
+        return self.record()
+
+    def prepare_work_dir(self) -> None:
+        if self.fresh and self.work.exists() and self.main_process:
+            shutil.rmtree(self.work)  # start fresh really means fresh: no checkpoint is used
+        self.work.mkdir(parents=True, exist_ok=True)
+
+    def load(self) -> None:
+        """The planned weights, quantized on load as planned; a parent's training checked."""
+        self.weights = weights_to_load(self.plan, self.stage, self.store)
+        log.info("stage %s: loading %s", self.stage.name, self.weights.location)
+        self.policy = self._complete_policy()
+        quant = self.policy.quantization
+        started = time.time()
+        self.model = _load_model(self.stage, self.weights, bnb_config(quant) if quant else None)
+        self.processor = _load_processor(self.stage, self.weights)
+        self.timings["load_s"] = time.time() - started
+        self.handoff: dict[str, Any] = {}
+        if self.weights.parent is not None:
+            expected = self.weights.expected or {}
+            self.handoff = check_handoff(self.model, expected, self.weights.parent)
+            log.info("stage %s: handoff verified %s", self.stage.name, self.handoff)
+
+    def apply_policies(self) -> None:
+        """Freeze, LoRA, gradient checkpointing; then every parameter where the plan put it."""
+        policy, architecture = self.policy, str(self.policy.architecture)
+        frozen, patterns = policy.frozen, policy.freeze_patterns
+        apply_freeze(self.model, architecture=architecture, components=frozen, patterns=patterns)
+        if policy.lora is not None:
+            self.model = apply_lora(
+                self.model,
+                policy.lora,
+                architecture=architecture,
+                frozen=frozen,
+                patterns=patterns,
+                gradient_checkpointing=policy.gradient_checkpointing,
+            )
+        elif policy.gradient_checkpointing:
+            checkpointing(self.model)
+        self.report = trainable_report(self.model, architecture=architecture)
+        self.census = census(self.model, architecture=architecture)
+        table = format_report(self.report, self.census)
+        log.info("stage %s: trainable parameters and census\n%s", self.stage.name, table)
+        placement = self.stage.placement
+        if placement.mode == "single" or placement.device == "cpu":
+            check_parameter_devices(self.model, placement)
+
+    def build_trainer(self) -> None:
+        from trl import SFTTrainer
+
+        splits = self.stage.data.splits()
+        self.args = build_args(
+            self.stage.trainer, output_dir=self.store.checkpoints(self.stage.fingerprint)
+        )
+        apply_guard(self.args, self.stage.placement)
+        self.metrics_log = MetricsLogger(self.work / "metrics.jsonl")
+        self.trainer = SFTTrainer(
+            model=self.model,
+            args=self.args,
+            train_dataset=splits.train,
+            eval_dataset=splits.eval,
+            processing_class=self.processor,
+            callbacks=[self.metrics_log],
+        )
+        if not self.args.bf16:  # TRL casts trainable weights of k-bit models to bf16
+            align_trainable_dtype(self.trainer.model, torch_dtype(self.stage.dtype))
+
+    def guard_and_preflight(self) -> None:
+        """The built trainer against the plan (n_gpu, wrapping, world size, steps), then one
+        forward/backward on a real batch: both before step 0."""
+        placement = self.stage.placement
+        expected = planned_steps(self.args, self.stage.data.train_rows, placement.world_size)
+        self.metrics.planned_steps = verify_trainer(self.trainer, placement, expected)
+        self.metrics.preflight_loss = preflight(self.trainer)
+
+    def train(self) -> None:
+        """Train, resuming from the latest complete checkpoint of an interrupted attempt."""
+        resume = None if self.fresh else self.store.latest_checkpoint(self.stage.fingerprint)
+        if resume:
+            log.info("stage %s: resuming from %s", self.stage.name, resume)
+        if self.main_process:  # drop what an interrupted attempt logged past its checkpoint
+            self.metrics_log.resume_from(int(resume.name.split("-")[-1]) if resume else 0)
+        started = time.time()
+        self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        self.timings["train_s"] = time.time() - started
+        self.metrics.steps = self.trainer.state.global_step
+        self.metrics.train_losses = self.metrics_log.losses()
+
+    def commit(self) -> None:
+        """Weights, processor and manifest into the store, atomically, by rank 0 alone."""
+        final = self.work / "final"
+        if self.main_process:
+            shutil.rmtree(final, ignore_errors=True)
+        self.trainer.save_model(str(final))  # the Trainer writes on the main process only
+        if self.main_process:
+            self.processor.save_pretrained(str(final))
+            self.manifest = self._manifest()
+            self.manifest.save(final)
+            shutil.copy(self.work / "metrics.jsonl", final / "metrics.jsonl")
+            self.output = self.store.commit(self.stage.fingerprint, final)
+            shutil.rmtree(self.work, ignore_errors=True)  # checkpoints are not needed now
+            self.metrics_log.path = self.output / "metrics.jsonl"  # evaluation logs go on
+            log.info("stage %s: committed %s", self.stage.name, self.output)
+        self.trainer.accelerator.wait_for_everyone()
+
+    def evaluate(self) -> None:
+        """Held-out loss (every rank takes part) and exact match (rank 0 generates)."""
+        settings, splits = self.plan.config.eval, self.stage.data.splits()
+        if splits.eval is None or not settings.enabled:
+            return
+        started = time.time()
+        held_out = evaluation.capped(splits.eval, settings.max_samples)
+        self.metrics.eval_loss = self.trainer.evaluate(held_out)["eval_loss"]
+        self.metrics.eval_samples = len(held_out)
+        if self.main_process:
+            self.metrics.eval_accuracy = self._accuracy(self.trainer.model, self.processor)
+            if self.stage.parent is None:  # the untrained base, on the same rows
+                base = _load_model(self.stage, self.weights, None)
+                self.metrics.base_accuracy = self._accuracy(base, self.processor)
+        self.timings["eval_s"] = time.time() - started
+
+    def record(self) -> Manifest | None:
+        """The committed manifest, completed with the evaluation and the total time."""
+        if not self.main_process:
+            return None
+        self.manifest.metrics = self.metrics
+        self.manifest.timings = {**self.timings, "total_s": time.time() - self.started}
+        self.manifest.save(self.output)
+        return self.manifest
+
+    # ----------------------------------------------------------------------- helpers
+
+    def _complete_policy(self) -> PolicyPlan:
+        """The planned policy; one deferred because the model's config was unreachable at
+        plan time (a hub model offline) is decided now by the same planner, on its config."""
+        if not self.stage.policy.deferred:
+            return self.stage.policy
+        inventory = model_inventory(self.stage.model)
+        return decide_policy(self.stage.name, self.stage.config, inventory)
+
+    def _accuracy(self, model: Any, processor: Any) -> float:
+        return _exact_match(self.plan, self.stage, model, processor)["accuracy"]
+
+    def _manifest(self) -> Manifest:
+        stage, policy = self.stage, self.policy
+        trained = _trained_parameter_names(self.model)
+        return Manifest(
+            **_identity(self.plan, stage),
+            format=ADAPTER if policy.lora is not None else FULL,
+            model_entry=_model_entry(self.stage),
+            dtype=stage.dtype,
+            base_location=relative_in_store(self.weights.location, self.store),
+            architecture=policy.architecture,
+            config=_plain(stage.config),
+            data=_plain(stage.data.config),
+            placement=_plain(stage.placement),
+            quantization={
+                "bits": policy.bits,
+                "settings": stage.config.quantization,
+                "fallback": stage.placement.quantization_fallback,
+            },
+            trained_components=policy.trained_components,
+            frozen_components=policy.frozen,
+            trainable_report=self.report,
+            census=self.census,
+            trained_parameters=trained,
+            trained_checksums={} if policy.lora else handoff_checksums(self.model, trained),
+            handoff=self.handoff,
+            metrics=self.metrics,
+            world_size=self.args.world_size,
+            versions=_versions(),
+        )
+
+
+class EvaluationRecipe:
+    """An evaluation stage: generate on the held-out rows, store predictions and metrics."""
+
+    def __init__(self, plan: RecipePlan, stage: StagePlan, store: Store) -> None:
+        self.plan, self.stage, self.store = plan, stage, store
+
+    def run(self) -> Manifest | None:
+        if not is_main_process():  # generation is per-process work; rank 0 does it once
+            return None
+        started = time.time()
+        weights = weights_to_load(self.plan, self.stage, self.store)
+        model = _load_model(self.stage, weights, None)
+        processor = _load_processor(self.stage, weights)
+        result = _exact_match(self.plan, self.stage, model, processor)
+        final = self.store.work_dir(self.stage.fingerprint) / "final"
+        shutil.rmtree(final, ignore_errors=True)
+        final.mkdir(parents=True)
+        evaluation.write_predictions(final, result["predictions"])
+        rows = len(result["predictions"])
+        manifest = self._manifest(weights, result["accuracy"], rows, time.time() - started)
+        manifest.save(final)
+        self.store.commit(self.stage.fingerprint, final)
+        shutil.rmtree(self.store.work_dir(self.stage.fingerprint), ignore_errors=True)
+        return manifest
+
+    def _manifest(self, weights: Weights, accuracy: float, rows: int, seconds: float) -> Manifest:
+        return Manifest(
+            **_identity(self.plan, self.stage),
+            format=EVALUATION,
+            model_entry=_model_entry(self.stage),
+            dtype=self.stage.dtype,
+            base_location=relative_in_store(weights.location, self.store),
+            config=_plain(self.stage.config),
+            data=_plain(self.stage.data.config),
+            eval_settings=_plain(self.plan.config.eval),
+            metrics=StageMetrics(eval_accuracy=accuracy, eval_samples=rows),
+            timings={"total_s": seconds},
+            versions=_versions(),
+        )
+
+
+def _model_entry(stage: StagePlan) -> dict[str, Any]:
+    return _plain(stage.model)
+
+
+def _exact_match(plan: RecipePlan, stage: StagePlan, model: Any, processor: Any) -> dict:
+    """Exact match on the stage's held-out rows, generated with the run's eval settings."""
+    settings = plan.config.eval
+    rows = evaluation.capped(stage.data.splits().eval, settings.max_samples)
+    generation = evaluation.generation_settings(settings)
+    kind, seed = stage.model.kind, plan.config.seed
+    return evaluation.exact_match(model, processor, rows, kind, seed=seed, **generation)
+
+
+def _load_model(stage: StagePlan, weights: Weights, quantization_config: Any) -> Any:
+    return load_pretrained(
+        weights.location,
+        _model_entry(stage),
+        dtype=stage.dtype,
+        device_map=stage.placement.device_map,
+        quantization_config=quantization_config,
+    )
+
+
+def _load_processor(stage: StagePlan, weights: Weights) -> Any:
+    return load_processor(weights.location, stage.model.kind, _model_entry(stage))
+
+
+def _identity(plan: RecipePlan, stage: StagePlan) -> dict[str, Any]:
+    """The manifest fields that place a stage output in its recipe and graph."""
+    parent = plan.parent_of(stage)
+    return {
+        "stage": stage.name,
+        "recipe": plan.recipe,
+        "fingerprint": stage.fingerprint,
+        "parent": stage.parent,
+        "parent_fingerprint": parent.fingerprint if parent else None,
+    }
+
+
+def _trained_parameter_names(model: Any) -> list[str]:
+    """Names, in the base model's naming, of the weights this stage changed."""
+    names = set()
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        name = name.removeprefix("base_model.model.")
+        if ".lora_" in name:  # merged into the base weight of the same module
+            names.add(f"{name.split('.lora_')[0]}.weight")
+            continue
+        names.add(name.replace(".modules_to_save.default", ""))
+    return sorted(names)
+
+
+def _versions() -> dict[str, str | None]:
+    return {name: package_version(name) for name in LIBRARIES} | {
+        "python": platform.python_version()
+    }
+
+
+def _plain(obj: Any) -> Any:
+    from dataclasses import asdict
+
+    return asdict(obj)

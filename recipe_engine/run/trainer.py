@@ -1,0 +1,178 @@
+"""Build SFTConfig + SFTTrainer for a stage, apply the placement guard, preflight, train.
+
+The guard is the engine's reason to exist (FIELD-NOTES.md, section 1): a single process
+must never let the Trainer wrap the model in nn.DataParallel. `args._n_gpu` is fixed after
+`args.device` has been resolved (which sets it) and before the trainer is built, then the
+built trainer is checked: n_gpu, what `_wrap_model` would return, world size, step count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.plan.placement import PlacementPlan
+
+
+class GuardViolation(RuntimeError):
+    """What the plan promised does not hold; raised before step 0."""
+
+
+class PreflightError(RuntimeError):
+    """The one-batch forward/backward failed: a dtype or device mismatch, named clearly."""
+
+
+def build_args(settings: dict[str, Any], *, output_dir: Path) -> Any:
+    """The planned SFTConfig (`StagePlan.trainer`) writing its checkpoints to `output_dir`."""
+    from trl import SFTConfig
+
+    try:
+        return SFTConfig(**settings, output_dir=str(output_dir))
+    except (ValueError, TypeError) as error:
+        raise RecipeError(
+            f"The trainer settings were rejected by SFTConfig: {str(error).splitlines()[0]} "
+            "Fix the matching stage.<name>.train key.",
+        ) from None
+
+
+def apply_guard(args: Any, placement: PlacementPlan) -> None:
+    """Pin the process to the planned device count before the trainer exists."""
+    _ = args.device  # resolves the device, which also sets args._n_gpu
+    args._n_gpu = placement.n_gpu if placement.device == "cuda" else 0
+
+
+def align_trainable_dtype(model: Any, dtype: torch.dtype) -> int:
+    """Put trainable parameters back in the stage's compute dtype; return how many moved.
+
+    TRL casts every trainable parameter of a quantized model to bf16 (QLoRA's recipe),
+    including a fully trained lm_head. Without bf16 autocast (CPU, fp32 stages) the bf16
+    lm_head then meets fp32 activations at generation: FIELD-NOTES.md's dtype error.
+    """
+    moved = 0
+    for param in model.parameters():
+        if param.requires_grad and param.dtype != dtype:
+            param.data = param.data.to(dtype)
+            moved += 1
+    return moved
+
+
+def planned_steps(args: Any, samples: int, world_size: int) -> int:
+    """ceil(samples / (batch x accumulation x world size)) per epoch, or max_steps."""
+    if args.max_steps > 0:
+        return args.max_steps
+    batches = math.ceil(samples / (args.per_device_train_batch_size * world_size))
+    per_epoch = max(math.ceil(batches / args.gradient_accumulation_steps), 1)
+    return math.ceil(args.num_train_epochs * per_epoch)
+
+
+def verify_trainer(trainer: Any, placement: PlacementPlan, expected_steps: int) -> int:
+    """Check the built trainer against the plan; return the step count it will run."""
+    args = trainer.args
+    if args.n_gpu > 1:
+        raise GuardViolation(
+            f"The trainer sees n_gpu={args.n_gpu} in one process and would wrap the model in "
+            "nn.DataParallel (FIELD-NOTES.md, section 1). The guard forces n_gpu=1."
+        )
+    wrapped = trainer._wrap_model(trainer.model, training=True)
+    if isinstance(wrapped, torch.nn.DataParallel):
+        raise GuardViolation("Trainer._wrap_model returned nn.DataParallel; refusing to train.")
+    if args.world_size != placement.world_size:
+        raise GuardViolation(
+            f"The trainer runs with world size {args.world_size}, the plan with "
+            f"{placement.world_size}. Launch with the planned number of processes."
+        )
+    steps = trainer.set_initial_training_values(args, trainer.get_train_dataloader())[-1]
+    if steps != expected_steps:
+        raise GuardViolation(
+            f"The trainer would run {steps} steps, the plan expects {expected_steps} "
+            "(ceil(samples / (batch x accumulation x world size)) x epochs)."
+        )
+    return steps
+
+
+def check_parameter_devices(model: Any, placement: PlacementPlan) -> None:
+    """After loading and PEFT wrapping, every parameter sits on the planned device type."""
+    expected = placement.device
+    target = placement.device_map.get("") if isinstance(placement.device_map, dict) else None
+    if placement.device == "cuda" and isinstance(target, int):
+        expected = f"cuda:{target}"  # a DDP rank must sit on its own GPU, not on cuda:0
+    wrong = {}
+    for name, param in model.named_parameters():
+        where = str(param.device) if ":" in expected else param.device.type
+        if where != expected:
+            wrong.setdefault(str(param.device), name)
+    if wrong:
+        where = ", ".join(f"{dev} (e.g. {name})" for dev, name in wrong.items())
+        raise GuardViolation(
+            f"Parameters are on {where}, but the plan places the stage on {expected}. "
+            "Something moved the model after loading; the stage stops before step 0."
+        )
+
+
+def preflight(trainer: Any) -> float:
+    """One forward/backward on a real batch; turns dtype/device errors into a clear message."""
+    model = trainer.model
+    batch = next(iter(trainer.get_train_dataloader()))
+    batch = trainer._prepare_inputs(batch)
+    try:
+        with trainer.compute_loss_context_manager():
+            loss = trainer.compute_loss(model, batch)
+        loss.backward()
+    except RuntimeError as error:
+        text = str(error).splitlines()[0]
+        cause = (
+            "a dtype mismatch between activations and weights"
+            if "dtype" in text
+            else "tensors on different devices"
+            if "device" in text
+            else "a runtime error"
+        )
+        raise PreflightError(
+            f"The preflight forward/backward failed before step 0 with {cause}: {text}. "
+            "See the dtype/device census in the stage log."
+        ) from error
+    finally:
+        model.zero_grad(set_to_none=True)
+    if not torch.isfinite(loss):
+        raise PreflightError(f"The preflight loss is {loss.item()}: check the data and dtype.")
+    return float(loss.item())
+
+
+class MetricsLogger(TrainerCallback):
+    """Writes every Trainer log record as one JSON line (step, loss, learning rate, ...)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.records: list[dict[str, Any]] = []
+
+    def resume_from(self, step: int) -> None:
+        """Keep what was logged up to the checkpoint; the resumed run logs the rest again."""
+        kept = []
+        if self.path.is_file():
+            for line in self.path.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:  # a line cut short by the interruption
+                    continue
+                if record.get("step", 0) <= step:
+                    kept.append(record)
+        self.records = kept
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+        if not state.is_world_process_zero or not logs:
+            return
+        record = {"step": state.global_step, "epoch": state.epoch, "time": time.time(), **logs}
+        self.records.append(record)
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def losses(self) -> list[float]:
+        return [r["loss"] for r in self.records if "loss" in r]

@@ -1,0 +1,196 @@
+"""Typed records of what the engine wrote: a stage's `manifest.json`, a run's `summary.json`.
+
+Every writer and reader goes through these classes, so a field has one name and one meaning.
+Both are versioned (`schema_version`); files written before versioning read as version 0.
+Paths inside them are relative to the folder that holds the record's owner (the store for a
+manifest's `base_location`, the run folder for a summary's `output`), so a store or run folder
+can be moved or copied; a path the user gave stays absolute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.files import atomic_write_json
+
+MANIFEST_FILE = "manifest.json"
+SUMMARY_FILE = "summary.json"
+SCHEMA_VERSION = 1
+
+# Manifest formats: what a stage output folder holds.
+FULL = "full"  # save_pretrained weights
+ADAPTER = "peft_adapter"  # a PEFT adapter on `base_location`
+EVALUATION = "evaluation"  # predictions and metrics, no weights
+
+
+@dataclass
+class StageMetrics:
+    """Training and held-out metrics of one stage (None where not measured)."""
+
+    steps: int | None = None
+    planned_steps: int | None = None
+    preflight_loss: float | None = None
+    train_losses: list[float] = field(default_factory=list)
+    train_samples: int | None = None
+    eval_loss: float | None = None
+    eval_samples: int | None = None
+    eval_accuracy: float | None = None
+    base_accuracy: float | None = None  # the untrained base, on the same rows (root stages)
+
+    def eval_text(self) -> str:
+        """ "acc 96%, loss 0.037", or "-" when nothing was evaluated."""
+        parts = []
+        if self.eval_accuracy is not None:
+            parts.append(f"acc {self.eval_accuracy:.0%}")
+        if self.eval_loss is not None:
+            parts.append(f"loss {self.eval_loss:.3f}")
+        return ", ".join(parts) or "-"
+
+    def loss_text(self) -> str:
+        losses = self.train_losses
+        return f"{losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "-"
+
+
+@dataclass
+class Manifest:
+    """`manifest.json` of a store entry: what the stage is, how it was made, what it measured."""
+
+    stage: str
+    recipe: str
+    fingerprint: str
+    format: str  # FULL | ADAPTER | EVALUATION
+    model_entry: dict[str, Any]  # the model entry (config.schema.ModelConfig) it descends from
+    dtype: str
+    parent: str | None = None
+    parent_fingerprint: str | None = None
+    base_location: str | None = None  # what the weights were loaded from (see `base_path`)
+    architecture: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)  # the stage's resolved settings
+    data: dict[str, Any] = field(default_factory=dict)
+    placement: dict[str, Any] = field(default_factory=dict)
+    quantization: dict[str, Any] = field(default_factory=dict)  # bits, settings, fallback
+    trained_components: list[str] = field(default_factory=list)
+    frozen_components: list[str] = field(default_factory=list)
+    trainable_report: dict[str, Any] = field(default_factory=dict)
+    census: dict[str, Any] = field(default_factory=dict)
+    trained_parameters: list[str] = field(default_factory=list)
+    trained_checksums: dict[str, dict[str, str]] = field(default_factory=dict)
+    handoff: dict[str, Any] = field(default_factory=dict)
+    metrics: StageMetrics = field(default_factory=StageMetrics)
+    eval_settings: dict[str, Any] | None = None  # evaluation stages: how they generated
+    world_size: int = 1
+    timings: dict[str, float] = field(default_factory=dict)
+    versions: dict[str, str | None] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def kind(self) -> str:
+        return str(self.model_entry.get("kind", "vlm"))
+
+    @property
+    def bits(self) -> str:
+        return str(self.quantization.get("bits") or "none")
+
+    def base_path(self, store_root: Path) -> str | None:
+        """`base_location` as `from_pretrained` takes it: store-relative paths made absolute."""
+        return _resolve(self.base_location, store_root)
+
+    def save(self, folder: Path) -> None:
+        atomic_write_json(folder / MANIFEST_FILE, dataclasses.asdict(self))
+
+    @classmethod
+    def load(cls, folder: Path, *, stage: str | None = None) -> Manifest:
+        """Read a stage output's manifest; a missing or damaged one is one RecipeError."""
+        who = f"Stage `{stage}`: " if stage else ""
+        fix = f"Rerun the stage (force=[{stage}] retrains it)." if stage else "Rerun the stage."
+        what = f"{who}{folder} is not a completed stage output"
+        data = _read_json(folder / MANIFEST_FILE, what, fix)
+        try:
+            metrics = StageMetrics(**_known(StageMetrics, data.pop("metrics", None) or {}))
+            return cls(**_known(cls, data), metrics=metrics)
+        except TypeError as error:  # a required field is missing
+            what = f"{who}{folder}/{MANIFEST_FILE} is incomplete ({error})"
+            raise RecipeError(f"{what}. {fix}") from None
+
+
+@dataclass
+class StageRow:
+    """One stage of a run, as `summary.json` lists it and the run table prints it."""
+
+    stage: str
+    status: str  # trained | evaluated | cached
+    key: str  # the short stage key
+    output: str  # its store entry, relative to the run folder
+    init: str = "-"  # where its weights came from, in words
+    trained: str = "-"
+    steps: int | str = "-"
+    loss: str = "-"
+    eval: str = "-"
+    time_s: float = 0.0
+
+    def output_path(self, run_dir: Path) -> Path:
+        return Path(_resolve(self.output, run_dir) or "")
+
+
+@dataclass
+class RunSummary:
+    """`summary.json` of a run folder: the recipe and each stage's store entry."""
+
+    recipe: str
+    stages: list[StageRow] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    def save(self, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(run_dir / SUMMARY_FILE, dataclasses.asdict(self))
+
+    @classmethod
+    def load(cls, run_dir: Path) -> RunSummary:
+        fix = "Point at a folder that a finished `run` wrote (outputs/runs/<recipe>/<time>)."
+        data = _read_json(run_dir / SUMMARY_FILE, f"{run_dir} is not a finished run folder", fix)
+        try:
+            rows = [StageRow(**_known(StageRow, row)) for row in data.pop("stages", None) or []]
+            return cls(**_known(cls, data), stages=rows)
+        except TypeError as error:
+            raise RecipeError(f"{run_dir}/{SUMMARY_FILE} is incomplete ({error}). {fix}") from None
+
+
+def relative_to(path: str | Path, folder: Path) -> str:
+    """`path` relative to `folder` (the way records store paths the engine made)."""
+    return os.path.relpath(Path(path).resolve(), folder.resolve())
+
+
+def _resolve(path: str | None, folder: Path) -> str | None:
+    if path is None or Path(path).is_absolute() or not _looks_local(path, folder):
+        return path
+    return str((folder / path).resolve())
+
+
+def _looks_local(path: str, folder: Path) -> bool:
+    """A relative record path (`../x`, `abc/def`) versus a hub id (`org/name`)."""
+    return path.startswith(".") or (folder / path).exists()
+
+
+def _read_json(path: Path, what: str, fix: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise RecipeError(f"{what} (no {path.name}). {fix}")
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as error:
+        raise RecipeError(f"{path} is corrupt ({error}). {fix}") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path} is corrupt (not a JSON object). {fix}")
+    data.setdefault("schema_version", 0)
+    return data
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The fields `cls` has: records written by a newer engine may carry more."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}

@@ -1,0 +1,105 @@
+"""The stage store: content-addressed stage outputs under `<output_root>/store/`.
+
+A stage's output lives at `store/<fingerprint>/` and becomes visible only through an atomic
+commit: it is written inside `store/<fingerprint>.partial/`, renamed into place, and the
+`COMPLETE` marker is written last. Anything without the marker is never used as a parent.
+The partial folder also holds the trainer's checkpoints, so an interrupted stage resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from filelock import FileLock
+
+from recipe_engine.files import file_lock
+from recipe_engine.store.records import Manifest
+
+COMPLETE = "COMPLETE"
+KEY_LENGTH = 20  # hex characters of the fingerprint in folder names
+
+
+class Store:
+    def __init__(self, output_root: str | Path) -> None:
+        self.root = Path(output_root).resolve() / "store"  # summaries hold absolute paths
+
+    def entry(self, fingerprint: str) -> Path:
+        return self.root / fingerprint[:KEY_LENGTH]
+
+    def is_complete(self, fingerprint: str) -> bool:
+        return (self.entry(fingerprint) / COMPLETE).is_file()
+
+    def work_dir(self, fingerprint: str) -> Path:
+        return self.root / f"{fingerprint[:KEY_LENGTH]}.partial"
+
+    def merged_dir(self, fingerprint: str, dtype: str) -> Path:
+        """An adapter stage merged into its base: the full-weights base its children use."""
+        return self.root / f"{fingerprint[:KEY_LENGTH]}.merged-{dtype}"
+
+    def checkpoints(self, fingerprint: str) -> Path:
+        return self.work_dir(fingerprint) / "checkpoints"
+
+    def latest_checkpoint(self, fingerprint: str) -> Path | None:
+        """The newest complete trainer checkpoint of an interrupted stage, if any."""
+        folder = self.checkpoints(fingerprint)
+        found = []
+        for path in folder.glob("checkpoint-*") if folder.is_dir() else []:
+            match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+            if match and _checkpoint_complete(path, int(match.group(1))):
+                found.append((int(match.group(1)), path))
+        return max(found)[1] if found else None
+
+    def commit(self, fingerprint: str, built: Path) -> Path:
+        """Move a fully written output folder into place, then mark it complete."""
+        target = self.entry(fingerprint)
+        if target.exists():  # a previous commit died before its marker: replace it
+            stale = target.with_name(target.name + ".stale")
+            _remove(stale)  # left by a kill during an earlier clean-up
+            os.replace(target, stale)
+            _remove(stale)
+        os.replace(built, target)
+        marker = target / COMPLETE
+        marker.write_text(json.dumps({"fingerprint": fingerprint}))
+        _fsync_dir(target)
+        return target
+
+    def lock(self, fingerprint: str) -> FileLock:
+        """Exclusive per-fingerprint lock: concurrent jobs needing one stage train it once."""
+        return file_lock(self.root / "locks" / f"{fingerprint[:KEY_LENGTH]}.lock")
+
+    def manifest(self, fingerprint: str) -> Manifest:
+        return Manifest.load(self.entry(fingerprint))
+
+
+def _checkpoint_complete(path: Path, step: int) -> bool:
+    """trainer_state.json is written last, but not atomically: it must parse and match the step."""
+    try:
+        state = json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return state.get("global_step") == step
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def relative_in_store(location: str, store: Store) -> str:
+    """A path inside the store as `./<entry>` (relative to the store); anything else as is."""
+    path = Path(location)
+    if path.is_absolute() and path.resolve().is_relative_to(store.root):
+        return "./" + path.resolve().relative_to(store.root).as_posix()
+    return location

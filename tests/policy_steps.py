@@ -1,0 +1,47 @@
+"""The engine's two policy steps, planned then applied, for tests that start from a model.
+
+The engine plans on the meta model (`plan.policies`) and applies the plan to the loaded one
+(`run.policies`); these helpers do both on the same model, as a stage does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from peft import LoraConfig
+
+from recipe_engine.plan.policies.lora import adapter_plan, plan_lora
+from recipe_engine.plan.policies.quant import quantization_plan
+from recipe_engine.run import policies
+
+
+def lora_config(
+    model: Any, *, architecture: str, lora: Mapping, frozen: Sequence[str], patterns=()
+) -> LoraConfig:
+    return LoraConfig(**_adapter(model, architecture, lora, frozen, patterns).config)
+
+
+def apply_lora(
+    model: Any, *, architecture: str, lora: Mapping, frozen: Sequence[str], patterns=(), **kw: Any
+) -> Any:
+    adapter = _adapter(model, architecture, lora, frozen, patterns)
+    return policies.apply_lora(
+        model, adapter, architecture=architecture, frozen=frozen, patterns=patterns, **kw
+    )
+
+
+def bnb_config(
+    quant: Mapping, *, architecture: str, module_names: Sequence[str], trained: Sequence[str]
+) -> Any:
+    planned = quantization_plan(
+        quant, architecture=architecture, module_names=module_names, trained=trained
+    )
+    return policies.bnb_config(planned)
+
+
+def _adapter(model, architecture, lora, frozen, patterns):
+    planned = plan_lora(
+        model, architecture=architecture, lora=lora, frozen=frozen, patterns=patterns
+    )
+    return adapter_plan(planned, lora)

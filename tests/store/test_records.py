@@ -1,0 +1,97 @@
+"""Typed records: what a stage and a run wrote, read back the same way by every verb."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.store.records import (
+    SCHEMA_VERSION,
+    Manifest,
+    RunSummary,
+    StageMetrics,
+    StageRow,
+    relative_to,
+)
+from recipe_engine.store.store import Store, relative_in_store
+
+
+def manifest(**fields) -> Manifest:
+    base = dict(stage="llm", recipe="r", fingerprint="f" * 40, format="full", dtype="float32")
+    return Manifest(**base, model_entry={"kind": "vlm", "id": "m"}, **fields)
+
+
+def test_a_manifest_round_trips_with_its_version_and_typed_metrics(tmp_path):
+    written = manifest(metrics=StageMetrics(steps=3, train_losses=[2.0, 1.0], eval_accuracy=0.5))
+    written.save(tmp_path)
+    read = Manifest.load(tmp_path)
+    assert read == written and read.schema_version == SCHEMA_VERSION
+    assert read.metrics.eval_text() == "acc 50%" and read.metrics.loss_text() == "2.000 -> 1.000"
+
+
+def test_a_manifest_written_before_versioning_still_loads(tmp_path):
+    old = {
+        "stage": "llm",
+        "recipe": "r",
+        "fingerprint": "f",
+        "format": "full",
+        "dtype": "bf16",
+        "model_entry": {"kind": "vlm"},
+        "metrics": {"steps": 2, "removed_metric": 1},
+        "evaluated": "/somewhere",
+    }  # fields a newer or older engine wrote are ignored
+    (tmp_path / "manifest.json").write_text(json.dumps(old))
+    read = Manifest.load(tmp_path)
+    assert read.schema_version == 0 and read.metrics.steps == 2
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "not a completed stage output"),
+        ("{not json", "corrupt"),
+        ("[1]", "corrupt"),
+        ('{"stage": "llm"}', "incomplete"),
+    ],
+)
+def test_a_missing_or_damaged_manifest_is_one_message_naming_the_stage(tmp_path, content, says):
+    if content is not None:
+        (tmp_path / "manifest.json").write_text(content)
+    with pytest.raises(RecipeError, match=says) as error:
+        Manifest.load(tmp_path, stage="llm")
+    assert "force=[llm]" in str(error.value)
+
+
+def test_store_paths_are_relative_so_a_moved_store_still_resolves(tmp_path):
+    store = Store(tmp_path / "outputs")
+    parent = store.entry("a" * 40)
+    parent.mkdir(parents=True)
+    child = store.entry("b" * 40)
+    child.mkdir()
+    manifest(base_location=relative_in_store(str(parent), store)).save(child)
+    assert Manifest.load(child).base_location == f"./{parent.name}"
+    moved = tmp_path / "elsewhere"
+    shutil.move(tmp_path / "outputs", moved)
+    entry = moved / "store" / child.name
+    assert Manifest.load(entry).base_path(entry.parent) == str(moved / "store" / parent.name)
+    hub = manifest(base_location="Qwen/Qwen2-VL-7B-Instruct")
+    assert hub.base_path(entry.parent) == "Qwen/Qwen2-VL-7B-Instruct"  # not a path: kept
+
+
+def test_a_run_summary_names_outputs_relative_to_the_run_folder(tmp_path):
+    run_dir, entry = tmp_path / "runs" / "r" / "t1", tmp_path / "store" / "abc"
+    entry.mkdir(parents=True)
+    row = StageRow("llm", "trained", "abc", relative_to(entry, run_dir), init="tiny model m")
+    RunSummary("r", [row]).save(run_dir)
+    read = RunSummary.load(run_dir)
+    assert read.stages[0].output == "../../../store/abc"
+    assert read.stages[0].output_path(run_dir) == entry.resolve()
+
+
+def test_a_folder_without_a_summary_is_not_a_run(tmp_path):
+    with pytest.raises(RecipeError, match="not a finished run folder"):
+        RunSummary.load(Path(tmp_path))
