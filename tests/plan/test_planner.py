@@ -21,7 +21,7 @@ CPU_ONLY = Machine(
     local_rank=0,
     launched_by="python",
 )
-USER_RECIPES = Path(__file__).resolve().parent / "fixtures" / "recipes"
+USER_RECIPES = Path(__file__).resolve().parents[1] / "fixtures" / "recipes"
 
 
 def plan(*overrides: str, extra_dirs=()):

@@ -24,7 +24,7 @@ from recipe_engine.store.records import Manifest
 SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1}
 
 
-USER_RECIPES = str(Path(__file__).resolve().parent / "fixtures" / "recipes")
+USER_RECIPES = str(Path(__file__).resolve().parents[1] / "fixtures" / "recipes")
 
 
 def short_overrides(recipe: str) -> list[str]:

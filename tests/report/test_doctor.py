@@ -12,7 +12,7 @@ import pytest
 from recipe_engine.cli.main import main
 from recipe_engine.report.doctor import _cuda_library, doctor_report
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # The launcher variables of this shell must not leak into the "plain process" cases.
 PLAIN_ENV = {"HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", "")}
 

@@ -391,7 +391,7 @@ def test_describe_ddp_mentions_local_rank() -> None:
 def test_modules_do_not_import_torch() -> None:
     # Importing torch initialises nothing by itself, but the planner must stay torch-free so
     # CUDA_VISIBLE_DEVICES can still be set after planning.
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for name in ("placement.py", "hardware.py", "dag.py", "recipe_plan.py", "render.py"):
         source = (root / "recipe_engine" / "plan" / name).read_text()
         assert not re.search(r"^\s*(import|from)\s+torch\b", source, re.M), name

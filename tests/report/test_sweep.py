@@ -23,7 +23,7 @@ from recipe_engine.report.sweep import (
     sweep_dir_of,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = [
     "recipe=r3-two-stage",
     "data.max_samples=16",

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KILLED = -signal.SIGKILL
 
 HELPER = '''
