@@ -6,11 +6,14 @@ plotting needs no display, leaves no global figure state behind and works from a
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from recipe_engine.files import atomic_write_bytes
 
 LOSS_PLOT = "loss.png"
 
@@ -41,9 +44,9 @@ def _figure(width: float, height: float) -> Any:
 
 def _save(figure: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    figure.savefig(tmp, format="png")
-    tmp.replace(path)  # a reader never sees a half-written PNG
+    png = io.BytesIO()
+    figure.savefig(png, format="png")
+    atomic_write_bytes(path, png.getvalue())  # a reader never sees a half-written PNG
     return path
 
 

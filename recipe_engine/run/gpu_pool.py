@@ -7,30 +7,30 @@ output root, so concurrent jobs of one sweep (several processes) see each other.
 
 from __future__ import annotations
 
-import fcntl
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from filelock import Timeout
+
+from recipe_engine.files import file_lock
+
 
 @contextmanager
 def lease_gpu(pool: Sequence[int], lock_dir: Path, poll_s: float = 0.5) -> Iterator[int]:
     """Hold one GPU of `pool` for as long as the context lasts; yields its physical id."""
-    lock_dir.mkdir(parents=True, exist_ok=True)
     while True:
         for gpu in pool:
-            handle = open(lock_dir / f"gpu-{gpu}.lock", "w")  # noqa: SIM115 - held by the lease
+            lock = file_lock(lock_dir / f"gpu-{gpu}.lock", timeout=0)
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.close()
-                continue
+                lock.acquire()
+            except Timeout:
+                continue  # another job holds it
             try:
                 yield gpu
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-                handle.close()
+                lock.release()
             return
         time.sleep(poll_s)
 

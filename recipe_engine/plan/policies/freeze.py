@@ -7,7 +7,7 @@ parameter names) are frozen; every other parameter is trained.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from recipe_engine.config.components import (
@@ -45,13 +45,6 @@ def _param_names(model_or_names: Any) -> list[str]:
         # Keep duplicates: a tied lm_head only shows up under its second name this way.
         return [n for n, _ in model_or_names.named_parameters(remove_duplicate=False)]
     return list(model_or_names)
-
-
-def is_frozen(
-    name: str, *, architecture: str, frozen: Iterable[str], patterns: Sequence[re.Pattern]
-) -> bool:
-    """Whether the freeze policy freezes this parameter."""
-    return component_of(name, architecture) in set(frozen) or matches_any(name, patterns)
 
 
 def check_freeze(
