@@ -5,16 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def _widths(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[int]:
+    """Each column as wide as its widest cell, header included (a table may have no rows)."""
+    return [max([len(h), *(len(str(r[i])) for r in rows)]) for i, h in enumerate(header)]
+
+
 def text_table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[str]:
     """Left-aligned columns separated by two spaces, header first; one string per line."""
-    widths = [max(len(h), *(len(str(r[i])) for r in rows)) for i, h in enumerate(header)]
+    widths = _widths(rows, header)
     lines = [header, *rows]
     return ["  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
 
 
 def markdown_table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[str]:
     """A Markdown table with padded columns, readable as plain text too."""
-    widths = [max(len(h), *(len(str(r[i])) for r in rows)) for i, h in enumerate(header)]
+    widths = _widths(rows, header)
 
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"

@@ -55,6 +55,3 @@ def output_root(overrides: Sequence[str], extra_dirs: Sequence[str] = ()) -> Pat
             key="output_root",
         )
     return root
-
-
-# --- reading ----------------------------------------------------------------------------------

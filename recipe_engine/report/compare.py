@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.files import atomic_write_text
 from recipe_engine.report.plots import write_loss_plot, write_metric_bars
 from recipe_engine.run.evaluation import (
     GENERATION_KEYS,
@@ -31,7 +32,7 @@ from recipe_engine.run.evaluation import (
     message_text,
 )
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
-from recipe_engine.tables import text_table
+from recipe_engine.tables import markdown_table, text_table
 
 log = logging.getLogger("recipe_engine")
 
@@ -86,27 +87,55 @@ def compare_run(
     evaluation = {**run_cfg["eval"], **dict(settings or {})}
     seed = run_cfg["seed"] if seed is None else seed
     root = _root(stages)
-    kind = root[2].kind
-
-    rows, source = _probe_rows(probes, root[2], kind, seed, held_out)
-    limit = evaluation.get("max_samples")
-    if limit is not None:
-        rows = rows[: int(limit)]
-    if not rows:
-        raise RecipeError(f"The probe set ({source}) has no rows.", key="probes")
-    has_reference = all(r["reference"] is not None for r in rows)
+    rows, source = _probe_set(probes, root[2], seed, held_out, evaluation.get("max_samples"))
     generation = {k: evaluation[k] for k in GENERATION_KEYS if k in evaluation}
+    outputs, metrics = _answer_all(_loaders(stages, root), rows, root[2].kind, seed, generation)
 
-    outputs: dict[str, list[str]] = {}
-    metrics: dict[str, dict[str, Any]] = {}
+    written = _write_outputs(run_dir, rows, outputs, metrics)
+    loss_plot = _loss_plot(run_dir, stages)
+    bars = _metric_bars(run_dir, metrics)
+    table = metrics_table(metrics)
+    shown = {"probes": source, "seed": seed, **generation}
+    report = _write_report(run_dir, summary.recipe, rows, outputs, table, bars, loss_plot, shown)
+    return {
+        "run_dir": run_dir,
+        "probes": len(rows),
+        "probe_source": source,
+        "models": list(outputs),
+        "metrics": metrics,
+        "table": table,
+        "report": report,
+        "loss_plot": loss_plot,
+        "plots": bars,
+        **written,
+    }
+
+
+Loader = tuple[str, Callable[[], tuple[Any, Any]]]  # model name, loads (model, processor)
+
+
+def _loaders(stages: list[Stage], root: Stage) -> list[Loader]:
+    """The base model first, then every stage, each loaded only when its turn comes."""
     base_name = BASE if BASE not in {name for name, _, _ in stages} else "base_model"
-    loaders: list[tuple[str, Callable[[], tuple[Any, Any]]]] = [
-        (base_name, lambda: _load_base(root[1], root[2]))
-    ]
+    loaders: list[Loader] = [(base_name, lambda: _load_base(root[1], root[2]))]
     loaders += [
         (name, lambda f=folder, m=manifest, n=name: _load_stage(n, f, m, stages))
         for name, folder, manifest in stages
     ]
+    return loaders
+
+
+def _answer_all(
+    loaders: list[Loader],
+    rows: list[dict[str, Any]],
+    kind: str,
+    seed: int,
+    generation: Mapping[str, Any],
+) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
+    """Every model's answers to the probes and its metrics (task metrics need references)."""
+    has_reference = all(r["reference"] is not None for r in rows)
+    outputs: dict[str, list[str]] = {}
+    metrics: dict[str, dict[str, Any]] = {}
     for name, load in loaders:
         log.info("compare: %s on %d probe(s)", name, len(rows))
         model, processor = load()
@@ -119,10 +148,12 @@ def compare_run(
             metrics[name]["eval_loss"] = None if math.isnan(loss) else loss
         del model, processor
         gc.collect()  # one model in memory at a time
+    return outputs, metrics
 
-    written = _write_outputs(run_dir, rows, outputs, metrics)
-    loss_plot = _loss_plot(run_dir, stages)
-    bars = {
+
+def _metric_bars(run_dir: Path, metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, Path]:
+    """A bar chart per metric every model has."""
+    return {
         metric: write_metric_bars(
             run_dir / f"compare_{metric}.png",
             {name: values[metric] for name, values in metrics.items()},
@@ -130,29 +161,6 @@ def compare_run(
         )
         for metric, (title, _) in METRICS.items()
         if all(values.get(metric) is not None for values in metrics.values())
-    }
-    table = metrics_table(metrics)
-    report = _write_report(
-        run_dir,
-        summary.recipe,
-        rows,
-        outputs,
-        table,
-        bars,
-        loss_plot,
-        {"probes": source, "seed": seed, **generation},
-    )
-    return {
-        "run_dir": run_dir,
-        "probes": len(rows),
-        "probe_source": source,
-        "models": list(outputs),
-        "metrics": metrics,
-        "table": table,
-        "report": report,
-        "loss_plot": loss_plot,
-        "plots": bars,
-        **written,
     }
 
 
@@ -253,6 +261,18 @@ def _run_config(run_dir: Path, recipe: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- probes
+
+
+def _probe_set(
+    probes: str | Path | None, root: Manifest, seed: int, held_out: Any, limit: int | None
+) -> tuple[list[dict[str, Any]], str]:
+    """The probe rows (at most `limit`) and their source; an empty set is a user error."""
+    rows, source = _probe_rows(probes, root, root.kind, seed, held_out)
+    if limit is not None:
+        rows = rows[: int(limit)]
+    if not rows:
+        raise RecipeError(f"The probe set ({source}) has no rows.", key="probes")
+    return rows, source
 
 
 def _probe_rows(
@@ -505,7 +525,7 @@ def _write_outputs(
                 "outputs": {m: o[i] for m, o in outputs.items()},
             }
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    paths["metrics_path"].write_text(json.dumps(metrics, indent=2) + "\n")
+    atomic_write_text(paths["metrics_path"], json.dumps(metrics, indent=2) + "\n")
     return paths
 
 
@@ -533,8 +553,6 @@ def _write_report(
     loss_plot: Path | None,
     settings: dict[str, Any],
 ) -> Path:
-    models = list(outputs)
-    has_images = any(r["image"] for r in rows)
     lines = [
         f"# Compare: recipe `{recipe}`",
         "",
@@ -555,19 +573,24 @@ def _write_report(
     lines += [f"![{metric}]({path.name})" for metric, path in bars.items()]
     if loss_plot is not None:
         lines += ["", "## Loss over the run", "", f"![loss]({loss_plot.name})"]
-    header = ["#", "input", *(["image"] if has_images else []), "reference", *models]
-    lines += ["", "## Side by side", "", "| " + " | ".join(header) + " |"]
-    lines.append("|" + "---|" * len(header))
-    for i, row in enumerate(rows[:MD_ROWS]):
-        image = [_cell(Path(row["image"].split(";")[0]).name)] if has_images else []
-        cells = [str(i), _cell(row["input"]), *image, _cell(row["reference"] or "-")]
-        cells += [_cell(outputs[m][i]) for m in models]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Side by side", "", *_side_by_side(rows, outputs)]
     if len(rows) > MD_ROWS:
         lines += ["", f"First {MD_ROWS} of {len(rows)} probes; all are in compare.csv."]
     path = run_dir / "compare.md"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def _side_by_side(rows: list[dict[str, Any]], outputs: dict[str, list[str]]) -> list[str]:
+    """The first MD_ROWS probes as a Markdown table: input, reference, each model's answer."""
+    has_images = any(r["image"] for r in rows)
+    header = ["#", "input", *(["image"] if has_images else []), "reference", *outputs]
+    table = []
+    for i, row in enumerate(rows[:MD_ROWS]):
+        image = [_cell(Path(row["image"].split(";")[0]).name)] if has_images else []
+        cells = [str(i), _cell(row["input"]), *image, _cell(row["reference"] or "-")]
+        table.append(cells + [_cell(answers[i]) for answers in outputs.values()])
+    return markdown_table(table, header=header)
 
 
 __all__ = ["compare_run", "metrics_table", "newest_run", "task_metrics"]

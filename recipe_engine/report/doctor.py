@@ -27,9 +27,12 @@ from typing import Any
 from recipe_engine.config.schema import EngineConfig, StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.hardware import Machine, detect_machine, profile_gpus
-from recipe_engine.versions import package_version
+from recipe_engine.versions import LIBRARIES, package_version
 
-LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes", "deepspeed")
+# deepspeed is optional (only parallel=deepspeed needs it), so no manifest records it.
+OPTIONAL = ("deepspeed",)
+# bitsandbytes has its own section, with its own advice.
+OWN_SECTION = ("bitsandbytes",)
 # What torchrun / accelerate / deepspeed set; the planner reads WORLD_SIZE and LOCAL_RANK.
 DISTRIBUTED_VARS = (
     "WORLD_SIZE",
@@ -95,17 +98,17 @@ def doctor_report(
 
 
 def _libraries(report: Report) -> dict[str, str | None]:
-    versions = {name: package_version(name) for name in LIBRARIES}
+    versions = {name: package_version(name) for name in (*LIBRARIES, *OPTIONAL)}
     system = f"{platform.system()} {platform.machine()}"
     lines = [f"python        {platform.python_version()} ({system})"]
     for name, version in versions.items():
         text = version or "not installed"
-        if name == "deepspeed" and version is None:
-            text += " (needed only for parallel=deepspeed)"
+        if name in OPTIONAL and version is None:
+            text += f" (needed only for parallel={name})"
         lines.append(f"{name:<13} {text}")
     report.section("libraries", lines)
-    for name in LIBRARIES[:5]:
-        if versions[name] is None:
+    for name in LIBRARIES:
+        if versions[name] is None and name not in OWN_SECTION:
             report.advice.append(f"{name} is not installed: run `make install` (pip install -e .).")
     return versions
 

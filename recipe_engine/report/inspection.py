@@ -17,7 +17,7 @@ from typing import Any
 
 from recipe_engine.config.components import ALL_COMPONENTS, canonical_name, component_of
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
-from recipe_engine.store.records import ADAPTER, Manifest, RunSummary
+from recipe_engine.store.records import ADAPTER, MANIFEST_FILE, SUMMARY_FILE, Manifest, RunSummary
 from recipe_engine.tables import text_table
 
 USAGE = """\
@@ -135,7 +135,7 @@ def resolve_target(text: str, *, extra_dirs: Sequence[str] = ()) -> Target:
     if path.exists():
         if not path.is_dir():
             raise RecipeError(f"{text} is a file; inspect takes a folder or a model entry name.")
-        if (path / "summary.json").is_file():
+        if (path / SUMMARY_FILE).is_file():
             return _run_stage(path, None, text)
         return _folder_target(path, text)
     run, sep, stage = text.rpartition(":")
@@ -161,7 +161,7 @@ def resolve_target(text: str, *, extra_dirs: Sequence[str] = ()) -> Target:
 
 
 def _run_stage(run_dir: Path, stage: str | None, label: str) -> Target:
-    if not (run_dir / "summary.json").is_file():
+    if not (run_dir / SUMMARY_FILE).is_file():
         raise RecipeError(
             f"{run_dir} is not a run folder (no summary.json). RUN_DIR:STAGE takes a folder "
             "under outputs/runs/<recipe>/; for a stage output pass outputs/store/<key> itself."
@@ -190,7 +190,7 @@ def _run_stage(run_dir: Path, stage: str | None, label: str) -> Target:
 
 
 def _folder_target(path: Path, label: str) -> Target:
-    if (path / "manifest.json").exists():
+    if (path / MANIFEST_FILE).exists():
         manifest = Manifest.load(path)
         fmt = manifest.format
         needed = "adapter_config.json" if fmt == ADAPTER else "config.json"
@@ -314,8 +314,7 @@ def _load(
     if target.kind == "entry":
         location = model_location(target.entry)
     elif target.kind == "adapter":
-        based = target.manifest and target.path
-        location = (based and target.manifest.base_path(target.path.parent)) or target.entry["id"]
+        location = _stage_base(target) or target.entry["id"]
     else:
         location = str(target.path)
     device_map = {"": 0 if device == "cuda" else "cpu"}
@@ -340,8 +339,7 @@ def _load(
 def _describe(target: Target) -> str:
     if target.manifest:
         fmt = "LoRA adapter" if target.kind == "adapter" else "full weights"
-        base_path = target.manifest.base_path(target.path.parent) if target.path else None
-        base = f" on {base_path}" if target.kind == "adapter" else ""
+        base = f" on {_stage_base(target)}" if target.kind == "adapter" else ""
         return (
             f"stage `{target.manifest.stage}` of recipe {target.manifest.recipe}: "
             f"{fmt}{base} ({target.path})"
@@ -351,6 +349,13 @@ def _describe(target: Target) -> str:
     if target.kind == "adapter":
         return f"PEFT adapter {target.path} on {target.entry['id']}"
     return f"save_pretrained folder {target.path}"
+
+
+def _stage_base(target: Target) -> str | None:
+    """A stage output's recorded base (store-relative in new manifests) as a loadable path."""
+    if target.manifest is None or target.path is None:
+        return None
+    return target.manifest.base_path(target.path.parent)  # entries live at <store>/<key>/
 
 
 def _stage_summary(manifest: Manifest) -> str:

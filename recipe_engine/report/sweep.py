@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
@@ -125,7 +126,7 @@ def stage_record(row: StageRow, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _lock(path: Path) -> Any:
+def _lock(path: Path) -> FileLock:
     return file_lock(path.with_name(f".{path.name}.lock"))
 
 

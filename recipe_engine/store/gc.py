@@ -24,7 +24,7 @@ from filelock import Timeout
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import file_lock
-from recipe_engine.store.records import Manifest, RunSummary, StageRow
+from recipe_engine.store.records import SUMMARY_FILE, Manifest, RunSummary, StageRow
 from recipe_engine.store.store import COMPLETE, KEY_LENGTH
 from recipe_engine.tables import text_table
 
@@ -101,7 +101,7 @@ def find_runs(root: Path) -> list[RunInfo]:
         base = root / area
         if not base.is_dir():
             continue
-        for summary in base.rglob("summary.json"):
+        for summary in base.rglob(SUMMARY_FILE):
             try:
                 read = RunSummary.load(summary.parent)
             except RecipeError:
@@ -163,16 +163,19 @@ def kept_folders(runs: Sequence[RunInfo], entries: Sequence[EntryInfo]) -> set[s
     """Store folders gc keeps: needed entries and the merged bases their stages load."""
     needed = needed_entries(runs, entries)
     keys = {name[:KEY_LENGTH] for name in needed}
-    # A child of an adapter (or of an adapter `init.path`) names its merged base here.
-    bases = {
-        Path(e.manifest.base_location).name
-        for e in entries
-        if e.name in needed and e.manifest and e.manifest.base_location
-    }
+    bases = {_base_folder(e) for e in entries if e.name in needed}
     merged = {
         e.name for e in entries if e.status == "merged" and (e.key in keys or e.name in bases)
     }
     return needed | merged
+
+
+def _base_folder(entry: EntryInfo) -> str | None:
+    """The folder name of the merged base a child of an adapter (or of an adapter `init.path`)
+    loads: `base_location` is store-relative (`./<key>.merged-<dtype>`) in new manifests and
+    absolute in old ones; only the name counts, as the store may have moved since."""
+    location = entry.manifest.base_path(entry.path.parent) if entry.manifest else None
+    return Path(location).name if location else None
 
 
 def _size_and_mtime(path: Path) -> tuple[int, float]:
@@ -305,7 +308,7 @@ def resolve_run_dir(root: Path, given: str) -> Path:
 
 def _is_run_folder(path: Path, depth: int) -> bool:
     """A run, a sweep job or a whole sweep; not a recipe's folder of runs (depth 1)."""
-    markers = ("summary.json", ".hydra", "jobs.jsonl", "sweep.md")
+    markers = (SUMMARY_FILE, ".hydra", "jobs.jsonl", "sweep.md")
     if any((path / m).exists() for m in markers):
         return True
     # A sweep whose jobs never finished has only job folders (`<sweep>/0/.hydra`).
@@ -363,24 +366,30 @@ def collect_garbage(root: Path, *, dry_run: bool = False) -> str:
     runs = find_runs(root)
     entries = find_entries(root, runs)
     kept = kept_folders(runs, entries)
-    freed, removed, busy = 0, [], []
+    removed: list[EntryInfo] = []
+    busy: list[EntryInfo] = []
     store = (root / "store").resolve()
     for entry in entries:
-        if entry.name in kept:
-            continue
-        if entry.status == "tmp" and time.time() - entry.modified < TMP_GRACE_S:
-            busy.append(entry)  # its writer may still be at work (tmp folders take no lock)
-            continue
-        if entry.path.resolve().parent != store:  # never outside the store (defence in depth)
-            continue
-        with unlocked(root, entry.key) as free:
-            if not free:
-                busy.append(entry)
-                continue
-            if not dry_run:
-                shutil.rmtree(entry.path)
-        freed += entry.size
-        removed.append(entry)
+        if entry.name in kept or entry.path.resolve().parent != store:
+            continue  # needed, or not inside the store (never touched: defence in depth)
+        (removed if _remove_entry(root, entry, dry_run=dry_run) else busy).append(entry)
+    held = len([e for e in entries if e.name in kept])
+    return _gc_report(removed, busy, held, len(runs), dry_run=dry_run)
+
+
+def _remove_entry(root: Path, entry: EntryInfo, *, dry_run: bool) -> bool:
+    """Delete one unneeded store folder unless a writer may still use it; whether it went."""
+    if entry.status == "tmp" and time.time() - entry.modified < TMP_GRACE_S:
+        return False  # its writer may still be at work (tmp folders take no lock)
+    with unlocked(root, entry.key) as free:
+        if free and not dry_run:
+            shutil.rmtree(entry.path)
+    return free
+
+
+def _gc_report(
+    removed: Sequence[EntryInfo], busy: Sequence[EntryInfo], held: int, runs: int, *, dry_run: bool
+) -> str:
     verb = "would free" if dry_run else "freed"
     lines = []
     for e in removed:
@@ -389,9 +398,9 @@ def collect_garbage(root: Path, *, dry_run: bool = False) -> str:
     for e in busy:
         why = "being written" if e.status == "tmp" else "a running job holds its lock"
         lines.append(f"  kept {e.name} ({e.status}): {why}")
-    held = len([e for e in entries if e.name in kept])
+    freed = sum(e.size for e in removed)
     lines.append(
         f"{verb} {_bytes(freed)} in {len(removed)} store folder(s); kept {held} referenced "
-        f"by {len(runs)} run(s)."
+        f"by {runs} run(s)."
     )
     return "\n".join(lines)

@@ -24,7 +24,7 @@ KEY_LENGTH = 20  # hex characters of the fingerprint in folder names
 
 class Store:
     def __init__(self, output_root: str | Path) -> None:
-        self.root = Path(output_root).resolve() / "store"  # summaries hold absolute paths
+        self.root = Path(output_root).resolve() / "store"
 
     def entry(self, fingerprint: str) -> Path:
         return self.root / fingerprint[:KEY_LENGTH]

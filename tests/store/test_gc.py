@@ -63,7 +63,14 @@ def entry_of(root: Path) -> str:
     return name
 
 
-def fake_entry(root: Path, name: str, *, stage: str = "s", parent: str | None = None) -> Path:
+def fake_entry(
+    root: Path,
+    name: str,
+    *,
+    stage: str = "s",
+    parent: str | None = None,
+    base_location: str | None = None,
+) -> Path:
     """A committed store entry with a manifest and some bytes."""
     path = root / "store" / name
     path.mkdir(parents=True)
@@ -75,6 +82,7 @@ def fake_entry(root: Path, name: str, *, stage: str = "s", parent: str | None = 
         model_entry={"kind": "vlm"},
         dtype="float32",
         parent_fingerprint=parent,
+        base_location=base_location,
     ).save(path)
     (path / "weights.bin").write_bytes(b"\0" * 4096)
     (path / "COMPLETE").write_text("{}")
@@ -171,6 +179,21 @@ def test_gc_keeps_merged_bases_of_needed_adapters_and_fresh_tmp_folders(root):
     assert kept_merge.is_dir() and fresh_tmp.is_dir() and adapter.is_dir()
     assert not old_merge.exists() and not old_tmp.exists()
     assert f"kept {fresh_tmp.name} (tmp): being written" in report
+
+
+@pytest.mark.parametrize("relative", [True, False], ids=["store-relative", "absolute-old"])
+def test_gc_keeps_the_merged_base_a_needed_child_loads(root, relative):
+    # e.g. the merge of an adapter `init.path`: no needed entry shares its key.
+    base = root / "store" / f"{'m' * 20}.merged-float32"
+    base.mkdir()
+    (base / "model.safetensors").write_bytes(b"\0" * 100)
+    location = f"./{base.name}" if relative else str(base)
+    child = fake_entry(root, "k" * 20, stage="llm", base_location=location)
+    fake_run(root, "runs/fake/t4", {"llm": child})
+
+    report = collect_garbage(root)
+    assert base.is_dir() and child.is_dir(), report
+    assert base.name not in report
 
 
 def test_nothing_outside_the_output_root_is_touched(root, tmp_path):
