@@ -6,6 +6,7 @@ import difflib
 from collections.abc import Iterable
 
 EXIT_USER_ERROR = 2
+EXIT_INCOMPLETE = 1  # the run stopped or left something undone; what trained is kept
 
 
 class RecipeError(Exception):
@@ -17,6 +18,13 @@ class RecipeError(Exception):
     def __init__(self, message: str, key: str | None = None) -> None:
         self.key = key
         super().__init__(message)
+
+
+class StageFailed(Exception):
+    """Training went wrong in a way only the user can fix (e.g. the loss became NaN).
+
+    The stage is not committed; the CLI prints ``str(error)`` and exits with code 1.
+    """
 
 
 def did_you_mean(word: str, options: Iterable[str]) -> str:

@@ -20,14 +20,14 @@ from omegaconf import DictConfig
 from recipe_engine.cli.argv import config_dirs, expand_sweep, split_hydra_flags
 from recipe_engine.config.compose import CONFIG_DIR, CONFIG_NAME, compose_config, to_engine_config
 from recipe_engine.config.schema import EngineConfig, register_configs
-from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
+from recipe_engine.errors import EXIT_INCOMPLETE, EXIT_USER_ERROR, RecipeError, StageFailed
 from recipe_engine.plan.dag import canonical_hash
 from recipe_engine.plan.hardware import is_main_process, parse_gpus
 from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.run_report import report_run
 from recipe_engine.run.gpu_pool import job_pool, lease_gpu
-from recipe_engine.run.recipe import run_recipe, stages_to_run
+from recipe_engine.run.recipe import incomplete, run_recipe, stages_to_run
 from recipe_engine.store.store import Store
 
 Plans = dict[str, RecipePlan]  # by the hash of the job's config
@@ -81,6 +81,9 @@ def run_job(cfg: DictConfig, plans: Plans) -> None:
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
+    except StageFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(EXIT_INCOMPLETE)
 
 
 def _plan_of(cfg: DictConfig, plans: Plans) -> RecipePlan:
@@ -94,8 +97,13 @@ def _config_key(config: EngineConfig) -> str:
 
 def _run_and_report(plan: RecipePlan, run_dir: Path) -> None:
     results = run_recipe(plan, run_dir)
-    if is_main_process():
-        report_run(plan, results, run_dir)
+    if not is_main_process():
+        return
+    undone = incomplete(results) + report_run(plan, results, run_dir)
+    if undone:
+        lines = "\n".join(f"  {line}" for line in undone)
+        print(f"error: the run is incomplete:\n{lines}", file=sys.stderr)
+        sys.exit(EXIT_INCOMPLETE)
 
 
 def relaunch(args: list[str], plan: RecipePlan) -> int:

@@ -11,16 +11,17 @@ import dataclasses
 import importlib
 import inspect
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.components import validate_components
 from recipe_engine.errors import RecipeError, unknown_key
 from recipe_engine.files import atomic_write_json
+from recipe_engine.versions import package_version
 
 # (module, class, distribution that versions it); dataclasses list their fields,
 # BitsAndBytesConfig its __init__ arguments.
@@ -84,9 +85,9 @@ def cache_dir() -> Path:
 def library_fields(class_name: str) -> dict[str, str]:
     """Field name -> type text of one library settings class, cached per installed version."""
     module, attr, dist = LIBRARY_CLASSES[class_name]
-    version = metadata.version(dist)
+    version = package_version(dist)  # None: not installed (the import below says so)
     cached = cache_dir() / "fields" / f"{class_name}-{dist}-{version}.json"
-    if cached.is_file():
+    if version and cached.is_file():
         return json.loads(cached.read_text())
     cls = getattr(importlib.import_module(module), attr)
     if class_name not in INIT_SIGNATURE_CLASSES:
@@ -98,8 +99,9 @@ def library_fields(class_name: str) -> dict[str, str]:
             for n, p in params.items()
             if n != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
         }
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(cached, fields)
+    if version:  # fields of an unversioned import may change under the same name
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(cached, fields)
     return fields
 
 
@@ -126,6 +128,7 @@ def check_train(stage: str, train: Mapping[str, Any]) -> None:
         if key not in fields:
             raise unknown_key(full, fields, "the trainer settings (SFTConfig fields)")
         _check_type(full, value, fields[key])
+    check_finite(f"stage.{stage}.train", train)
     for key in POSITIVE_TRAIN_KEYS:
         if key in train and _is_number(train[key]) and train[key] <= 0:
             raise RecipeError(
@@ -170,12 +173,24 @@ def check_lora_keys(stage: str, lora: Mapping[str, Any]) -> None:
     """The policy's own LoRA checks, with keys named from the recipe root."""
     with stage_keys(stage, "lora"):
         validate_lora(lora)
+    check_finite(f"stage.{stage}.lora", lora)
 
 
 def check_quant_keys(stage: str, quant: Mapping[str, Any]) -> None:
     """The policy's own quantization checks, with keys named from the recipe root."""
     with stage_keys(stage, "quantization"):
         validate_quantization(quant)
+    check_finite(f"stage.{stage}.quantization", quant)
+
+
+def check_finite(section: str, settings: Mapping[str, Any]) -> None:
+    """NaN and infinity are valid floats to the libraries, and train into NaN weights."""
+    for key, value in settings.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise RecipeError(
+                f"`{section}.{key}` is {value}; it must be a finite number (e.g. 2e-4).",
+                key=f"{section}.{key}",
+            )
 
 
 @contextmanager

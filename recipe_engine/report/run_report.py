@@ -14,7 +14,8 @@ from recipe_engine.tables import text_table
 COLUMNS = ("stage", "status", "key", "init", "trained", "steps", "loss", "eval", "time_s")
 
 
-def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> None:
+def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> list[str]:
+    """Print the run's table, plot and comparison; return what could not be reported."""
     print(run_table(plan, results, run_dir))
     from recipe_engine.report.plots import write_loss_plot
 
@@ -22,20 +23,25 @@ def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> N
     print(f"loss plot: {plot}")
     settings = plan.config.eval
     if not (results and settings.enabled and settings.compare):
-        return
+        return []
     if all(r.status == "cached" for r in results):
         print(f"all stages cached; to compare them: python -m recipe_engine compare run={run_dir}")
-        return
+        return []
     from recipe_engine.report.compare import compare_run
 
-    compared = compare_run(
-        run_dir,
-        settings=dataclasses.asdict(settings),
-        seed=plan.config.seed,
-        held_out=_held_out(plan, results),
-    )
+    try:
+        compared = compare_run(
+            run_dir,
+            settings=dataclasses.asdict(settings),
+            seed=plan.config.seed,
+            held_out=_held_out(plan, results),
+        )
+    except Exception as error:  # the stages are committed: a failed report loses nothing
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return [f"the compare report failed ({first}); try: compare run={run_dir}"]
     print(compared["table"])
     print(f"compare report: {compared['report']}")
+    return []
 
 
 def _held_out(plan: RecipePlan, results: list[StageResult]) -> Any:

@@ -80,6 +80,20 @@ def run_or_reuse(plan: RecipePlan, stage: StagePlan, store: Store) -> StageResul
         return StageResult(stage.name, "trained", entry, manifest)
 
 
+def _evaluation_failed(result: StageResult) -> bool:
+    return bool(result.manifest and result.manifest.metrics.evaluation_error)
+
+
+def incomplete(results: list[StageResult]) -> list[str]:
+    """What this run left undone (an evaluation that failed), one line per stage."""
+    return [
+        f"stage `{r.name}`: {r.manifest.metrics.evaluation_error} (its weights are committed "
+        f"at {r.output}; `python -m recipe_engine compare` evaluates it again)"
+        for r in results
+        if r.manifest and r.manifest.metrics.evaluation_error
+    ]
+
+
 def run_summary(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> RunSummary:
     return RunSummary(plan.recipe, [_row(plan, result, run_dir) for result in results])
 
@@ -89,7 +103,7 @@ def _row(plan: RecipePlan, result: StageResult, run_dir: Path) -> StageRow:
     metrics = manifest.metrics if manifest else None
     return StageRow(
         stage=result.name,
-        status=result.status,
+        status=result.status + (", evaluation failed" if _evaluation_failed(result) else ""),
         key=short(stage.fingerprint),
         init=stage.init.description,
         output=relative_to(result.output, run_dir),

@@ -34,6 +34,7 @@ from recipe_engine.run.trainer import (
     align_trainable_dtype,
     apply_guard,
     build_args,
+    check_finite_weights,
     check_parameter_devices,
     planned_steps,
     preflight,
@@ -122,7 +123,7 @@ class StageRecipe:
             self.stage.trainer, output_dir=self.store.checkpoints(self.stage.fingerprint)
         )
         apply_guard(self.args, self.stage.placement)
-        self.metrics_log = MetricsLogger(self.work / "metrics.jsonl")
+        self.metrics_log = MetricsLogger(self.work / "metrics.jsonl", self.stage.name)
         self.trainer = SFTTrainer(
             model=self.model,
             args=self.args,
@@ -157,6 +158,7 @@ class StageRecipe:
 
     def commit(self) -> None:
         """Weights, processor and manifest into the store, atomically, by rank 0 alone."""
+        check_finite_weights(self.stage.name, self.trainer.model)
         final = self.work / "final"
         if self.main_process:
             shutil.rmtree(final, ignore_errors=True)
@@ -173,6 +175,16 @@ class StageRecipe:
         self.trainer.accelerator.wait_for_everyone()
 
     def evaluate(self) -> None:
+        """Held-out loss and exact match. The weights are committed already: a failure here is
+        recorded (manifest, summary, exit code 1), never a reason to lose the training."""
+        try:
+            self._evaluate()
+        except Exception as error:  # any library error: the stage stays committed
+            text = str(error).strip().splitlines()
+            self.metrics.evaluation_error = f"{type(error).__name__}: {text[0] if text else ''}"
+            log.error("stage %s: evaluation failed: %s", self.stage.name, error, exc_info=True)
+
+    def _evaluate(self) -> None:
         """Held-out loss (every rank takes part) and exact match (rank 0 generates)."""
         settings, splits = self.plan.config.eval, self.stage.data.splits()
         if splits.eval is None or not settings.enabled:

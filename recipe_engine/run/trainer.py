@@ -17,8 +17,12 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from recipe_engine.errors import RecipeError
+from recipe_engine.errors import RecipeError, StageFailed
 from recipe_engine.plan.placement import PlacementPlan
+
+
+class NonFiniteTraining(StageFailed):
+    """The loss, a gradient or a trained weight became NaN or infinite."""
 
 
 class GuardViolation(RuntimeError):
@@ -146,10 +150,12 @@ def preflight(trainer: Any) -> float:
 
 
 class MetricsLogger(TrainerCallback):
-    """Writes every Trainer log record as one JSON line (step, loss, learning rate, ...)."""
+    """Writes every Trainer log record as one JSON line (step, loss, learning rate, ...), and
+    stops the stage at the first non-finite loss or gradient norm it sees."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, stage: str) -> None:
         self.path = path
+        self.stage = stage
         self.records: list[dict[str, Any]] = []
 
     def resume_from(self, step: int) -> None:
@@ -173,6 +179,31 @@ class MetricsLogger(TrainerCallback):
         self.records.append(record)
         with self.path.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
+        _stop_if_not_finite(self.stage, record, args.learning_rate)
 
     def losses(self) -> list[float]:
         return [r["loss"] for r in self.records if "loss" in r]
+
+
+def _stop_if_not_finite(stage: str, record: dict[str, Any], learning_rate: float) -> None:
+    for key in ("loss", "grad_norm"):
+        value = record.get(key)
+        if isinstance(value, int | float) and not math.isfinite(value):
+            raise NonFiniteTraining(
+                f"Stage `{stage}` stopped at step {record['step']}: the {key.replace('_', ' ')} "
+                f"is {value}. Likely causes: a learning rate too high for this model "
+                f"(stage.{stage}.train.learning_rate is {learning_rate:g}), float16 overflow "
+                f"(try stage.{stage}.dtype=bfloat16 or float32), or broken rows in the data. "
+                "Nothing was committed; fix it and run again (fresh=true starts over)."
+            )
+
+
+def check_finite_weights(stage: str, model: Any) -> None:
+    """A stage whose trained weights are not all finite is never committed."""
+    broken = [n for n, p in model.named_parameters() if p.requires_grad and not p.isfinite().all()]
+    if broken:
+        raise NonFiniteTraining(
+            f"Stage `{stage}` trained {len(broken)} tensor(s) into NaN or infinity (e.g. "
+            f"{broken[0]}), so it is not committed. Lower stage.{stage}.train.learning_rate "
+            "or check the data, then run again with fresh=true."
+        )

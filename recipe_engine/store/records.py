@@ -42,10 +42,11 @@ class StageMetrics:
     eval_samples: int | None = None
     eval_accuracy: float | None = None
     base_accuracy: float | None = None  # the untrained base, on the same rows (root stages)
+    evaluation_error: str | None = None  # the evaluation failed; the weights are committed
 
     def eval_text(self) -> str:
         """ "acc 96%, loss 0.037", or "-" when nothing was evaluated."""
-        parts = []
+        parts = ["evaluation failed"] if self.evaluation_error else []
         if self.eval_accuracy is not None:
             parts.append(f"acc {self.eval_accuracy:.0%}")
         if self.eval_loss is not None:

@@ -14,6 +14,7 @@ from recipe_engine.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 USER_RECIPES = str(ROOT / "tests" / "fixtures" / "recipes")
+PROMPT_COMPLETION = str(ROOT / "tests" / "fixtures" / "data" / "prompt-completion.jsonl")
 
 
 def test_help_lists_verbs_recipes_and_key_options(capsys):
@@ -81,6 +82,32 @@ ERROR_CASES = {
         ["stage.llm.init.path", "missing/checkpoint-7", "does not exist"],
     ),
     "unknown verb": (["pln"], ["Unknown verb `pln`", "Did you mean `plan`"]),
+    "infinite learning rate": (
+        ["stage.llm.train.learning_rate=inf"],
+        ["stage.llm.train.learning_rate", "finite"],
+    ),
+    "nan lora dropout": (
+        ["recipe=r1-llm-only", "stage.llm.lora.lora_dropout=nan"],
+        ["stage.llm.lora.lora_dropout", "finite"],
+    ),
+    "prompt/completion rows with assistant-only loss": (
+        [
+            "recipe=text-lora",
+            "data.source=local",
+            f"data.path={PROMPT_COMPLETION}",
+            "data.format=auto",
+        ],
+        ["prompt/completion rows", "stage.llm.train.assistant_only_loss=false"],
+    ),
+    "evaluation stage without a held-out split": (
+        [
+            "--config-dir",
+            USER_RECIPES,
+            "recipe=user-with-eval",
+            "data.eval_split=null",
+        ],
+        ["Evaluation stage `eval` needs a held-out split", "data.eval_fraction"],
+    ),
 }
 
 

@@ -19,7 +19,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.run.loading import merge_adapter_parent
 from recipe_engine.run.recipe import run_recipe
-from recipe_engine.store.records import Manifest
+from recipe_engine.store.records import Manifest, RunSummary
 
 SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1}
 
@@ -194,3 +194,32 @@ def test_a_run_reads_its_data_once(memo, tmp_path, monkeypatch):
     report_run(plan, run_recipe(plan, run_dir), run_dir)
     assert len(reads) == 1
     assert (run_dir / "compare.md").is_file()
+
+
+def test_a_stage_whose_evaluation_fails_stays_committed_and_is_cached_next_time(
+    tmp_path, monkeypatch
+):
+    from recipe_engine.run import evaluation
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("generation broke")
+
+    monkeypatch.setattr(evaluation, "exact_match", broken)
+    result = run("r2-vision-only", tmp_path)["vision"]
+    manifest = Manifest.load(result.output)
+    assert result.status == "trained" and (result.output / "COMPLETE").is_file()
+    assert manifest.metrics.evaluation_error == "RuntimeError: generation broke"
+    assert manifest.metrics.eval_loss is not None  # what was measured before the failure
+    row = RunSummary.load(tmp_path / "runs" / "r2-vision-only").stages[0]
+    assert row.status == "trained, evaluation failed"
+    monkeypatch.undo()
+    assert run("r2-vision-only", tmp_path)["vision"].status == "cached"
+
+
+def test_a_loss_that_becomes_nan_stops_the_stage_and_commits_nothing(tmp_path):
+    from recipe_engine.errors import StageFailed
+
+    with pytest.raises(StageFailed, match=r"Stage `llm` stopped at step \d+: the (loss|grad norm)"):
+        run("text-lora", tmp_path, "stage.llm.train.learning_rate=1e30")
+    store = tmp_path / "store"
+    assert not [p for p in store.iterdir() if (p / "COMPLETE").exists()]
