@@ -27,10 +27,16 @@ class StageFailed(Exception):
     """
 
 
+def closest(word: str, options: Iterable[str]) -> str | None:
+    """The option closest to `word`, or None when nothing is close."""
+    matches = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
 def did_you_mean(word: str, options: Iterable[str]) -> str:
     """' Did you mean `x`?' for the closest option, or '' when nothing is close."""
-    matches = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f" Did you mean `{matches[0]}`?" if matches else ""
+    match = closest(word, options)
+    return f" Did you mean `{match}`?" if match else ""
 
 
 def unknown_key(key: str, valid: Iterable[str], where: str) -> RecipeError:

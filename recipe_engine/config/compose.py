@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import typing
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -12,8 +15,8 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from recipe_engine.config.schema import EngineConfig, register_configs
-from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.config.schema import EngineConfig, StageConfig, register_configs
+from recipe_engine.errors import RecipeError, closest, did_you_mean
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "recipes"
 CONFIG_NAME = "config"
@@ -44,11 +47,90 @@ def compose_config(
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-            return compose(CONFIG_NAME, overrides=overrides, return_hydra_config=with_hydra)
+            cfg = compose(CONFIG_NAME, overrides=overrides, return_hydra_config=with_hydra)
     except (HydraException, OmegaConfBaseException, ValueError) as error:
-        raise translate_error(error, config_dir, extra_dirs) from None
+        stage = _unknown_stage(error, overrides, config_dir, extra_dirs)
+        raise stage or translate_error(error, config_dir, extra_dirs) from None
     finally:
         GlobalHydra.instance().clear()
+    check_closed(cfg)
+    return cfg
+
+
+def check_closed(cfg: DictConfig) -> None:
+    """Every key is one the schema knows, `+` or not: Hydra lets `+key=value` add any key,
+    and a misspelt setting must not be dropped silently."""
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    plain.pop("hydra", None)
+    _check_node(plain, EngineConfig, "")
+
+
+def _check_node(node: Any, schema: type, prefix: str) -> None:
+    if not isinstance(node, dict):
+        return
+    hints = typing.get_type_hints(schema)
+    for key, value in node.items():
+        full = f"{prefix}{key}"
+        if key not in hints:
+            valid = list(hints)
+            hint = did_you_mean(str(key), valid) or _trainer_hint(schema, prefix, str(key))
+            raise RecipeError(
+                f"Unknown key `{full}`.{hint} Valid keys there: {', '.join(valid)}.", key=full
+            )
+        inner, mapping = _dataclass_in(hints[key])
+        if inner is not None and mapping and isinstance(value, dict):
+            for name, item in value.items():  # stage.<name>: each a StageConfig
+                _check_node(item, inner, f"{full}.{name}.")
+        elif inner is not None:
+            _check_node(value, inner, f"{full}.")
+
+
+def _trainer_hint(schema: type, prefix: str, key: str) -> str:
+    """A trainer setting typed one level too high (`stage.llm.learning_rate`)."""
+    if schema is not StageConfig:
+        return ""
+    from recipe_engine.config.library_keys import library_fields
+
+    fields = library_fields("SFTConfig")
+    match = key if key in fields else closest(key, fields)
+    return f" Did you mean `{prefix}train.{match}`?" if match else ""
+
+
+def _dataclass_in(hint: Any) -> tuple[type | None, bool]:
+    """(the dataclass a field holds, whether inside a mapping): `X`, `X | None`, `dict[str, X]`."""
+    if dataclasses.is_dataclass(hint):
+        return hint, False
+    args = typing.get_args(hint)
+    mapping = typing.get_origin(hint) is dict
+    found = [a for a in args if dataclasses.is_dataclass(a)]
+    return (found[0], mapping) if found else (None, False)
+
+
+def _unknown_stage(
+    error: BaseException, overrides: Sequence[str], config_dir: Path, extra_dirs: Sequence[str]
+) -> RecipeError | None:
+    """A key naming a stage the recipe does not have (`stage.lmm.train.x`), with its
+    did-you-mean; None when the error is something else."""
+    named = {
+        m.group(1): o
+        for o in overrides
+        if (m := re.match(r"^[+~]*stage\.([\w\-]+)\.", o)) is not None
+    }
+    if not named or "stage." not in str(error):
+        return None
+    rest = [o for o in overrides if o not in named.values()]
+    try:
+        stages = compose_config(rest, config_dir=config_dir, extra_dirs=extra_dirs).stage
+    except RecipeError:
+        return None
+    for name, override in named.items():
+        if name not in stages:
+            return RecipeError(
+                f"`{override.lstrip('+~').split('=')[0]}` names stage `{name}`, which this "
+                f"recipe does not have.{did_you_mean(name, stages)} Stages: {', '.join(stages)}.",
+                key=f"stage.{name}",
+            )
+    return None
 
 
 def translate_error(

@@ -43,6 +43,16 @@ class DataConfig:
     max_samples: int | None = None
 
 
+# Library sections of a stage; an empty one means the stage does not use that library.
+LIBRARY_SECTIONS = ("lora", "quantization")
+
+
+def without_empty_sections(stage: dict[str, Any]) -> dict[str, Any]:
+    """A stage mapping with empty library sections as None (not used), as plans and diffs
+    compare them."""
+    return {**stage, **{key: stage.get(key) or None for key in LIBRARY_SECTIONS}}
+
+
 @dataclass
 class StageConfig:
     template: str | None = None
@@ -50,8 +60,10 @@ class StageConfig:
     evaluate_only: bool = False  # a held-out evaluation of `init`, cached like any stage
     init: InitConfig = field(default_factory=InitConfig)
     freeze: FreezeConfig = field(default_factory=FreezeConfig)
-    lora: dict[str, Any] | None = None  # LoraConfig keys + `components`
-    quantization: dict[str, Any] | None = None  # BitsAndBytesConfig keys + `components`, ...
+    # Empty = not used; a mapping (not None) so that any key can be set on the command line,
+    # e.g. stage.vision.lora.r=8 on a template without LoRA.
+    lora: dict[str, Any] | None = field(default_factory=dict)  # LoraConfig keys + `components`
+    quantization: dict[str, Any] | None = field(default_factory=dict)  # BitsAndBytesConfig keys
     dtype: str = "auto"  # auto (the model entry's) | float32 | bfloat16 | float16
     gradient_checkpointing: bool = False
     data: DataConfig | None = None  # None: the recipe's `data`

@@ -20,7 +20,13 @@ from omegaconf import DictConfig
 from recipe_engine.config import library_keys
 from recipe_engine.config.components import validate_components
 from recipe_engine.config.compose import to_engine_config
-from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
+from recipe_engine.config.schema import (
+    DataConfig,
+    EngineConfig,
+    ModelConfig,
+    StageConfig,
+    without_empty_sections,
+)
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.plan import dag, data, memo
 from recipe_engine.plan.data import data_identity
@@ -117,10 +123,11 @@ def resolve_dtypes(stage: StageConfig, model: ModelConfig) -> StageConfig:
     Resolved before fingerprinting, so changing the model entry's dtype retrains the stage.
     """
     dtype = model.dtype if stage.dtype == "auto" else stage.dtype
-    quant = stage.quantization
+    sections = without_empty_sections(dataclasses.asdict(stage))  # empty: not used, same key
+    quant = sections["quantization"]
     if quant and quant.get("bnb_4bit_compute_dtype") == "auto":
         quant = {**quant, "bnb_4bit_compute_dtype": dtype}
-    return dataclasses.replace(stage, dtype=dtype, quantization=quant)
+    return dataclasses.replace(stage, dtype=dtype, lora=sections["lora"], quantization=quant)
 
 
 def _check_stage_settings(name: str, stage: StageConfig) -> None:
@@ -225,7 +232,7 @@ def _place(
     try:
         return plan_placement(request)
     except PlacementRefused as refusal:  # name the stage's own quantization keys
-        text = str(refusal).replace("`quantization=none`", f"`~stage.{name}.quantization`")
+        text = str(refusal).replace("`quantization=none`", f"`stage.{name}.quantization=null`")
         text = re.sub(r"`quantization([.=])", rf"`stage.{name}.quantization\1", text)
         raise PlacementRefused(text, key=refusal.key) from None
 

@@ -104,7 +104,7 @@ def evaluation_policy(name: str, stage: StageConfig, children: Sequence[str]) ->
         if getattr(stage, key):
             raise RecipeError(
                 f"`stage.{name}` is an evaluation stage (evaluate_only) but sets `{key}`; "
-                f"remove it with ~stage.{name}.{key}.",
+                f"remove it with stage.{name}.{key}=null.",
                 key=f"stage.{name}.{key}",
             )
     if children:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipe_engine.config.schema import without_empty_sections
 from recipe_engine.plan.dag import NON_WEIGHT_STAGE_KEYS, build_graph
 
 USAGE = """\
@@ -72,7 +73,6 @@ def diff_recipes(
     a: str, b: str, overrides: Sequence[str] = (), *, extra_dirs: Sequence[str] = ()
 ) -> RecipeDiff:
     """Compose both recipes and compare their resolved settings."""
-    from recipe_engine.config.compose import compose_config, to_plain
 
     shared: list[str] = []
     own: dict[str, list[str]] = {"a": [], "b": []}
@@ -83,8 +83,8 @@ def diff_recipes(
             own[body[0]].append(marks + body[2:])
         else:
             shared.append(override)
-    cfg_a = to_plain(compose_config([f"recipe={a}", *shared, *own["a"]], extra_dirs=extra_dirs))
-    cfg_b = to_plain(compose_config([f"recipe={b}", *shared, *own["b"]], extra_dirs=extra_dirs))
+    cfg_a = _composed([f"recipe={a}", *shared, *own["a"]], extra_dirs)
+    cfg_b = _composed([f"recipe={b}", *shared, *own["b"]], extra_dirs)
 
     general, labels = [], []
     rest_a = {k: v for k, v in cfg_a.items() if k != "stage"}
@@ -109,6 +109,14 @@ def diff_recipes(
             else:
                 pair.changes.append(change)
     return RecipeDiff(a, b, list(overrides), general, pairs, labels)
+
+
+def _composed(overrides: Sequence[str], extra_dirs: Sequence[str]) -> dict[str, Any]:
+    from recipe_engine.config.compose import compose_config, to_plain
+
+    cfg = to_plain(compose_config(overrides, extra_dirs=extra_dirs))
+    cfg["stage"] = {name: without_empty_sections(s) for name, s in cfg["stage"].items()}
+    return cfg
 
 
 def pair_stages(cfg_a: Mapping[str, Any], cfg_b: Mapping[str, Any]) -> list[StagePair]:

@@ -15,7 +15,6 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.plan.dag import short
 from recipe_engine.plan.hardware import is_main_process
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
-from recipe_engine.run.stage import EvaluationRecipe, StageRecipe
 from recipe_engine.store.records import Manifest, RunSummary, StageRow, relative_to
 from recipe_engine.store.store import Store
 
@@ -72,6 +71,9 @@ def run_or_reuse(plan: RecipePlan, stage: StagePlan, store: Store) -> StageResul
         if store.is_complete(stage.fingerprint) and not force:
             log.info("stage %s: cached at %s", stage.name, entry)
             return StageResult(stage.name, "cached", entry, Manifest.load(entry, stage=stage.name))
+        # Imported here: loading torch and transformers costs seconds a cached rerun never needs.
+        from recipe_engine.run.stage import EvaluationRecipe, StageRecipe
+
         if stage.evaluate_only:
             manifest = EvaluationRecipe(plan, stage, store).run()
             return StageResult(stage.name, "evaluated", entry, manifest)

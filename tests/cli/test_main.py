@@ -82,6 +82,15 @@ ERROR_CASES = {
         ["stage.llm.init.path", "missing/checkpoint-7", "does not exist"],
     ),
     "unknown verb": (["pln"], ["Unknown verb `pln`", "Did you mean `plan`"]),
+    "unknown key added with +": (["+seeed=3"], ["Unknown key `seeed`", "Did you mean `seed`"]),
+    "trainer setting one level too high, with +": (
+        ["+stage.llm.lerning_rate=1e-4"],
+        ["stage.llm.lerning_rate", "Did you mean `stage.llm.train.learning_rate`"],
+    ),
+    "misspelt stage name in a key": (
+        ["stage.lmm.train.learning_rate=1e-4"],
+        ["names stage `lmm`", "Did you mean `llm`", "Stages: vision, llm"],
+    ),
     "infinite learning rate": (
         ["stage.llm.train.learning_rate=inf"],
         ["stage.llm.train.learning_rate", "finite"],

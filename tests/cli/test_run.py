@@ -41,14 +41,20 @@ def test_run_through_hydra_with_a_relative_output_root(tmp_path):
         assert (run_dir / name).is_file(), name
     assert "exact_match" in first.stdout and "compare report" in first.stdout
 
+    # The cached rerun, through the same entry point, reporting what it imported.
+    rerun = (
+        "import sys; from recipe_engine.cli.main import main; code = main(sys.argv[1:]); "
+        "print('heavy imports:', sorted({'torch', 'transformers', 'datasets'} & set(sys.modules)))"
+    )
     second = subprocess.run(
-        [sys.executable, "-m", "recipe_engine", *short],
+        [sys.executable, "-c", rerun, *short],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert second.returncode == 0, second.stderr[-3000:]
+    assert "heavy imports: []" in second.stdout  # a cached rerun loads no torch
     newest = max((tmp_path / "out" / "runs" / "text-lora").iterdir())
     assert newest != run_dir
     summary = json.loads((newest / "summary.json").read_text())

@@ -100,3 +100,21 @@ def test_the_zero_stage_comes_from_the_stages_deepspeed_config(tmp_path):
     assert zero_stage("llm", {"deepspeed": str(config)}) == 1
     with pytest.raises(RecipeError, match="stage.llm.train.deepspeed"):
         zero_stage("llm", {"deepspeed": str(tmp_path / "missing.json")})
+
+
+def test_library_keys_can_be_set_on_a_template_that_leaves_the_section_empty():
+    # `stage.vision.lora.r=8` on the command line arrives as `++stage.vision.lora.r=8`.
+    vision = plan("recipe=r3-two-stage", "++stage.vision.lora.r=8").stages["vision"]
+    assert vision.policy.lora.config["r"] == 8
+    assert vision.policy.lora.components == ["vision_tower", "projector"]
+    qlora = plan("recipe=text-lora", "++stage.llm.quantization.load_in_4bit=true").stages["llm"]
+    assert qlora.policy.bits == "4bit" and qlora.policy.quantization.config["load_in_4bit"]
+
+
+def test_an_empty_library_section_is_no_section_and_keeps_the_stage_key():
+    base = plan("recipe=r3-two-stage").stages["vision"]
+    assert base.config.lora is None and base.policy.lora is None
+    assert (
+        base.fingerprint
+        == plan("recipe=r3-two-stage", "stage.vision.lora=null").stages["vision"].fingerprint
+    )
