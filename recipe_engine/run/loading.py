@@ -24,7 +24,7 @@ from recipe_engine.plan.dag import canonical_hash
 from recipe_engine.plan.models import auto_model_class
 from recipe_engine.plan.recipe_plan import PARENT, RecipePlan, StagePlan
 from recipe_engine.store.records import Manifest
-from recipe_engine.store.store import Store
+from recipe_engine.store.store import Store, make_engine_folder
 
 log = logging.getLogger("recipe_engine")
 
@@ -120,6 +120,7 @@ def merge_adapter_parent(parent: Path, dtype: str, into: Path) -> tuple[Path, di
     expected = handoff_checksums(merged, manifest.trained_parameters)
     tmp = into.with_name(f".{into.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
+    make_engine_folder(tmp)
     merged.save_pretrained(tmp, safe_serialization=True)
     load_processor(str(parent), entry["kind"], entry).save_pretrained(tmp)
     (tmp / HANDOFF).write_text(json.dumps(expected))

@@ -73,7 +73,7 @@ class StageRecipe:
     def prepare_work_dir(self) -> None:
         if self.fresh and self.work.exists() and self.main_process:
             shutil.rmtree(self.work)  # start fresh really means fresh: no checkpoint is used
-        self.work.mkdir(parents=True, exist_ok=True)
+        self.store.make_work_dir(self.stage.fingerprint)
 
     def load(self) -> None:
         """The planned weights, quantized on load as planned; a parent's training checked."""
@@ -267,7 +267,7 @@ class EvaluationRecipe:
         model = _load_model(self.stage, weights, None)
         processor = _load_processor(self.stage, weights)
         result = _exact_match(self.plan, self.stage, model, processor)
-        final = self.store.work_dir(self.stage.fingerprint) / "final"
+        final = self.store.make_work_dir(self.stage.fingerprint) / "final"
         shutil.rmtree(final, ignore_errors=True)
         final.mkdir(parents=True)
         evaluation.write_predictions(final, result["predictions"])

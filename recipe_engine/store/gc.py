@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +25,7 @@ from filelock import Timeout
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import file_lock
 from recipe_engine.store.records import SUMMARY_FILE, Manifest, RunSummary, StageRow
-from recipe_engine.store.store import COMPLETE, KEY_LENGTH
+from recipe_engine.store.store import COMPLETE, ENGINE_MARKER, KEY_LENGTH, is_engine_folder
 from recipe_engine.tables import text_table
 
 USAGE = """\
@@ -48,6 +48,8 @@ ACTIONS = ("list", "rm", "gc")
 TMP_GRACE_S = 3600
 RUN_AREAS = ("runs", "sweeps")
 DRY_RUN = "--dry-run"
+# Statuses of folders that hold a stage output (kept whenever gc cannot see every reference).
+OUTPUT_STATUSES = ("complete", "incomplete", "merged")
 
 
 @dataclass
@@ -58,6 +60,7 @@ class RunInfo:
     recipe: str
     finished: float  # summary.json's mtime
     stages: list[StageRow]
+    unreadable: str | None = None  # why summary.json could not be read (damaged)
 
     @property
     def entries(self) -> set[str]:
@@ -79,6 +82,8 @@ class EntryInfo:
     modified: float
     manifest: Manifest | None = None
     used_by: list[Path] = field(default_factory=list)
+    engine: bool = True  # the engine wrote it (its marker): the only folders gc may remove
+    unreadable: str | None = None  # why a committed entry's manifest could not be read
 
     @property
     def key(self) -> str:
@@ -102,11 +107,12 @@ def find_runs(root: Path) -> list[RunInfo]:
         if not base.is_dir():
             continue
         for summary in base.rglob(SUMMARY_FILE):
-            try:
-                read = RunSummary.load(summary.parent)
-            except RecipeError:
-                continue  # a summary being written; the run counts once it is whole
             finished = summary.stat().st_mtime
+            try:  # summaries are written atomically: one that does not read is damaged
+                read = RunSummary.load(summary.parent)
+            except RecipeError as error:
+                runs.append(RunInfo(summary.parent, "?", finished, [], unreadable=str(error)))
+                continue
             runs.append(RunInfo(summary.parent, read.recipe, finished, read.stages))
     return sorted(runs, key=lambda r: (r.finished, str(r.path)))
 
@@ -118,15 +124,16 @@ def find_entries(root: Path, runs: Sequence[RunInfo] = ()) -> list[EntryInfo]:
     for path in sorted(store.iterdir()) if store.is_dir() else []:
         if not path.is_dir() or path.is_symlink() or path.name == "locks":
             continue
-        manifest = None
+        manifest, unreadable = None, None
         status = _status(path)
         if status in ("complete", "incomplete"):
             try:
                 manifest = Manifest.load(path)
-            except RecipeError:
-                pass
+            except RecipeError as error:
+                unreadable = str(error)
         size, modified = _size_and_mtime(path)
         entry = EntryInfo(path.name, path, status, size, modified, manifest)
+        entry.engine, entry.unreadable = is_engine_folder(path), unreadable
         entry.used_by = [r.path for r in runs if path.name in r.entries]
         entries.append(entry)
     return entries
@@ -203,6 +210,8 @@ def render_listing(root: Path) -> str:
         lines.append(
             f"  {_rel(run.path, root)}  recipe {run.recipe}  finished {_clock(run.finished)}"
         )
+        if run.unreadable:
+            lines.append(f"    {run.unreadable}")
         for s in run.stages:
             lines.append(
                 f"    {s.stage:<10} {s.status:<8} {s.key}  "
@@ -361,20 +370,35 @@ def unlocked(root: Path, key: str) -> Iterator[bool]:
         lock.release()
 
 
-def collect_garbage(root: Path, *, dry_run: bool = False) -> str:
-    """Remove store folders no run needs; report each and the total freed."""
+def collect_garbage(
+    root: Path, *, dry_run: bool = False, announce: Callable[[str], None] = print
+) -> str:
+    """Remove store folders no run needs; `announce` what goes before it goes; report the rest.
+
+    Only folders the engine wrote are candidates. A run summary or a stage manifest that cannot
+    be read leaves gc unable to tell what is needed, so every stage output is kept."""
     runs = find_runs(root)
     entries = find_entries(root, runs)
     kept = kept_folders(runs, entries)
-    removed: list[EntryInfo] = []
-    busy: list[EntryInfo] = []
+    blind = [r.unreadable for r in runs if r.unreadable]
+    blind += [e.unreadable for e in entries if e.unreadable]
     store = (root / "store").resolve()
-    for entry in entries:
-        if entry.name in kept or entry.path.resolve().parent != store:
-            continue  # needed, or not inside the store (never touched: defence in depth)
+    candidates = [
+        e
+        for e in entries
+        if e.name not in kept
+        and e.engine
+        and e.path.resolve().parent == store  # never outside the store (defence in depth)
+        and not (blind and e.status in OUTPUT_STATUSES)
+    ]
+    for e in candidates if not dry_run else []:  # a dry run's report lists them
+        announce(f"  will free {e.name}  {_bytes(e.size)}  ({_what(e)})")
+    removed, busy = [], []
+    for entry in candidates:
         (removed if _remove_entry(root, entry, dry_run=dry_run) else busy).append(entry)
+    foreign = [e for e in entries if not e.engine]
     held = len([e for e in entries if e.name in kept])
-    return _gc_report(removed, busy, held, len(runs), dry_run=dry_run)
+    return _gc_report(removed, busy, foreign, blind, held, len(runs), dry_run=dry_run)
 
 
 def _remove_entry(root: Path, entry: EntryInfo, *, dry_run: bool) -> bool:
@@ -387,17 +411,36 @@ def _remove_entry(root: Path, entry: EntryInfo, *, dry_run: bool) -> bool:
     return free
 
 
+def _what(entry: EntryInfo) -> str:
+    what = f"{entry.manifest.stage} of {entry.manifest.recipe}" if entry.manifest else ""
+    return f"{what}, {entry.status}" if what else entry.status
+
+
 def _gc_report(
-    removed: Sequence[EntryInfo], busy: Sequence[EntryInfo], held: int, runs: int, *, dry_run: bool
+    removed: Sequence[EntryInfo],
+    busy: Sequence[EntryInfo],
+    foreign: Sequence[EntryInfo],
+    blind: Sequence[str],
+    held: int,
+    runs: int,
+    *,
+    dry_run: bool,
 ) -> str:
     verb = "would free" if dry_run else "freed"
-    lines = []
-    for e in removed:
-        what = f"{e.manifest.stage} of {e.manifest.recipe}" if e.manifest else e.status
-        lines.append(f"  {verb} {e.name}  {_bytes(e.size)}  ({what}, {e.status})")
+    lines = [f"  {verb} {e.name}  {_bytes(e.size)}  ({_what(e)})" for e in removed]
     for e in busy:
         why = "being written" if e.status == "tmp" else "a running job holds its lock"
         lines.append(f"  kept {e.name} ({e.status}): {why}")
+    for e in foreign:
+        lines.append(
+            f"  kept {e.name}: not written by recipe-engine (no {ENGINE_MARKER} marker); "
+            "gc never removes what it did not write"
+        )
+    for problem in blind:
+        lines.append(
+            f"  kept every stage output: {problem} Fix or remove that file (`runs rm RUN_DIR` "
+            "for a run folder), then run gc again."
+        )
     freed = sum(e.size for e in removed)
     lines.append(
         f"{verb} {_bytes(freed)} in {len(removed)} store folder(s); kept {held} referenced "

@@ -19,6 +19,8 @@ from recipe_engine.files import file_lock
 from recipe_engine.store.records import Manifest
 
 COMPLETE = "COMPLETE"
+# In every folder the engine creates under the store: `runs gc` deletes nothing without it.
+ENGINE_MARKER = ".recipe-engine"
 KEY_LENGTH = 20  # hex characters of the fingerprint in folder names
 
 
@@ -34,6 +36,10 @@ class Store:
 
     def work_dir(self, fingerprint: str) -> Path:
         return self.root / f"{fingerprint[:KEY_LENGTH]}.partial"
+
+    def make_work_dir(self, fingerprint: str) -> Path:
+        """The stage's work folder (checkpoints, the output being written), marked as ours."""
+        return make_engine_folder(self.work_dir(fingerprint))
 
     def merged_dir(self, fingerprint: str, dtype: str) -> Path:
         """An adapter stage merged into its base: the full-weights base its children use."""
@@ -60,6 +66,7 @@ class Store:
             _remove(stale)  # left by a kill during an earlier clean-up
             os.replace(target, stale)
             _remove(stale)
+        mark_engine_folder(built)
         os.replace(built, target)
         marker = target / COMPLETE
         marker.write_text(json.dumps({"fingerprint": fingerprint}))
@@ -72,6 +79,28 @@ class Store:
 
     def manifest(self, fingerprint: str) -> Manifest:
         return Manifest.load(self.entry(fingerprint))
+
+
+def make_engine_folder(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    mark_engine_folder(path)
+    return path
+
+
+def mark_engine_folder(path: Path) -> None:
+    (path / ENGINE_MARKER).write_text("written by recipe-engine; `runs gc` may remove it\n")
+
+
+def is_engine_folder(path: Path) -> bool:
+    """Whether the engine wrote this store folder: its marker, or (entries committed before
+    markers existed) a COMPLETE marker naming the folder's own key."""
+    if (path / ENGINE_MARKER).is_file():
+        return True
+    try:
+        fingerprint = json.loads((path / COMPLETE).read_text()).get("fingerprint", "")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(fingerprint, str) and fingerprint[:KEY_LENGTH] == path.name[:KEY_LENGTH]
 
 
 def _checkpoint_complete(path: Path, step: int) -> bool:

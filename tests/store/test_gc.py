@@ -21,7 +21,7 @@ from recipe_engine.store.gc import (
     render_listing,
 )
 from recipe_engine.store.records import Manifest
-from recipe_engine.store.store import Store
+from recipe_engine.store.store import Store, make_engine_folder, mark_engine_folder
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def fake_entry(
         base_location=base_location,
     ).save(path)
     (path / "weights.bin").write_bytes(b"\0" * 4096)
-    (path / "COMPLETE").write_text("{}")
+    (path / "COMPLETE").write_text(json.dumps({"fingerprint": name}))  # as Store.commit
     return path
 
 
@@ -151,7 +151,8 @@ def test_gc_removes_partial_folders_unless_a_job_holds_their_lock(root):
     busy = root / "store" / f"{'b' * 20}.partial"
     stale = root / "store" / f"{'d' * 20}.stale"
     for folder in (idle, busy, stale):
-        (folder / "checkpoints").mkdir(parents=True)
+        make_engine_folder(folder / "checkpoints")
+        mark_engine_folder(folder)
     with store.lock("b" * 64):  # a job training this key right now
         report = collect_garbage(root)
     assert not idle.exists() and not stale.exists()
@@ -169,11 +170,11 @@ def test_gc_keeps_merged_bases_of_needed_adapters_and_fresh_tmp_folders(root):
     fresh_tmp = root / "store" / f".{'g' * 20}.merged-float32.123.tmp"
     old_tmp = root / "store" / f".{'h' * 20}.merged-float32.456.tmp"
     for folder in (kept_merge, old_merge, fresh_tmp, old_tmp):
-        folder.mkdir()
+        make_engine_folder(folder)
         (folder / "model.safetensors").write_bytes(b"\0" * 100)
     hours_ago = time.time() - 2 * TMP_GRACE_S
-    os.utime(old_tmp / "model.safetensors", (hours_ago, hours_ago))
-    os.utime(old_tmp, (hours_ago, hours_ago))
+    for item in [*old_tmp.iterdir(), old_tmp]:
+        os.utime(item, (hours_ago, hours_ago))
 
     report = collect_garbage(root)
     assert kept_merge.is_dir() and fresh_tmp.is_dir() and adapter.is_dir()
@@ -184,8 +185,7 @@ def test_gc_keeps_merged_bases_of_needed_adapters_and_fresh_tmp_folders(root):
 @pytest.mark.parametrize("relative", [True, False], ids=["store-relative", "absolute-old"])
 def test_gc_keeps_the_merged_base_a_needed_child_loads(root, relative):
     # e.g. the merge of an adapter `init.path`: no needed entry shares its key.
-    base = root / "store" / f"{'m' * 20}.merged-float32"
-    base.mkdir()
+    base = make_engine_folder(root / "store" / f"{'m' * 20}.merged-float32")
     (base / "model.safetensors").write_bytes(b"\0" * 100)
     location = f"./{base.name}" if relative else str(base)
     child = fake_entry(root, "k" * 20, stage="llm", base_location=location)
@@ -240,3 +240,28 @@ def test_missing_output_root_and_bad_actions_are_user_errors(tmp_path, capsys):
     assert "takes one run folder, got 0" in capsys.readouterr().err
     assert main(["runs", "--help"]) == 0
     assert "rm RUN_DIR" in capsys.readouterr().out
+
+
+def test_gc_never_removes_a_folder_the_engine_did_not_write(root):
+    mine = root / "store" / "my-notes"
+    (mine / "drafts").mkdir(parents=True)
+    (mine / "drafts" / "idea.txt").write_text("keep me")
+    lookalike = root / "store" / f"{'z' * 20}.partial"  # named like a work folder, not ours
+    lookalike.mkdir()
+    report = collect_garbage(root)
+    assert (mine / "drafts" / "idea.txt").read_text() == "keep me" and lookalike.is_dir()
+    assert "kept my-notes: not written by recipe-engine" in report
+
+
+def test_a_damaged_summary_keeps_every_stage_output_and_names_the_file(root, capsys):
+    run = fake_run(root, "runs/fake/t5", {"llm": fake_entry(root, "y" * 20, stage="llm")})
+    (run / "summary.json").write_text('{"recipe": "fake", "stages": [')  # damaged
+    report = collect_garbage(root)
+    assert (root / "store" / ("y" * 20)).is_dir()  # the damaged run's output
+    assert (root / "store" / entry_of_real(root)).is_dir()
+    assert "kept every stage output" in report and str(run / "summary.json") in report
+    assert "in 0 store folder(s)" in report
+
+
+def entry_of_real(root: Path) -> str:
+    return next(r for r in find_runs(root) if not r.unreadable).entries.pop()
