@@ -202,12 +202,14 @@ class StageRecipe:
 
     def record(self) -> Manifest | None:
         """The committed manifest, completed with the evaluation and the total time."""
-        if not self.main_process:
-            return None
-        self.manifest.metrics = self.metrics
-        self.manifest.timings = {**self.timings, "total_s": time.time() - self.started}
-        self.manifest.save(self.output)
-        return self.manifest
+        if self.main_process:
+            self.manifest.metrics = self.metrics
+            self.manifest.timings = {**self.timings, "total_s": time.time() - self.started}
+            self.manifest.save(self.output)
+        # Every rank leaves the stage together: a rank that exits while rank 0 still
+        # generates tears the process group down under it (SIGABRT in gloo).
+        self.trainer.accelerator.wait_for_everyone()
+        return self.manifest if self.main_process else None
 
     # ----------------------------------------------------------------------- helpers
 
