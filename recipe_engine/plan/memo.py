@@ -31,7 +31,7 @@ CODE = {
     ),
     "rows": ("plan/data.py",),
 }
-LIBRARIES = {"policies": ("transformers", "peft", "bitsandbytes"), "rows": ("datasets",)}
+LIBRARIES_BY_KIND = {"policies": ("transformers", "peft", "bitsandbytes"), "rows": ("datasets",)}
 
 
 def remembered(
@@ -57,6 +57,6 @@ def _key(kind: str, inputs: Mapping[str, Any]) -> str:
         {
             "inputs": inputs,
             "code": [file_digest(PACKAGE / f) for f in CODE[kind]],
-            "versions": [package_version(d) for d in LIBRARIES[kind]],
+            "versions": [package_version(d) for d in LIBRARIES_BY_KIND[kind]],
         }
     )

@@ -11,6 +11,7 @@ import logging
 import platform
 import shutil
 import time
+from dataclasses import asdict
 from typing import Any
 
 from recipe_engine.plan.hardware import is_main_process
@@ -234,9 +235,9 @@ class StageRecipe:
             dtype=stage.dtype,
             base_location=relative_in_store(self.weights.location, self.store),
             architecture=policy.architecture,
-            config=_plain(stage.config),
-            data=_plain(stage.data.config),
-            placement=_plain(stage.placement),
+            config=asdict(stage.config),
+            data=asdict(stage.data.config),
+            placement=asdict(stage.placement),
             quantization={
                 "bits": policy.bits,
                 "settings": stage.config.quantization,
@@ -287,9 +288,9 @@ class EvaluationRecipe:
             model_entry=_model_entry(self.stage),
             dtype=self.stage.dtype,
             base_location=relative_in_store(weights.location, self.store),
-            config=_plain(self.stage.config),
-            data=_plain(self.stage.data.config),
-            eval_settings=_plain(self.plan.config.eval),
+            config=asdict(self.stage.config),
+            data=asdict(self.stage.data.config),
+            eval_settings=asdict(self.plan.config.eval),
             metrics=StageMetrics(eval_accuracy=accuracy, eval_samples=rows),
             timings={"total_s": seconds},
             versions=_versions(),
@@ -297,7 +298,7 @@ class EvaluationRecipe:
 
 
 def _model_entry(stage: StagePlan) -> dict[str, Any]:
-    return _plain(stage.model)
+    return asdict(stage.model)
 
 
 def _exact_match(plan: RecipePlan, stage: StagePlan, model: Any, processor: Any) -> dict:
@@ -353,9 +354,3 @@ def _versions() -> dict[str, str | None]:
     return {name: package_version(name) for name in LIBRARIES} | {
         "python": platform.python_version()
     }
-
-
-def _plain(obj: Any) -> Any:
-    from dataclasses import asdict
-
-    return asdict(obj)
