@@ -24,7 +24,8 @@ from typing import Any
 from recipe_engine.errors import RecipeError, did_you_mean
 
 TINY_MODELS: tuple[str, ...] = ("tiny-qwen2-vl", "tiny-llava", "tiny-llama", "tiny-qwen2")
-TINY_DATASETS: tuple[str, ...] = ("shapes", "arithmetic")
+# Built-in datasets and the format of their rows (what `data.format: auto` resolves to).
+TINY_DATASETS: dict[str, str] = {"shapes": "vlm", "arithmetic": "messages"}
 
 _VERSION = "v2"
 _SEED = 1234

@@ -47,7 +47,7 @@ def _rows(folder: Path, split: str) -> list[dict]:
 
 def test_public_names() -> None:
     assert TINY_MODELS == ("tiny-qwen2-vl", "tiny-llava", "tiny-llama", "tiny-qwen2")
-    assert TINY_DATASETS == ("shapes", "arithmetic")
+    assert TINY_DATASETS == {"shapes": "vlm", "arithmetic": "messages"}
 
 
 def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

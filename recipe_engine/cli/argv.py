@@ -27,7 +27,11 @@ FLAGS_WITH_VALUE = ("--config-dir", "-cd", "--config-name", "-cn", "--config-pat
 
 # Library settings are open mappings validated against SFTConfig / LoraConfig /
 # BitsAndBytesConfig, so any of their keys may be set without Hydra's `+` (add-or-override).
-_LIBRARY_KEY = re.compile(r"^(stage\.[\w\-]+\.(train|lora|quantization)\.\w+=)")
+# A stage's `data` and every `columns` mapping are open the same way.
+_LIBRARY_KEY = re.compile(
+    r"^((stage\.[\w\-]+\.(train|lora|quantization|data)\.\w+"
+    r"|(stage\.[\w\-]+\.)?data\.columns\.\w+)=)"
+)
 # gpus=6,7 is ambiguous to Hydra (a sweep or a list?); outside multirun it means a list.
 _BARE_LIST = re.compile(r"^(gpus|only|force)=([^\[\]{}()'\"]+,[^\[\]{}()'\"]+)$")
 

@@ -28,7 +28,7 @@ from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.run_report import report_run
 from recipe_engine.run.gpu_pool import job_pool, lease_gpu
 from recipe_engine.run.recipe import incomplete, run_recipe, stages_to_run
-from recipe_engine.store.store import Store
+from recipe_engine.store.store import Store, check_output_root
 
 Plans = dict[str, RecipePlan]  # by the hash of the job's config
 
@@ -38,6 +38,7 @@ def main(args: list[str], multirun: bool) -> int:
     jobs = expand_sweep(overrides) if multirun else [overrides]
     plans = [plan_from_config(compose_config(job, extra_dirs=config_dirs(flags))) for job in jobs]
     for plan in plans:  # `only` needs its parents stored: refused here, before any folder
+        check_output_root(plan.config.output_root)
         stages_to_run(plan, Store(plan.config.output_root))
     if not multirun:
         visible = plans[0].cuda_visible_devices
@@ -81,8 +82,8 @@ def run_job(cfg: DictConfig, plans: Plans) -> None:
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
-    except StageFailed as error:
-        print(f"error: {error}", file=sys.stderr)
+    except StageFailed as error:  # on its own line: a progress bar may have the cursor
+        print(f"\nerror: {error}", file=sys.stderr)
         sys.exit(EXIT_INCOMPLETE)
 
 

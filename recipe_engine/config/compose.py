@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from hydra.errors import HydraException, MissingConfigException
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -20,6 +21,8 @@ from recipe_engine.errors import RecipeError, closest, did_you_mean
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "recipes"
 CONFIG_NAME = "config"
+# Config groups a recipe is composed from: `group=option` picks a file of recipes/<group>/.
+GROUPS = ("recipe", "model", "data", "hardware")
 
 
 def available(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
@@ -41,6 +44,7 @@ def compose_config(
     """
     register_configs()
     overrides = list(overrides)
+    check_overrides(overrides, config_dir, extra_dirs)
     if extra_dirs:
         paths = ",".join(f"file://{Path(d).resolve()}" for d in extra_dirs)
         overrides.append(f"hydra.searchpath=[{paths}]")
@@ -51,10 +55,61 @@ def compose_config(
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         stage = _unknown_stage(error, overrides, config_dir, extra_dirs)
         raise stage or translate_error(error, config_dir, extra_dirs) from None
+    except yaml.YAMLError as error:
+        raise yaml_error(error) from None
     finally:
         GlobalHydra.instance().clear()
     check_closed(cfg)
     return cfg
+
+
+def check_overrides(overrides: Sequence[str], config_dir: Path, extra_dirs: Sequence[str]) -> None:
+    """The mistakes Hydra reports in its own grammar's words: a missing `=`, an empty or
+    unknown config group option."""
+    for override in overrides:
+        key, equals, value = override.partition("=")
+        bare = key.lstrip("+~").removeprefix("override ").strip()
+        if not equals and not key.startswith("~"):
+            raise RecipeError(
+                f"`{override}` is not an override: write key=value (e.g. {bare or 'seed'}=3).",
+                key=bare or None,
+            )
+        if not bare:
+            raise RecipeError(
+                f"`{override}` has no key before `=`: write key=value (e.g. seed=3).", key=None
+            )
+        if bare in GROUPS and equals:
+            _check_group_option(bare, value, config_dir, extra_dirs)
+
+
+def _check_group_option(
+    group: str, value: str, config_dir: Path, extra_dirs: Sequence[str]
+) -> None:
+    options = sorted(
+        {*available(group, config_dir), *(o for d in extra_dirs for o in available(group, Path(d)))}
+    )
+    if value in options or ("," in value or "(" in value):  # a sweep is expanded later
+        return
+    what = f"Unknown {group} `{value}`." if value else f"`{group}=` needs a value."
+    raise RecipeError(
+        f"{what}{did_you_mean(value, options) if value else ''} "
+        f"Available: {', '.join(options)}. Fix: {group}=<one of those>.",
+        key=group,
+    )
+
+
+def yaml_error(error: yaml.YAMLError) -> RecipeError:
+    """A YAML syntax error in a recipe file: the file, the line and what is wrong."""
+    mark = getattr(error, "problem_mark", None)
+    where = (
+        f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark else "a YAML file"
+    )
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    return RecipeError(
+        f"YAML syntax error in {where}: {problem}. Fix the file (check indentation, "
+        "brackets and quotes).",
+        key=None,
+    )
 
 
 def check_closed(cfg: DictConfig) -> None:
@@ -139,6 +194,13 @@ def translate_error(
     """One message naming the key, what was wrong and the fix, from a Hydra/OmegaConf error."""
     text = str(error)
     cause = error.__cause__ or error
+    if isinstance(error, OverrideParseException):
+        return RecipeError(
+            f"Could not parse `{error.override}`: {text.splitlines()[0]}. Check its brackets "
+            "and quotes: lists are key=[a,b], a value with spaces or commas is quoted "
+            "(key='a b').",
+            key=_override_key(f"override {error.override}"),
+        )
     missing = re.search(r"Could not find '([\w\-./]+)/([^']+)'", text)
     if isinstance(error, MissingConfigException) and missing:
         group, name = missing.groups()

@@ -8,18 +8,27 @@ read from the installed classes once per library version and kept in the cache f
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib
 import inspect
 import json
-import math
 import re
-from collections.abc import Iterator, Mapping
+import typing
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.config.bounds import (
+    LORA_BOUNDS,
+    TRAIN_BOUNDS,
+    check_bounds,
+    check_finite,
+    is_number,
+)
 from recipe_engine.config.components import validate_components
-from recipe_engine.errors import RecipeError, unknown_key
+from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
 from recipe_engine.files import atomic_write_json
 from recipe_engine.versions import package_version
 
@@ -44,13 +53,6 @@ ENGINE_OWNED_TRAIN_KEYS = {
     "fp16": "`stage.<name>.dtype`",
     "resume_from_checkpoint": "`fresh=true` to start over (resuming is automatic)",
 }
-POSITIVE_TRAIN_KEYS = (
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "num_train_epochs",
-    "per_device_eval_batch_size",
-)
-NON_NEGATIVE_TRAIN_KEYS = ("learning_rate", "weight_decay", "warmup_steps", "warmup_ratio")
 ENGINE_LORA_KEYS = {"components"}
 ENGINE_QUANT_KEYS = {"components", "on_unsupported"}
 # LoraConfig fields set by the engine (task) or derived from the freeze policy
@@ -74,6 +76,8 @@ _ONLY_4BIT = {
 }
 _ONLY_8BIT = {"llm_int8_threshold", "llm_int8_has_fp16_weight"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# Bumped when the cached field tables change shape.
+FIELDS_FORMAT = "v2"
 
 
 def cache_dir() -> Path:
@@ -82,27 +86,70 @@ def cache_dir() -> Path:
     return default_cache_dir()
 
 
-def library_fields(class_name: str) -> dict[str, str]:
-    """Field name -> type text of one library settings class, cached per installed version."""
+@dataclass(frozen=True)
+class LibraryField:
+    """One setting of a library class: its type as text, and its choices when it has a
+    fixed set (an Enum, a Literal, or the library's own `choices` metadata)."""
+
+    type: str
+    choices: tuple[str, ...] = ()
+
+
+def library_fields(class_name: str) -> dict[str, LibraryField]:
+    """Field name -> `LibraryField` of one library settings class, cached per version."""
     module, attr, dist = LIBRARY_CLASSES[class_name]
     version = package_version(dist)  # None: not installed (the import below says so)
-    cached = cache_dir() / "fields" / f"{class_name}-{dist}-{version}.json"
+    cached = cache_dir() / "fields" / f"{class_name}-{dist}-{version}-{FIELDS_FORMAT}.json"
     if version and cached.is_file():
-        return json.loads(cached.read_text())
-    cls = getattr(importlib.import_module(module), attr)
-    if class_name not in INIT_SIGNATURE_CLASSES:
-        fields = {f.name: _type_text(f.type) for f in dataclasses.fields(cls) if f.init}
-    else:
+        return {k: LibraryField(v["type"], tuple(v["choices"])) for k, v in _read(cached).items()}
+    fields = _read_fields(getattr(importlib.import_module(module), attr), class_name)
+    if version:  # fields of an unversioned import may change under the same name
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(cached, {k: dataclasses.asdict(v) for k, v in fields.items()})
+    return fields
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def _read_fields(cls: type, class_name: str) -> dict[str, LibraryField]:
+    if class_name in INIT_SIGNATURE_CLASSES:
         params = inspect.signature(cls.__init__).parameters
-        fields = {
-            n: _type_text(p.annotation)
+        return {
+            n: LibraryField(_type_text(p.annotation))
             for n, p in params.items()
             if n != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
         }
-    if version:  # fields of an unversioned import may change under the same name
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(cached, fields)
+    hints = typing.get_type_hints(cls)
+    fields = {
+        f.name: LibraryField(_type_text(f.type), _choices(hints.get(f.name), f.metadata))
+        for f in dataclasses.fields(cls)
+        if f.init
+    }
+    if "report_to" in fields:  # typed as free text; the integrations are the choices
+        fields["report_to"] = dataclasses.replace(fields["report_to"], choices=_integrations())
     return fields
+
+
+def _choices(hint: Any, metadata: Mapping[str, Any]) -> tuple[str, ...]:
+    if "choices" in metadata:
+        return tuple(str(c) for c in metadata["choices"])
+    found: list[str] = []
+    for arg in _flatten(hint):
+        if isinstance(arg, type) and issubclass(arg, enum.Enum):
+            found += [str(member.value) for member in arg]
+        elif typing.get_origin(arg) is typing.Literal:
+            found += [str(v) for v in typing.get_args(arg) if isinstance(v, str)]
+    return tuple(found)
+
+
+def _flatten(hint: Any) -> list[Any]:
+    """The leaves of a Union / list[...] type: `SchedulerType | str` -> [SchedulerType, str]."""
+    args = typing.get_args(hint)
+    if not args or typing.get_origin(hint) is typing.Literal:
+        return [hint]
+    return [leaf for arg in args for leaf in _flatten(arg)]
 
 
 def _type_text(annotation: Any) -> str:
@@ -115,8 +162,15 @@ def _type_text(annotation: Any) -> str:
     )
 
 
+def _integrations() -> tuple[str, ...]:
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    return ("all", "none", *INTEGRATION_TO_CALLBACK)
+
+
 def check_train(stage: str, train: Mapping[str, Any]) -> None:
-    """Keys are SFTConfig fields the engine doesn't own; values have sane types and signs."""
+    """Keys are SFTConfig fields the engine doesn't own; values have the field's type, one of
+    its choices, and lie in their range."""
     fields = library_fields("SFTConfig")
     for key, value in train.items():
         full = f"stage.{stage}.train.{key}"
@@ -127,25 +181,31 @@ def check_train(stage: str, train: Mapping[str, Any]) -> None:
             )
         if key not in fields:
             raise unknown_key(full, fields, "the trainer settings (SFTConfig fields)")
-        _check_type(full, value, fields[key])
-    check_finite(f"stage.{stage}.train", train)
-    for key in POSITIVE_TRAIN_KEYS:
-        if key in train and _is_number(train[key]) and train[key] <= 0:
+        check_field(full, value, fields[key], "SFTConfig")
+    check_bounds(f"stage.{stage}.train", train, TRAIN_BOUNDS)
+
+
+def check_field(key: str, value: Any, field: LibraryField, class_name: str) -> None:
+    """A value of the field's type and, where the library has a fixed set, one of its choices."""
+    if not field.choices or not isinstance(value, str | list | tuple):
+        _check_type(key, value, field.type)
+        return
+    given = value if isinstance(value, list | tuple) else str(value).split()
+    for item in given:
+        if not _is_choice(str(item), field.choices):
             raise RecipeError(
-                f"`stage.{stage}.train.{key}` is {train[key]}; it must be a positive number.",
-                key=f"stage.{stage}.train.{key}",
-            )
-    for key in NON_NEGATIVE_TRAIN_KEYS:
-        if key in train and _is_number(train[key]) and train[key] < 0:
-            raise RecipeError(
-                f"`stage.{stage}.train.{key}` is {train[key]}; it must not be negative "
-                "(e.g. learning_rate=2e-4).",
-                key=f"stage.{stage}.train.{key}",
+                f"`{key}` is {item!r}, which {class_name} does not accept."
+                f"{did_you_mean(str(item), field.choices)} Choices: {', '.join(field.choices)}.",
+                key=key,
             )
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _is_choice(value: str, choices: Sequence[str]) -> bool:
+    # A choice such as `pissa_niter_[number of iters]` is a prefix plus a number.
+    return any(
+        value == c or ("[" in c and value.startswith(c.split("[")[0]) and value != c.split("[")[0])
+        for c in choices
+    )
 
 
 def _check_type(key: str, value: Any, type_text: str) -> None:
@@ -161,7 +221,7 @@ def _check_type(key: str, value: Any, type_text: str) -> None:
     ok = (
         ("bool" in expected and isinstance(value, bool))
         or ("int" in expected and isinstance(value, int) and not isinstance(value, bool))
-        or ("float" in expected and _is_number(value))
+        or ("float" in expected and is_number(value))
     )
     if not ok:
         raise RecipeError(
@@ -173,7 +233,10 @@ def check_lora_keys(stage: str, lora: Mapping[str, Any]) -> None:
     """The policy's own LoRA checks, with keys named from the recipe root."""
     with stage_keys(stage, "lora"):
         validate_lora(lora)
-    check_finite(f"stage.{stage}.lora", lora)
+    fields = library_fields("LoraConfig")
+    for key, value in lora.items():
+        if key in fields:
+            check_field(f"stage.{stage}.lora.{key}", value, fields[key], "LoraConfig")
 
 
 def check_quant_keys(stage: str, quant: Mapping[str, Any]) -> None:
@@ -181,16 +244,6 @@ def check_quant_keys(stage: str, quant: Mapping[str, Any]) -> None:
     with stage_keys(stage, "quantization"):
         validate_quantization(quant)
     check_finite(f"stage.{stage}.quantization", quant)
-
-
-def check_finite(section: str, settings: Mapping[str, Any]) -> None:
-    """NaN and infinity are valid floats to the libraries, and train into NaN weights."""
-    for key, value in settings.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise RecipeError(
-                f"`{section}.{key}` is {value}; it must be a finite number (e.g. 2e-4).",
-                key=f"{section}.{key}",
-            )
 
 
 @contextmanager
@@ -246,10 +299,7 @@ def validate_lora(lora: Mapping) -> None:
             continue
         if key not in valid:
             raise unknown_key(f"lora.{key}", valid, "the `lora` mapping (peft.LoraConfig keys)")
-        value = lora[key]
-        positive = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-        if key in ("r", "lora_alpha") and not positive:
-            raise RecipeError(f"`lora.{key}` is {value!r}; it must be a positive number.", key)
+    check_bounds("lora", lora, LORA_BOUNDS)
 
 
 def quantization_keys() -> set[str]:

@@ -43,14 +43,15 @@ class DataConfig:
     max_samples: int | None = None
 
 
-# Library sections of a stage; an empty one means the stage does not use that library.
-LIBRARY_SECTIONS = ("lora", "quantization")
+# Open sections of a stage: an empty library section means the stage does not use that
+# library; an empty `data` means the recipe's data.
+OPEN_SECTIONS = ("lora", "quantization", "data")
 
 
 def without_empty_sections(stage: dict[str, Any]) -> dict[str, Any]:
-    """A stage mapping with empty library sections as None (not used), as plans and diffs
+    """A stage mapping with empty open sections as None (not used), as plans and diffs
     compare them."""
-    return {**stage, **{key: stage.get(key) or None for key in LIBRARY_SECTIONS}}
+    return {**stage, **{key: stage.get(key) or None for key in OPEN_SECTIONS}}
 
 
 @dataclass
@@ -66,7 +67,9 @@ class StageConfig:
     quantization: dict[str, Any] | None = field(default_factory=dict)  # BitsAndBytesConfig keys
     dtype: str = "auto"  # auto (the model entry's) | float32 | bfloat16 | float16
     gradient_checkpointing: bool = False
-    data: DataConfig | None = None  # None: the recipe's `data`
+    # `data` keys that replace the recipe's for this stage (empty: the recipe's data), so
+    # stage.<name>.data.path=... changes one key, like any other override.
+    data: dict[str, Any] | None = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)  # SFTConfig keys
 
 

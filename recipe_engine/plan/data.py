@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config.schema import DataConfig
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.tiny import TINY_DATASETS
 
 if TYPE_CHECKING:
     import datasets
@@ -98,6 +99,8 @@ def _format(cfg: Mapping[str, Any]) -> str:
             f"Use one of: {', '.join(FORMATS)}.",
             key="data.format",
         )
+    if fmt == "auto" and _source(cfg) == "tiny":  # known without reading a row
+        return TINY_DATASETS.get(_tiny_name(cfg), fmt)
     return fmt
 
 
@@ -156,6 +159,14 @@ def _tiny_name(cfg: Mapping[str, Any]) -> str:
     if not name:
         raise RecipeError(
             "data.path must name the tiny dataset when data.source=tiny.", key="data.path"
+        )
+    if name not in TINY_DATASETS:
+        raise RecipeError(
+            f"data.path `{name}` is not a built-in dataset (data.source is tiny)."
+            f"{did_you_mean(str(name), TINY_DATASETS)} Built-in: {', '.join(TINY_DATASETS)}. "
+            "For your own file or folder also set data.source=local "
+            "(stage.<name>.data.source=local when only one stage reads it).",
+            key="data.path",
         )
     return str(name)
 
@@ -578,12 +589,26 @@ class _Rows:
                 all_strings = False
                 content = self.parts(j, content)
             result.append({"role": role, "content": content})
-        if result[-1]["role"] != "assistant":
+        self.check_turns([m["role"] for m in result])
+        return result, all_strings
+
+    def check_turns(self, roles: list[str]) -> None:
+        """An optional system message first, then user and assistant turns in alternation,
+        ending with the assistant reply the model learns (what chat templates assume)."""
+        for j, role in enumerate(roles, start=1):
+            expected = _expected_role(roles[: j - 1])
+            if role not in expected:
+                raise self.fail(
+                    f"message {j} is from `{role}` where {' or '.join(expected)} comes "
+                    f"(roles: {', '.join(roles)})",
+                    "Start with an optional system message, then alternate user and assistant "
+                    "turns.",
+                )
+        if roles[-1] != "assistant":
             raise self.fail(
-                f"the last message is from `{result[-1]['role']}`, not `assistant`",
+                f"the last message is from `{roles[-1]}`, not `assistant`",
                 "End each conversation with the assistant reply the model should learn.",
             )
-        return result, all_strings
 
     def text_content(self, j: int, content: Any) -> str:
         if not isinstance(content, str):
@@ -692,6 +717,13 @@ class _Rows:
             ) from exc
         # Keep the path, not pixels: `datasets` decodes lazily, so big VLM sets fit in memory.
         return {"path": str(path), "bytes": None}
+
+
+def _expected_role(before: list[str]) -> tuple[str, ...]:
+    turns = [r for r in before if r != "system"]
+    if not before:
+        return ("system", "user")
+    return ("user",) if not turns or turns[-1] == "assistant" else ("assistant",)
 
 
 def _detect(split: _Split, columns: Mapping[str, str]) -> str:

@@ -30,8 +30,15 @@ CODE = {
         "plan/policies/quant.py",
     ),
     "rows": ("plan/data.py",),
+    "libraries": ("config/library_objects.py", "plan/library_check.py"),
+    "models": ("plan/model_files.py",),
 }
-LIBRARIES_BY_KIND = {"policies": ("transformers", "peft", "bitsandbytes"), "rows": ("datasets",)}
+LIBRARIES_BY_KIND = {
+    "policies": ("transformers", "peft", "bitsandbytes"),
+    "rows": ("datasets",),
+    "libraries": ("trl", "transformers", "peft", "bitsandbytes", "accelerate"),
+    "models": ("transformers", "safetensors", "huggingface_hub"),
+}
 
 
 def remembered(

@@ -6,7 +6,27 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.errors import RecipeError
+from recipe_engine.config.schema import ModelConfig
+from recipe_engine.errors import RecipeError, did_you_mean
+
+MODEL_SOURCES = ("hub", "tiny", "local")
+MODEL_KINDS = ("vlm", "causal_lm")
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_model_entry(model: ModelConfig) -> None:
+    """The model entry's own choices, before anything is looked up by them."""
+    for key, value, choices in (
+        ("source", model.source, MODEL_SOURCES),
+        ("kind", model.kind, MODEL_KINDS),
+        ("dtype", model.dtype, MODEL_DTYPES),
+    ):
+        if value not in choices:
+            raise RecipeError(
+                f"`model.{key}` is {value!r}.{did_you_mean(str(value), choices)} "
+                f"Use one of: {', '.join(choices)}.",
+                key=f"model.{key}",
+            )
 
 
 def model_location(model: Mapping[str, Any]) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from recipe_engine.config import library_keys
+from recipe_engine.config.bounds import check_engine_values
 from recipe_engine.config.components import validate_components
 from recipe_engine.config.compose import to_engine_config
 from recipe_engine.config.schema import (
@@ -27,11 +28,12 @@ from recipe_engine.config.schema import (
     StageConfig,
     without_empty_sections,
 )
-from recipe_engine.errors import RecipeError, did_you_mean
-from recipe_engine.plan import dag, data, memo
+from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
+from recipe_engine.plan import dag, data, memo, model_files
 from recipe_engine.plan.data import data_identity
 from recipe_engine.plan.hardware import Machine, detect_machine, parse_gpus, profile_gpus
-from recipe_engine.plan.models import model_location
+from recipe_engine.plan.library_check import check_with_libraries
+from recipe_engine.plan.models import check_model_entry, model_location
 from recipe_engine.plan.placement import (
     PlacementPlan,
     PlacementRefused,
@@ -62,6 +64,8 @@ def plan_from_config(cfg: DictConfig | EngineConfig, machine: Machine | None = N
 
 
 def plan_recipe(cfg: EngineConfig, machine: Machine) -> RecipePlan:
+    check_engine_values(cfg.seed, dataclasses.asdict(cfg.eval))
+    check_model_entry(cfg.model)
     stages = {name: resolve_dtypes(stage, cfg.model) for name, stage in cfg.stage.items()}
     graph = dag.build_graph(
         {n: dataclasses.asdict(s) for n, s in stages.items()}, cfg.recipe.targets
@@ -75,6 +79,7 @@ def plan_recipe(cfg: EngineConfig, machine: Machine) -> RecipePlan:
         parent = planned[graph.parents[name]] if graph.parents[name] else None
         planned[name] = _plan_stage(cfg, machine, name, stages[name], parent, graph, datas)
     _set_fingerprints(cfg, graph, planned)
+    check_with_libraries(list(planned.values()))
     return RecipePlan(cfg.recipe.name, cfg, graph, planned, machine, cfg.hardware.name)
 
 
@@ -92,12 +97,12 @@ def _plan_stage(
     if stage.evaluate_only:
         policy = evaluation_policy(name, stage, graph.children(name))
     else:
-        policy = plan_policy(name, stage, model)
+        policy = plan_policy(name, stage, model, readable=init.unavailable is None)
     placement = _place(name, cfg, machine, stage, policy, model)
     if placement.quantization == "none":  # skipped where bitsandbytes cannot run (recorded)
         policy = dataclasses.replace(policy, quantization=None)
-    rows = plan_data(stage.data or cfg.data, model.kind, cfg.seed, datas)
-    _check_trainable_rows(name, stage, rows)
+    rows = plan_data(stage_data(name, cfg.data, stage.data), model.kind, cfg.seed, datas)
+    _check_trainable_rows(name, stage, rows, cfg.eval.enabled)
     return StagePlan(
         name=name,
         fingerprint="",  # set once every stage's placement is known
@@ -110,7 +115,7 @@ def _plan_stage(
         dtype=stage.dtype,
         placement=placement,
         trainer=trainer_settings(stage, placement, cfg.seed, model.kind, rows.eval_rows > 0),
-        notes=_notes(policy, model, stage),
+        notes=_notes(policy, model, stage, init),
     )
 
 
@@ -127,7 +132,9 @@ def resolve_dtypes(stage: StageConfig, model: ModelConfig) -> StageConfig:
     quant = sections["quantization"]
     if quant and quant.get("bnb_4bit_compute_dtype") == "auto":
         quant = {**quant, "bnb_4bit_compute_dtype": dtype}
-    return dataclasses.replace(stage, dtype=dtype, lora=sections["lora"], quantization=quant)
+    return dataclasses.replace(
+        stage, dtype=dtype, lora=sections["lora"], quantization=quant, data=sections["data"]
+    )
 
 
 def _check_stage_settings(name: str, stage: StageConfig) -> None:
@@ -167,12 +174,15 @@ def resolve_init(
     if init.path:
         path = Path(os.path.expanduser(init.path)).resolve()
         model = dataclasses.replace(recipe_model, source=LOCAL, id=str(path))
-        return _local_source(init.path, f"stage.{name}.init.path"), model
+        return _local_source(init.path, f"stage.{name}.init.path", model), model
     model = recipe_model
+    key = "model.id"
     if init.model:
         model = dataclasses.replace(recipe_model, source=HUB, id=init.model, name=init.model)
+        key = f"stage.{name}.init.model"
     if model.source == LOCAL:
-        return _local_source(model.id, "model.id"), model
+        return _local_source(model.id, key, model), model
+    unavailable = _check_hub_files(model, key) if model.source == HUB else None
     identity = {"source": model.source, "id": model.id, "revision": model.revision}
     location = model_location(dataclasses.asdict(model))
     return (
@@ -182,12 +192,13 @@ def resolve_init(
             location,
             model.revision,
             identity=identity,
+            unavailable=unavailable,
         ),
         model,
     )
 
 
-def _local_source(given: str, key: str) -> InitSource:
+def _local_source(given: str, key: str, model: ModelConfig) -> InitSource:
     path = Path(os.path.expanduser(given))
     if not path.exists():
         fix = (
@@ -197,13 +208,45 @@ def _local_source(given: str, key: str) -> InitSource:
         )
         raise RecipeError(f"`{key}` is {given}, which does not exist. {fix}", key=key)
     resolved = path.resolve()
+    identity = {"path": str(resolved), "files": _tree_identity(path)}
+    _check_model_files(resolved, key, model, identity)
     return InitSource(
         LOCAL,
         f"local path {path}",
         str(resolved),
         adapter=(resolved / "adapter_config.json").is_file(),
-        identity={"path": str(resolved), "files": _tree_identity(path)},
+        identity=identity,
     )
+
+
+def _check_model_files(folder: Path, key: str, model: ModelConfig, identity: Any) -> None:
+    """The folder loads as this stage's kind of model: config, weights' headers, code
+    (remembered per folder contents, as the headers do not change without the files)."""
+    flags = {"kind": model.kind, "trust": model.trust_remote_code, "pickle": model.allow_pickle}
+
+    def check() -> dict[str, Any]:
+        model_files.check_model_folder(
+            folder,
+            kind=model.kind,
+            key=key,
+            trust_remote_code=model.trust_remote_code,
+            allow_pickle=model.allow_pickle,
+        )
+        return {"loadable": True}
+
+    memo.remembered("models", {"files": identity, "key": key, **flags}, check)
+
+
+def _check_hub_files(model: ModelConfig, key: str) -> str | None:
+    """A hub id the hub has (or the cache, offline), whose cached files load; else why it
+    cannot be had from here."""
+    hub = model_files.check_hub_model(model.id, model.revision, key=key)
+    cached = hub.cached
+    if cached is not None:
+        _check_model_files(
+            cached, key, model, {"path": str(cached), "files": _tree_identity(cached)}
+        )
+    return hub.unavailable
 
 
 def _tree_identity(path: Path) -> list[tuple[str, int, int]]:
@@ -291,6 +334,15 @@ def _require(package: str, why: str) -> None:
 # --------------------------------------------------------------------------- data
 
 
+def stage_data(name: str, recipe_data: DataConfig, keys: Mapping[str, Any] | None) -> DataConfig:
+    """The recipe's data with the stage's own `data` keys in place of the recipe's."""
+    fields = {f.name for f in dataclasses.fields(DataConfig)}
+    for key in keys or {}:
+        if key not in fields:
+            raise unknown_key(f"stage.{name}.data.{key}", fields, "a stage's data (data keys)")
+    return dataclasses.replace(recipe_data, **(keys or {}))
+
+
 def plan_data(
     config: DataConfig, kind: str, seed: int, planned: dict[tuple[str, str], DataPlan]
 ) -> DataPlan:
@@ -317,7 +369,7 @@ def plan_data(
     return plan
 
 
-def _check_trainable_rows(name: str, stage: StageConfig, data: DataPlan) -> None:
+def _check_trainable_rows(name: str, stage: StageConfig, data: DataPlan, evaluation: bool) -> None:
     """What the trainer and the evaluation will do with these rows must be possible."""
     if stage.evaluate_only and not data.eval_rows:
         raise RecipeError(
@@ -332,6 +384,14 @@ def _check_trainable_rows(name: str, stage: StageConfig, data: DataPlan) -> None
             f"stage.{name}.train.assistant_only_loss=false (the loss is then on the "
             "completion only: completion_only_loss), or convert the rows to `messages`.",
             key=f"stage.{name}.train.assistant_only_loss",
+        )
+    if evaluation and not stage.evaluate_only and not data.eval_rows:
+        raise RecipeError(
+            f"Stage `{name}` is evaluated after training (eval.enabled), but its data "
+            f"({data.origin}) has no held-out rows. Hold some out with "
+            "data.eval_fraction=0.1, point data.eval_split at a split your data has, or "
+            "train without evaluation: eval.enabled=false.",
+            key="data.eval_split",
         )
 
 
@@ -376,12 +436,19 @@ def _check_duplicates(fingerprints: Mapping[str, str]) -> None:
         seen[fp] = name
 
 
-def _notes(policy: PolicyPlan, model: ModelConfig, stage: StageConfig) -> list[str]:
+def _notes(
+    policy: PolicyPlan, model: ModelConfig, stage: StageConfig, init: InitSource
+) -> list[str]:
     if stage.evaluate_only:
         return ["evaluation only: nothing is trained"]
+    if init.unavailable:
+        return [
+            f"`{model.id}` cannot be had from here (not cached; offline or no answer from the "
+            "hub): module checks wait for load time, and `run` refuses the stage here"
+        ]
     if policy.deferred:
         return [
             f"module checks deferred to load time: the config of `{model.id}` "
-            "could not be read here (offline?)"
+            "could not be read here"
         ]
     return []

@@ -33,11 +33,14 @@ class ModelInventory:
     meta_model: Any
 
 
-def plan_policy(name: str, stage: StageConfig, model: ModelConfig) -> PolicyPlan:
-    """The stage's policy, checked against the model (remembered per config and policy)."""
+def plan_policy(
+    name: str, stage: StageConfig, model: ModelConfig, readable: bool = True
+) -> PolicyPlan:
+    """The stage's policy, checked against the model (remembered per config and policy).
+    `readable=False`: the model's config cannot be had here (the hub did not answer)."""
     config = _local_config(model)
     if config is None:  # a hub model: its config may be unreachable; checked when it loads
-        return decide_policy(name, stage, model_inventory(model))
+        return decide_policy(name, stage, model_inventory(model) if readable else None)
     inputs = {
         "config": memo.file_digest(config),
         "kind": model.kind,

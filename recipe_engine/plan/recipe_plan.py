@@ -31,6 +31,7 @@ class InitSource:
     revision: str | None = None
     parent: str | None = None  # the parent stage's name (PARENT only)
     adapter: bool = False  # a local PEFT adapter folder: merged into its base before loading
+    unavailable: str | None = None  # a hub model that cannot be had here: why (plan only)
     identity: Any = None  # what the stage key hashes (a parent is hashed through its key)
 
 
@@ -61,7 +62,17 @@ class DataPlan:
 
     def describe(self) -> str:
         held_out = f"{self.eval_rows} held out" if self.eval_rows else "no held-out split"
-        return f"{self.config.name} ({self.format}, {self.train_rows} train / {held_out})"
+        return f"{self.origin} ({self.format}, {self.train_rows} train / {held_out})"
+
+    @property
+    def origin(self) -> str:
+        """Where the rows come from, as the user named it."""
+        source, path = self.config.source, self.config.path
+        if source == "local":
+            return f"data file {path}"
+        return (
+            f"{'hub dataset' if source == 'hub' else 'built-in dataset'} {path or self.config.name}"
+        )
 
 
 @dataclass

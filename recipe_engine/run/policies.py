@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from recipe_engine.config import library_objects
 from recipe_engine.config.components import component_of
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.policies.freeze import check_freeze, compile_patterns, matches_any
-from recipe_engine.plan.policies.quant import DTYPE_KEYS
 from recipe_engine.plan.recipe_plan import AdapterPlan, QuantPlan
 
 if TYPE_CHECKING:
@@ -24,15 +24,8 @@ if TYPE_CHECKING:
 
 def bnb_config(quant: QuantPlan) -> BitsAndBytesConfig:
     """The planned `BitsAndBytesConfig` (dtype names become torch dtypes)."""
-    import torch
-    from transformers import BitsAndBytesConfig
-
-    kwargs = dict(quant.config)
-    for key in DTYPE_KEYS:
-        if key in kwargs:
-            kwargs[key] = getattr(torch, kwargs[key])
     try:
-        return BitsAndBytesConfig(**kwargs)
+        return library_objects.bnb_config(quant.config)
     except (TypeError, ValueError) as exc:
         raise RecipeError(f"Invalid `quantization` settings: {exc}", key="quantization") from None
 
@@ -84,7 +77,7 @@ def apply_lora(
     import peft
 
     try:
-        config = peft.LoraConfig(**adapter.config)
+        config = library_objects.lora_config(adapter.config)
     except (TypeError, ValueError) as exc:
         raise RecipeError(f"Invalid `lora` settings: {exc}", key="lora") from None
     # torch warns (and plans to fail) when use_reentrant is left implicit; non-reentrant

@@ -41,6 +41,15 @@ def run_recipe(plan: RecipePlan, run_dir: Path) -> list[StageResult]:
 def stages_to_run(plan: RecipePlan, store: Store) -> list[str]:
     """Stages of this run in order: `only` narrows them, but never to a stage whose parent
     has no stored output (the error names what to run first)."""
+    names = _selected(plan, store)
+    for name in names:
+        unavailable = plan.stages[name].init.unavailable
+        if unavailable and not store.is_complete(plan.stages[name].fingerprint):
+            raise RecipeError(unavailable, key=f"stage.{name}.init")
+    return names
+
+
+def _selected(plan: RecipePlan, store: Store) -> list[str]:
     only = set(plan.config.only)
     if not only:
         return list(plan.graph.order)

@@ -12,6 +12,7 @@ import platform
 import shutil
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from recipe_engine.plan.hardware import is_main_process
@@ -37,6 +38,7 @@ from recipe_engine.run.trainer import (
     build_args,
     check_finite_weights,
     check_parameter_devices,
+    checkpoint_is_finite,
     planned_steps,
     preflight,
     verify_trainer,
@@ -146,7 +148,7 @@ class StageRecipe:
 
     def train(self) -> None:
         """Train, resuming from the latest complete checkpoint of an interrupted attempt."""
-        resume = None if self.fresh else self.store.latest_checkpoint(self.stage.fingerprint)
+        resume = None if self.fresh else self._finite_checkpoint()
         if resume:
             log.info("stage %s: resuming from %s", self.stage.name, resume)
         if self.main_process:  # drop what an interrupted attempt logged past its checkpoint
@@ -156,6 +158,19 @@ class StageRecipe:
         self.timings["train_s"] = time.time() - started
         self.metrics.steps = self.trainer.state.global_step
         self.metrics.train_losses = self.metrics_log.losses()
+
+    def _finite_checkpoint(self) -> Path | None:
+        """The newest checkpoint to resume from whose weights are all finite: one written
+        after training diverged would carry the NaN on."""
+        for checkpoint in self.store.complete_checkpoints(self.stage.fingerprint):
+            if checkpoint_is_finite(checkpoint):
+                return checkpoint
+            log.warning(
+                "stage %s: not resuming from %s: its weights hold NaN or infinity",
+                self.stage.name,
+                checkpoint,
+            )
+        return None
 
     def commit(self) -> None:
         """Weights, processor and manifest into the store, atomically, by rank 0 alone."""

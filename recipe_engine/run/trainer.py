@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from recipe_engine.config import library_objects
 from recipe_engine.errors import RecipeError, StageFailed
 from recipe_engine.plan.placement import PlacementPlan
 
@@ -35,10 +36,8 @@ class PreflightError(RuntimeError):
 
 def build_args(settings: dict[str, Any], *, output_dir: Path) -> Any:
     """The planned SFTConfig (`StagePlan.trainer`) writing its checkpoints to `output_dir`."""
-    from trl import SFTConfig
-
     try:
-        return SFTConfig(**settings, output_dir=str(output_dir))
+        return library_objects.sft_config(settings, output_dir)
     except (ValueError, TypeError) as error:
         raise RecipeError(
             f"The trainer settings were rejected by SFTConfig: {str(error).splitlines()[0]} "
@@ -207,3 +206,16 @@ def check_finite_weights(stage: str, model: Any) -> None:
             f"{broken[0]}), so it is not committed. Lower stage.{stage}.train.learning_rate "
             "or check the data, then run again with fresh=true."
         )
+
+
+def checkpoint_is_finite(checkpoint: Path) -> bool:
+    """Every tensor of a trainer checkpoint's weights is finite (read tensor by tensor)."""
+    from safetensors import safe_open
+
+    for weights in sorted(checkpoint.glob("*.safetensors")):
+        with safe_open(str(weights), framework="pt") as tensors:
+            for name in tensors.keys():  # noqa: SIM118 - safe_open is not a mapping
+                tensor = tensors.get_tensor(name)
+                if tensor.is_floating_point() and not tensor.isfinite().all():
+                    return False
+    return True

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from recipe_engine.errors import RecipeError
 from recipe_engine.files import file_lock
 from recipe_engine.store.records import Manifest
 
@@ -50,13 +51,17 @@ class Store:
 
     def latest_checkpoint(self, fingerprint: str) -> Path | None:
         """The newest complete trainer checkpoint of an interrupted stage, if any."""
+        return next(iter(self.complete_checkpoints(fingerprint)), None)
+
+    def complete_checkpoints(self, fingerprint: str) -> list[Path]:
+        """The complete trainer checkpoints of an interrupted stage, newest first."""
         folder = self.checkpoints(fingerprint)
         found = []
         for path in folder.glob("checkpoint-*") if folder.is_dir() else []:
             match = re.fullmatch(r"checkpoint-(\d+)", path.name)
             if match and _checkpoint_complete(path, int(match.group(1))):
                 found.append((int(match.group(1)), path))
-        return max(found)[1] if found else None
+        return [path for _, path in sorted(found, reverse=True)]
 
     def commit(self, fingerprint: str, built: Path) -> Path:
         """Move a fully written output folder into place, then mark it complete."""
@@ -101,6 +106,24 @@ def is_engine_folder(path: Path) -> bool:
     except (OSError, ValueError, AttributeError):
         return False
     return isinstance(fingerprint, str) and fingerprint[:KEY_LENGTH] == path.name[:KEY_LENGTH]
+
+
+def check_output_root(root: str | Path) -> None:
+    """The store's folder can be made and written: refused before a run writes anything."""
+    path = Path(root).expanduser()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise RecipeError(
+            f"`output_root={root}`: {existing} is a file, not a folder. Point output_root at "
+            "a folder (it is created if missing).",
+            key="output_root",
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RecipeError(
+            f"`output_root={root}`: {existing} is not writable by this user. Choose a folder "
+            "you can write, e.g. output_root=~/recipe-outputs.",
+            key="output_root",
+        )
 
 
 def _checkpoint_complete(path: Path, step: int) -> bool:

@@ -60,3 +60,22 @@ def test_run_through_hydra_with_a_relative_output_root(tmp_path):
     summary = json.loads((newest / "summary.json").read_text())
     assert [s["status"] for s in summary["stages"]] == ["cached"]
     assert "all stages cached" in second.stdout
+
+
+def test_training_that_diverges_exits_1_with_one_message_and_commits_nothing(tmp_path):
+    diverging = engine(
+        "recipe=text-lora",
+        "output_root=out",
+        "data.max_samples=32",
+        "eval.max_samples=4",
+        "stage.llm.train.max_steps=3",
+        "stage.llm.train.logging_steps=1",
+        "stage.llm.train.learning_rate=1e30",
+        cwd=tmp_path,
+    )
+    assert diverging.returncode == 1, diverging.stderr[-3000:]
+    assert "Traceback" not in diverging.stderr
+    [message] = [line for line in diverging.stderr.splitlines() if line.startswith("error: ")]
+    assert "stopped at step" in message and "learning_rate is 1e+30" in message
+    store = tmp_path / "out" / "store"
+    assert not [entry for entry in store.iterdir() if (entry / "COMPLETE").exists()]

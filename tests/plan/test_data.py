@@ -207,8 +207,14 @@ def test_tiny_source_uses_built_folder(tmp_path: Path, monkeypatch: pytest.Monke
     fake = types.ModuleType("recipe_engine.tiny")
     fake.build_dataset = lambda name: tmp_path  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "recipe_engine.tiny", fake)
-    splits = load_splits({"source": "tiny", "path": "chat"}, kind="causal_lm")
+    splits = load_splits({"source": "tiny", "path": "arithmetic"}, kind="causal_lm")
     assert (len(splits.train), len(splits.eval)) == (1, 1)
+
+
+def test_a_file_given_to_the_tiny_source_says_to_set_source_local() -> None:
+    with pytest.raises(RecipeError) as info:
+        load_splits({"source": "tiny", "path": "my/train.jsonl"}, kind="causal_lm")
+    assert "not a built-in dataset" in str(info.value) and "data.source=local" in str(info.value)
 
 
 def test_hub_unreachable_explains(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -444,8 +450,8 @@ def test_identity_tracks_bytes_and_settings(tmp_path: Path) -> None:
 def test_identity_for_hub_and_tiny_needs_no_files() -> None:
     hub = {"source": "hub", "path": "org/set"}
     assert data_identity(hub) != data_identity({**hub, "revision": "v2"})
-    assert data_identity({"source": "tiny", "path": "a"}) != data_identity(
-        {"source": "tiny", "path": "b"}
+    assert data_identity({"source": "tiny", "path": "shapes"}) != data_identity(
+        {"source": "tiny", "path": "arithmetic"}
     )
 
 
@@ -482,3 +488,31 @@ def test_saved_vlm_dataset_with_image_feature(tmp_path: Path) -> None:
     splits = load(tmp_path / "saved", kind="vlm")
     assert splits.format == "vlm"
     assert splits.train[0]["images"][0].mode == "RGB"
+
+
+@pytest.mark.parametrize(
+    ("roles", "problem"),
+    [
+        (["assistant", "user", "assistant"], "message 1 is from `assistant`"),
+        (["user", "user", "assistant"], "message 2 is from `user` where assistant comes"),
+        (["user", "system", "assistant"], "message 2 is from `system`"),
+        (["user", "assistant", "assistant"], "message 3 is from `assistant` where user comes"),
+        (["system", "system", "user", "assistant"], "message 2 is from `system`"),
+    ],
+)
+def test_turns_out_of_order_are_refused_naming_the_row(
+    tmp_path: Path, roles: list[str], problem: str
+) -> None:
+    rows = [chat(0), {"messages": [{"role": r, "content": "x"} for r in roles]}]
+    path = write_jsonl(tmp_path / "train.jsonl", rows)
+    with pytest.raises(RecipeError) as info:
+        load_splits({"source": "local", "path": str(path)}, kind="causal_lm")
+    assert f"{path}, row 2: {problem}" in str(info.value) and "alternate" in str(info.value)
+
+
+def test_alternating_turns_after_a_system_message_are_accepted(tmp_path: Path) -> None:
+    roles = ["system", "user", "assistant", "user", "assistant"]
+    path = write_jsonl(
+        tmp_path / "t.jsonl", [{"messages": [{"role": r, "content": "x"} for r in roles]}]
+    )
+    assert len(load_splits({"source": "local", "path": str(path)}, kind="causal_lm").train) == 1

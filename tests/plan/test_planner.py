@@ -82,11 +82,13 @@ def test_user_recipes_come_from_another_folder_without_editing_the_package():
     assert result.graph.children("vision") == ["llm", "joint"]
 
 
-def test_hub_model_plans_offline_with_deferred_module_checks():
+def test_hub_model_plans_offline_with_checks_waiting_for_load_time():
+    """A plan for another machine: `plan` says what it could not check; `run` refuses."""
     result = plan("recipe=r1-llm-only", "model=qwen2-vl-7b")
     stage = result.stages["llm"]
-    assert any("deferred" in note for note in stage.notes)
+    assert any("module checks wait for load time" in note for note in stage.notes)
     assert stage.init.description == "hub model Qwen/Qwen2-VL-7B-Instruct"
+    assert "HF_HUB_OFFLINE=1 is set" in stage.init.unavailable
 
 
 def test_the_zero_stage_comes_from_the_stages_deepspeed_config(tmp_path):

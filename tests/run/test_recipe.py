@@ -223,3 +223,25 @@ def test_a_loss_that_becomes_nan_stops_the_stage_and_commits_nothing(tmp_path):
         run("text-lora", tmp_path, "stage.llm.train.learning_rate=1e30")
     store = tmp_path / "store"
     assert not [p for p in store.iterdir() if (p / "COMPLETE").exists()]
+
+
+def test_a_checkpoint_written_after_divergence_is_never_resumed_from(tmp_path, caplog):
+    from recipe_engine.errors import StageFailed
+    from recipe_engine.run.trainer import checkpoint_is_finite
+
+    # Saved every step, logged every third: a checkpoint is written after the weights went NaN
+    # and before the logged loss stops the stage.
+    diverging = (
+        "stage.llm.train.learning_rate=1e30",
+        "stage.llm.train.save_steps=1",
+        "stage.llm.train.logging_steps=3",
+    )
+    with pytest.raises(StageFailed):
+        run("text-lora", tmp_path, *diverging)
+    left = sorted((tmp_path / "store").glob("*.partial/checkpoints/checkpoint-*"))
+    assert [c for c in left if not checkpoint_is_finite(c)], "the run left no NaN checkpoint"
+    with caplog.at_level("WARNING", logger="recipe_engine"), pytest.raises(StageFailed):
+        run("text-lora", tmp_path, *diverging)
+    assert "its weights hold NaN or infinity" in caplog.text
+    resumed = [r.getMessage() for r in caplog.records if "resuming from" in r.getMessage()]
+    assert all(checkpoint_is_finite(Path(m.split("resuming from ")[1])) for m in resumed)

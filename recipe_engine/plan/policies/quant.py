@@ -23,10 +23,9 @@ from recipe_engine.config.library_keys import (
     dtype_name,
     validate_quantization,
 )
+from recipe_engine.config.library_objects import DTYPE_KEYS
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.recipe_plan import QuantPlan
-
-DTYPE_KEYS = ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage")
 
 
 def quantization_plan(

@@ -1,0 +1,100 @@
+"""Let the libraries judge each stage's settings before anything loads.
+
+Every `SFTConfig`, `LoraConfig` and `BitsAndBytesConfig` a run would build is built at plan
+time in a clean child process (`config.library_objects`), so a combination the libraries
+refuse (`lr_scheduler_type=reduce_lr_on_plateau` without evaluation, `layers_to_transform`
+with a string `target_modules`, a `report_to` integration that is not installed) is
+refused here, in the engine's words, instead of after the model has loaded. A passing
+verdict is remembered, so an unchanged plan pays the child's imports once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.plan import memo
+from recipe_engine.plan.recipe_plan import StagePlan
+
+# Placement decides these for the machine that runs the stage; the child runs on CPU, so
+# they are left to the trainer (a bf16 plan for a GPU profile is valid on a laptop).
+DEVICE_KEYS = ("use_cpu", "bf16", "fp16", "tf32", "fsdp", "fsdp_config", "deepspeed")
+# A torchrun rank's variables would make the child's SFTConfig join the process group.
+LAUNCHER_VARIABLES = re.compile(
+    r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|"
+    r"ROLE_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*)$"
+)
+SECTIONS = {"SFTConfig": "train", "LoraConfig": "lora", "BitsAndBytesConfig": "quantization"}
+
+
+def check_with_libraries(stages: Sequence[StagePlan]) -> None:
+    """RecipeError naming the stage and key when a library refuses a stage's settings."""
+    for stage in stages:
+        _check_device_settings(stage)
+    payload = [library_arguments(s) for s in stages if not s.config.evaluate_only]
+    if payload:
+        memo.remembered("libraries", {"stages": payload}, lambda: _judge(payload))
+
+
+def _check_device_settings(stage: StagePlan) -> None:
+    """The one device setting a user sets directly; the child cannot judge it on its CPU."""
+    if stage.trainer.get("tf32") and stage.placement.device != "cuda":
+        raise RecipeError(
+            f"`stage.{stage.name}.train.tf32` needs an NVIDIA GPU (Ampere or newer), but stage "
+            f"`{stage.name}` runs on {stage.placement.device}. Remove it, or run on such a GPU.",
+            key=f"stage.{stage.name}.train.tf32",
+        )
+
+
+def library_arguments(stage: StagePlan) -> dict[str, Any]:
+    """The arguments the stage's run will pass to each library class."""
+    trainer = {k: v for k, v in stage.trainer.items() if k not in DEVICE_KEYS}
+    policy = stage.policy
+    return {
+        "stage": stage.name,
+        "SFTConfig": {**trainer, "use_cpu": True},
+        "LoraConfig": policy.lora.config if policy.lora else None,
+        "BitsAndBytesConfig": policy.quantization.config if policy.quantization else None,
+    }
+
+
+def _judge(payload: list[dict[str, Any]]) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARIABLES.match(k)}
+    child = subprocess.run(
+        [sys.executable, "-m", "recipe_engine.config.library_objects"],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        env={**env, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=600,
+    )
+    if child.returncode != 0:
+        last = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RecipeError(
+            f"Could not check the stage settings with the installed libraries ({last}). "
+            "Reinstall them with `make install`."
+        )
+    verdict = json.loads(child.stdout.strip().splitlines()[-1])
+    if verdict:
+        raise _refusal(verdict, payload)
+    return {"accepted": True}
+
+
+def _refusal(verdict: dict[str, str], payload: list[dict[str, Any]]) -> RecipeError:
+    name, class_name = verdict["stage"], verdict["class"]
+    detail = verdict["error"].strip().splitlines()[0] if verdict["error"].strip() else ""
+    arguments = next(s for s in payload if s["stage"] == name)[class_name] or {}
+    named = [k for k in arguments if re.search(rf"\b{re.escape(k)}\b", detail)]
+    section = f"stage.{name}.{SECTIONS[class_name]}"
+    key = f"{section}.{named[0]}" if named else section
+    return RecipeError(
+        f"{class_name} refuses the settings of stage `{name}`: {detail}. "
+        f"Fix `{key}` (or the keys it depends on).",
+        key=key,
+    )

@@ -1,0 +1,550 @@
+"""The bad-input catalogue: mistakes users make, each refused the same way.
+
+Every case is run through the command line as a user types it and must end with one
+message (`error: ...`) naming the key, file or row and the fix, exit code 2, no traceback,
+and nothing written or deleted: the working folder and the user's own files are exactly as
+they were. Refusals happen while planning, so `run` is held to it as much as `plan`.
+
+The cases are grouped by what the user got wrong: the config (keys and values), the command
+line, their data, their model, and the store. `{kit}` in an argument is a folder of the
+user's own files (data files, model folders, config folders) built once for the module.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from recipe_engine.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+USER_RECIPES = str(ROOT / "tests" / "fixtures" / "recipes")
+PROMPT_COMPLETION = str(ROOT / "tests" / "fixtures" / "data" / "prompt-completion.jsonl")
+PLAN_AND_RUN = ("plan", "run")
+
+
+@dataclass(frozen=True)
+class Case:
+    argv: tuple[str, ...]  # after the verb; `{kit}` is the user's files
+    expected: tuple[str, ...]  # all appear in the one message
+    verbs: tuple[str, ...] = PLAN_AND_RUN
+
+
+def case(*argv: str, expect: tuple[str, ...], verbs: tuple[str, ...] = PLAN_AND_RUN) -> Case:
+    return Case(argv, expect, verbs)
+
+
+def own_data(name: str, *argv: str) -> tuple[str, ...]:
+    """A text recipe reading one of the user's data files."""
+    return ("recipe=text-lora", "data.source=local", f"data.path={{kit}}/{name}", *argv)
+
+
+CONFIG = {
+    # keys
+    "unknown key": case("stage.llm.lroa.r=8", expect=("stage.llm.lroa", "Did you mean `lora`")),
+    "unknown top-level key": case("seeed=3", expect=("seeed", "Did you mean `seed`")),
+    "unknown key added with +": case("+seeed=3", expect=("Unknown key `seeed`", "`seed`")),
+    "unknown key added with ++": case("++eval.batchsize=3", expect=("eval.batchsize",)),
+    "trainer key one level too high, with +": case(
+        "+stage.llm.lerning_rate=1e-4",
+        expect=("stage.llm.lerning_rate", "Did you mean `stage.llm.train.learning_rate`"),
+    ),
+    "misspelt stage name in a key": case(
+        "stage.lmm.train.learning_rate=1e-4",
+        expect=("names stage `lmm`", "Did you mean `llm`", "Stages: vision, llm"),
+    ),
+    "unknown trainer key": case(
+        "stage.llm.train.learnig_rate=1e-4",
+        expect=("stage.llm.train.learnig_rate", "SFTConfig", "Did you mean `learning_rate`"),
+    ),
+    "trainer key the engine owns": case(
+        "stage.llm.train.output_dir=/tmp/x", expect=("stage.llm.train.output_dir", "output_root")
+    ),
+    "seed set in the trainer": case(
+        "stage.llm.train.seed=3", expect=("stage.llm.train.seed", "top-level `seed`")
+    ),
+    "unknown lora key": case(
+        "recipe=r1-llm-only", "stage.llm.lora.rank=8", expect=("stage.llm.lora.rank", "LoraConfig")
+    ),
+    "lora key the engine sets": case(
+        "recipe=r1-llm-only",
+        "stage.llm.lora.modules_to_save=[lm_head]",
+        expect=("modules_to_save", "freeze.components"),
+    ),
+    "unknown quantization key": case(
+        "recipe=r1-llm-only",
+        "stage.llm.quantization.load_in_3bit=true",
+        expect=("stage.llm.quantization.load_in_3bit", "Did you mean"),
+    ),
+    "unknown data key": case("data.pth=x.jsonl", expect=("data.pth", "Did you mean `path`")),
+    "unknown stage data key": case(
+        "stage.llm.data.pth=x.jsonl", expect=("stage.llm.data.pth", "Did you mean `path`")
+    ),
+    "unknown data column": case(
+        "recipe=text-lora", "data.columns.mesages=x", expect=("data.columns.mesages", "`messages`")
+    ),
+    "unknown eval key": case("eval.max_new_token=4", expect=("eval.max_new_token",)),
+    # config groups
+    "misspelt recipe": case(
+        "recipe=r3-two-stag", expect=("Unknown recipe `r3-two-stag`", "r3-two-stage")
+    ),
+    "empty recipe": case("recipe=", expect=("`recipe=` needs a value", "r3-two-stage")),
+    "misspelt model": case("model=tiny-qwen", expect=("Unknown model `tiny-qwen`", "tiny-qwen2")),
+    "misspelt data": case("data=shape", expect=("Unknown data `shape`", "shapes")),
+    "a number as hardware": case("hardware=4090", expect=("Unknown hardware `4090`", "1x-rtx4090")),
+    # types and choices
+    "word where a number goes": case("seed=abc", expect=("seed", "abc")),
+    "word for the learning rate": case(
+        "stage.llm.train.learning_rate=fast", expect=("stage.llm.train.learning_rate", "float")
+    ),
+    "unknown scheduler": case(
+        "stage.llm.train.lr_scheduler_type=cosinee",
+        expect=("stage.llm.train.lr_scheduler_type", "Did you mean `cosine`"),
+    ),
+    "unknown optimizer": case(
+        "stage.llm.train.optim=adamw_torchh",
+        expect=("stage.llm.train.optim", "Did you mean `adamw_torch`"),
+    ),
+    "unknown report_to": case(
+        "stage.llm.train.report_to=wandbb", expect=("stage.llm.train.report_to", "`wandb`")
+    ),
+    "report_to an integration that is not installed": case(
+        "stage.llm.train.report_to=wandb", expect=("stage.llm.train.report_to", "not installed")
+    ),
+    "unknown eval_strategy": case(
+        "stage.llm.train.eval_strategy=stepz", expect=("eval_strategy", "Did you mean `steps`")
+    ),
+    "unknown save_strategy": case(
+        "stage.llm.train.save_strategy=step", expect=("save_strategy", "Did you mean `steps`")
+    ),
+    "scheduler the library refuses without evaluation": case(
+        "stage.llm.train.lr_scheduler_type=reduce_lr_on_plateau",
+        expect=("SFTConfig refuses", "stage.llm.train.lr_scheduler_type", "eval"),
+    ),
+    "tf32 on a CPU": case("stage.llm.train.tf32=true", expect=("stage.llm.train.tf32", "GPU")),
+    "unknown lora bias": case(
+        "recipe=r1-llm-only",
+        "stage.llm.lora.bias=some",
+        expect=("stage.llm.lora.bias", "lora_only"),
+    ),
+    "unknown lora init": case(
+        "recipe=r1-llm-only",
+        "stage.llm.lora.init_lora_weights=gausian",
+        expect=("init_lora_weights", "Did you mean `gaussian`"),
+    ),
+    "unknown 4-bit type": case(
+        "recipe=r1-llm-only",
+        "stage.llm.quantization.bnb_4bit_quant_type=nf3",
+        expect=("stage.llm.quantization.bnb_4bit_quant_type", "nf4"),
+    ),
+    "unknown compute dtype": case(
+        "recipe=r1-llm-only",
+        "stage.llm.quantization.bnb_4bit_compute_dtype=bf16",
+        expect=("bnb_4bit_compute_dtype", "bfloat16"),
+    ),
+    "both 4-bit and 8-bit": case(
+        "recipe=r1-llm-only",
+        "stage.llm.quantization.load_in_8bit=true",
+        expect=("load_in_4bit and load_in_8bit", "choose one"),
+    ),
+    "unknown stage dtype": case("stage.llm.dtype=bf16", expect=("stage.llm.dtype", "bfloat16")),
+    "unknown device": case("device=gpu", expect=("`device=gpu`", "cuda")),
+    "unknown parallel mode": case("parallel=dpp", expect=("parallel=dpp", "Did you mean `ddp`")),
+    "unknown model source": case("model.source=s3", expect=("model.source", "hub, tiny, local")),
+    "unknown model kind": case("model.kind=seq2seq", expect=("model.kind", "causal_lm")),
+    "unknown data format": case("data.format=chatml", expect=("data.format", "messages")),
+    "unknown data source": case("data.source=s3", expect=("data.source", "local")),
+    # numbers out of range
+    "negative learning rate": case(
+        "stage.llm.train.learning_rate=-1e-4", expect=("learning_rate", "must not be negative")
+    ),
+    "infinite learning rate": case(
+        "stage.llm.train.learning_rate=inf", expect=("stage.llm.train.learning_rate", "finite")
+    ),
+    "nan learning rate": case(
+        "stage.llm.train.learning_rate=nan", expect=("stage.llm.train.learning_rate", "finite")
+    ),
+    "zero batch size": case(
+        "stage.vision.train.per_device_train_batch_size=0",
+        expect=("per_device_train_batch_size", "positive"),
+    ),
+    "zero epochs": case("stage.llm.train.num_train_epochs=0", expect=("num_train_epochs",)),
+    "zero max_steps": case("stage.llm.train.max_steps=0", expect=("max_steps", "-1")),
+    "zero gradient accumulation": case(
+        "stage.llm.train.gradient_accumulation_steps=0", expect=("gradient_accumulation_steps",)
+    ),
+    "zero logging steps": case("stage.llm.train.logging_steps=0", expect=("logging_steps",)),
+    "zero save steps": case("stage.llm.train.save_steps=0", expect=("save_steps",)),
+    "zero checkpoints kept": case(
+        "stage.llm.train.save_total_limit=0", expect=("save_total_limit", "resume")
+    ),
+    "negative gradient clipping": case(
+        "stage.llm.train.max_grad_norm=-1", expect=("max_grad_norm", "negative")
+    ),
+    "zero max_length": case("stage.llm.train.max_length=0", expect=("max_length",)),
+    "adam beta of 1": case("stage.llm.train.adam_beta2=1.0", expect=("adam_beta2", "[0, 1)")),
+    "zero lora rank": case("recipe=r1-llm-only", "stage.llm.lora.r=0", expect=("lora.r",)),
+    "nan lora dropout": case(
+        "recipe=r1-llm-only", "stage.llm.lora.lora_dropout=nan", expect=("lora_dropout", "finite")
+    ),
+    "lora dropout above 1": case(
+        "recipe=r1-llm-only", "stage.llm.lora.lora_dropout=2", expect=("lora_dropout", "[0, 1)")
+    ),
+    "negative seed": case("seed=-1", expect=("`seed`", "2**32")),
+    "seed beyond numpy's range": case("seed=5000000000", expect=("`seed`", "2**32")),
+    "zero evaluation batch": case("eval.batch_size=0", expect=("eval.batch_size", "positive")),
+    "zero new tokens": case("eval.max_new_tokens=0", expect=("eval.max_new_tokens",)),
+    "negative temperature": case("eval.temperature=-1", expect=("eval.temperature",)),
+    "top_p above 1": case("eval.top_p=1.5", expect=("eval.top_p",)),
+    "eval fraction of 1.5": case("data.eval_fraction=1.5", expect=("data.eval_fraction", "[0, 1)")),
+    "zero max_samples": case("data.max_samples=0", expect=("data.max_samples",)),
+    "zero processes": case("nproc=0", expect=("nproc=0", "positive")),
+    "output_root that is a file": case(
+        "output_root={kit}/notes.txt", expect=("notes.txt is a file", "output_root"), verbs=("run",)
+    ),
+    # the recipe's graph and policies
+    "stage cycle": case(
+        "recipe=r3-two-stage",
+        "stage.vision.init.from_stage=llm",
+        expect=("cycle", "vision -> llm -> vision"),
+    ),
+    "missing parent stage": case(
+        "recipe=r3-two-stage",
+        "stage.llm.init.from_stage=visoin",
+        expect=("stage.llm.init.from_stage", "Did you mean `vision`"),
+    ),
+    "two init sources": case(
+        "stage.llm.init.model=x/y", "stage.llm.init.path=z", expect=("exactly one of",)
+    ),
+    "duplicate stage": case(
+        "--config-dir", USER_RECIPES, "recipe=user-duplicate", expect=("are duplicates",)
+    ),
+    "unreachable stage": case(
+        "--config-dir",
+        USER_RECIPES,
+        "recipe=user-unreachable",
+        expect=("extra feed no target", "recipe.targets"),
+    ),
+    "target naming no stage": case("recipe.targets=[lmm]", expect=("recipe.targets", "`llm`")),
+    "only naming no stage": case("only=[lmm]", expect=("`only`", "Did you mean `llm`")),
+    "force naming no stage": case("force=[lmm]", expect=("`force`", "Did you mean `llm`")),
+    "nothing trainable": case(
+        "recipe=r2-vision-only",
+        "stage.vision.freeze.components=[vision_tower,projector,language_model,embeddings,lm_head]",
+        expect=("trains nothing", "stage.vision.freeze.components"),
+    ),
+    "unknown component": case(
+        "stage.llm.freeze.components=[visoin_tower]",
+        expect=("visoin_tower", "Did you mean `vision_tower`"),
+    ),
+    "freeze pattern that is no regex": case(
+        "stage.llm.freeze.patterns=['(']", expect=("freeze.patterns", "regex")
+    ),
+    "lora on a frozen component": case(
+        "recipe=r1-llm-only", "stage.llm.lora.components=[vision_tower]", expect=("vision_tower",)
+    ),
+    "lora targets matching nothing": case(
+        "recipe=r1-llm-only",
+        "stage.llm.lora.target_modules=[qkv_projj]",
+        expect=("qkv_projj", "matches no"),
+    ),
+    "quantizing a fully trained component": case(
+        "recipe=r1-llm-only",
+        "stage.llm.quantization.components=[language_model,lm_head]",
+        expect=("lm_head", "quantiz"),
+    ),
+    "evaluation stage that quantizes": case(
+        "--config-dir",
+        USER_RECIPES,
+        "recipe=user-with-eval",
+        "stage.eval.quantization.load_in_4bit=true",
+        expect=("evaluation stage", "stage.eval.quantization=null"),
+    ),
+    "gpus naming a missing GPU": case("gpus=6,7", "hardware=local", expect=("6", "7", "gpus")),
+    "gpus with device=cpu": case("gpus=0", "device=cpu", expect=("device=cpu", "gpus")),
+    "negative gpu index": case("gpus=-1", expect=("gpus=-1", "nvidia-smi")),
+}
+
+ARGV = {
+    "unknown verb": case(expect=("Unknown verb `pln`", "Did you mean `plan`"), verbs=("pln",)),
+    "override without a value": case(
+        "stage.llm.train.learning_rate", expect=("not an override", "key=value")
+    ),
+    "override without a key": case("=3", expect=("no key before `=`",)),
+    "unclosed bracket": case("gpus=[6,7", expect=("Could not parse `gpus=[6,7`", "brackets")),
+    "unclosed quote": case("data.path='a b", expect=("Could not parse", "quotes")),
+    "YAML syntax error in a user recipe": case(
+        "--config-dir",
+        "{kit}/configs",
+        "recipe=broken",
+        expect=("YAML syntax error", "broken.yaml"),
+    ),
+    "user recipe folder with a misspelt recipe": case(
+        "--config-dir", USER_RECIPES, "recipe=user-fanuot", expect=("user-fanout",)
+    ),
+}
+
+DATA = {
+    "data file that does not exist": case(
+        *own_data("missing.jsonl"), expect=("missing.jsonl", "does not exist")
+    ),
+    "empty data file": case(*own_data("empty.jsonl"), expect=("empty.jsonl", "no rows")),
+    "a line that is not JSON": case(
+        *own_data("not-json.jsonl"), expect=("not-json.jsonl, row 2", "invalid JSON")
+    ),
+    "a JSON list of numbers": case(*own_data("numbers.json"), expect=("numbers.json, row 1",)),
+    "a text file": case(*own_data("notes.txt"), expect=("notes.txt", ".jsonl")),
+    "a folder without data files": case(*own_data("no-data"), expect=("no-data", "train.jsonl")),
+    "conversation ending with the user": case(
+        *own_data("ends-with-user.jsonl"), expect=("ends-with-user.jsonl, row 1", "`assistant`")
+    ),
+    "turns out of order": case(
+        *own_data("out-of-order.jsonl"), expect=("out-of-order.jsonl, row 2", "alternate")
+    ),
+    "unknown role": case(*own_data("human-role.jsonl"), expect=("row 1", "role `human`")),
+    "empty message": case(*own_data("empty-message.jsonl"), expect=("row 1", "empty content")),
+    "columns that name no format": case(
+        *own_data("q-and-a.parquet"), expect=("q-and-a.parquet", "data.columns")
+    ),
+    "prompt/completion rows with assistant-only loss": case(
+        "recipe=text-lora",
+        "data.source=local",
+        f"data.path={PROMPT_COMPLETION}",
+        expect=("prompt/completion rows", "stage.llm.train.assistant_only_loss=false"),
+    ),
+    "CSV with the shipped data entry's settings": case(
+        *own_data("prompt-completion.csv", "stage.llm.train.assistant_only_loss=false"),
+        expect=("prompt-completion.csv", "no held-out rows", "data.eval_fraction"),
+    ),
+    "evaluation on, data without a held-out split": case(
+        "data.eval_split=null",
+        expect=("built-in dataset shapes", "no held-out rows", "eval.enabled=false"),
+    ),
+    "evaluation stage without a held-out split": case(
+        "--config-dir",
+        USER_RECIPES,
+        "recipe=user-with-eval",
+        "data.eval_split=null",
+        "eval.enabled=false",
+        expect=("Evaluation stage `eval` needs a held-out split", "data.eval_fraction"),
+    ),
+    "image rows for a text model": case(
+        "recipe=text-lora", "data=shapes", expect=("vision-language rows", "text-only")
+    ),
+    "an image that does not exist": case(
+        "data.source=local",
+        "data.path={kit}/missing-image.jsonl",
+        expect=("missing-image.jsonl, row 1", "nope.png", "does not exist"),
+    ),
+    "an image that is not an image": case(
+        "data.source=local",
+        "data.path={kit}/broken-image.jsonl",
+        expect=("broken-image.jsonl, row 1", "not a readable image"),
+    ),
+    "a file given to the built-in source": case(
+        "recipe=text-lora",
+        "stage.llm.data.path={kit}/prompt-completion.csv",
+        expect=("not a built-in dataset", "data.source=local"),
+    ),
+}
+
+
+def own_model(folder: str, *argv: str) -> tuple[str, ...]:
+    """A text recipe starting from one of the user's model folders."""
+    return ("recipe=text-lora", f"stage.llm.init.path={{kit}}/models/{folder}", *argv)
+
+
+MODELS = {
+    "model folder that does not exist": case(
+        *own_model("missing"), expect=("stage.llm.init.path", "does not exist")
+    ),
+    "empty model folder": case(*own_model("empty"), expect=("stage.llm.init.path", "empty")),
+    "config only, no weights": case(*own_model("config-only"), expect=("no weights",)),
+    "weights that are not safetensors": case(
+        *own_model("garbage-weights"), expect=("model.safetensors is damaged or truncated",)
+    ),
+    "truncated weights": case(
+        *own_model("truncated-weights"), expect=("model.safetensors is damaged or truncated",)
+    ),
+    "config that is not JSON": case(*own_model("bad-config"), expect=("not valid JSON",)),
+    "config without model_type": case(*own_model("no-model-type"), expect=("model_type",)),
+    "config needing remote code": case(
+        *own_model("remote-code"), expect=("trust_remote_code", "model.trust_remote_code=true")
+    ),
+    "weights only as a pickle": case(
+        *own_model("pickle-only"), expect=("pytorch_model.bin", "model.allow_pickle=true")
+    ),
+    "a data folder as the model": case(
+        *own_model("data-folder"), expect=("looks like a data folder", "data.path")
+    ),
+    "a vision-language model for a text stage": case(
+        *own_model("vision-language"), expect=("vision-language model", "kind: vlm")
+    ),
+    "a text model for a vision stage": case(
+        "recipe=r2-vision-only",
+        "stage.vision.init.path={kit}/models/text",
+        expect=("causal LM", "vision-language"),
+    ),
+    "missing shard": case(*own_model("missing-shard"), expect=("shard", "missing")),
+    "adapter without weights": case(
+        *own_model("adapter-without-weights"), expect=("adapter_config.json", "adapter weights")
+    ),
+    "local model entry that does not exist": case(
+        "recipe=text-lora",
+        "model.source=local",
+        "model.id={kit}/models/missing",
+        expect=("model.id", "does not exist"),
+    ),
+    "malformed hub id": case(
+        "recipe=text-lora",
+        "stage.llm.init.model=Qwen//Qwen2.5",
+        expect=("not a Hugging Face model id",),
+    ),
+    "misspelt hub id while offline": case(
+        "recipe=text-lora",
+        "stage.llm.init.model=Qwen/Qwen2.5-0.5B-Instrct",
+        expect=("not in the local Hugging Face cache", "HF_HUB_OFFLINE", "stage.llm.init.path="),
+        verbs=("run",),  # `plan` notes it: a plan may be made for another machine
+    ),
+}
+
+CATALOGUE = {
+    **{f"config: {k}": v for k, v in CONFIG.items()},
+    **{f"argv: {k}": v for k, v in ARGV.items()},
+    **{f"data: {k}": v for k, v in DATA.items()},
+    **{f"model: {k}": v for k, v in MODELS.items()},
+}
+
+
+def _message(*roles: str) -> dict:
+    return {"messages": [{"role": r, "content": f"{r} says hi"} for r in roles]}
+
+
+def _lines(*rows: object) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def _vlm_row(image: str) -> dict:
+    return {
+        "images": [image],
+        "messages": [
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what?"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "a red square"}]},
+        ],
+    }
+
+
+def build_kit(kit: Path) -> None:
+    """The user's own files: each one wrong in one way."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = _message("user", "assistant")
+    files = {
+        "empty.jsonl": "",
+        "not-json.jsonl": _lines(good) + "not json\n",
+        "numbers.json": "[1, 2, 3]",
+        "notes.txt": "hello",
+        "ends-with-user.jsonl": _lines(_message("user")),
+        "out-of-order.jsonl": _lines(good, _message("user", "user", "assistant")),
+        "human-role.jsonl": _lines({"messages": [{"role": "human", "content": "hi"}]}),
+        "empty-message.jsonl": _lines(
+            {"messages": [{"role": "user", "content": ""}, {"role": "assistant", "content": "a"}]}
+        ),
+        "prompt-completion.csv": "prompt,completion\n1+1?,2\n2+2?,4\n",
+        "missing-image.jsonl": _lines(_vlm_row("nope.png")),
+        "broken-image.jsonl": _lines(_vlm_row("broken.png")),
+        "broken.png": "not a png",
+        "configs/recipe/broken.yaml": "recipe:\n  name: [unclosed\n",
+    }
+    for name, text in files.items():
+        (kit / name).parent.mkdir(parents=True, exist_ok=True)
+        (kit / name).write_text(text)
+    (kit / "no-data").mkdir()
+    pq.write_table(pa.table({"q": ["1+1?"], "a": ["2"]}), kit / "q-and-a.parquet")
+
+
+def build_model_kit(models: Path) -> None:
+    """The user's own model folders, each one wrong in one way."""
+    from recipe_engine.tiny import build_tiny_model
+
+    text, vision = build_tiny_model("tiny-qwen2"), build_tiny_model("tiny-qwen2-vl")
+    shutil.copytree(text, models / "text")
+    shutil.copytree(vision, models / "vision-language")
+    config = (text / "config.json").read_text()
+    weights = (text / "model.safetensors").read_bytes()
+    folders = {
+        "empty": {},
+        "config-only": {"config.json": config},
+        "garbage-weights": {"config.json": config, "model.safetensors": b"not weights" * 9},
+        "truncated-weights": {"config.json": config, "model.safetensors": weights[:-100]},
+        "bad-config": {"config.json": "{not json", "model.safetensors": weights},
+        "no-model-type": {"config.json": "{}", "model.safetensors": weights},
+        "remote-code": {
+            "config.json": json.dumps({"model_type": "my-llm", "auto_map": {"AutoConfig": "c.C"}}),
+            "model.safetensors": weights,
+        },
+        "pickle-only": {"config.json": config, "pytorch_model.bin": b"pickle"},
+        "data-folder": {"train.jsonl": _lines(_message("user", "assistant"))},
+        "missing-shard": {
+            "config.json": config,
+            "model.safetensors.index.json": json.dumps(
+                {"weight_map": {"lm_head.weight": "model-00002-of-00002.safetensors"}}
+            ),
+        },
+        "adapter-without-weights": {
+            "adapter_config.json": json.dumps(
+                {"base_model_name_or_path": str(text), "peft_type": "LORA"}
+            )
+        },
+    }
+    for folder, files in folders.items():
+        (models / folder).mkdir(parents=True)
+        for name, content in files.items():
+            path = models / folder / name
+            path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("kit")
+    build_kit(folder)
+    build_model_kit(folder / "models")
+    return folder
+
+
+def snapshot(folder: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(folder)), p.stat().st_size) for p in folder.rglob("*"))
+
+
+def runs(name: str) -> list[tuple[str, str]]:
+    return [(name, verb) for verb in CATALOGUE[name].verbs]
+
+
+@pytest.mark.parametrize(("name", "verb"), [r for name in CATALOGUE for r in runs(name)])
+def test_bad_input_is_one_message_exit_2_and_nothing_written(
+    name: str, verb: str, kit: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # anything written by accident would land here
+    before = snapshot(kit)
+    argv = [a.replace("{kit}", str(kit)) for a in CATALOGUE[name].argv]
+    if not any(a.startswith("output_root=") for a in argv):
+        argv.append(f"output_root={tmp_path / 'outputs'}")
+    assert main([verb, *argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    message = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(message) == 1, err
+    for text in CATALOGUE[name].expected:
+        assert text in message[0], f"{text!r} not in {message[0]!r}"
+    assert list(tmp_path.iterdir()) == [], "a refused input must write nothing"
+    assert snapshot(kit) == before, "the user's own files must stay as they were"
+
+
+def test_the_catalogue_covers_every_class_with_enough_cases() -> None:
+    assert len(CATALOGUE) >= 80
+    assert {name.split(":")[0] for name in CATALOGUE} >= {"config", "argv", "data", "model"}
