@@ -23,7 +23,22 @@ VERBS: dict[str, str] = {
 }
 MULTIRUN_FLAGS = ("-m", "--multirun")
 # Hydra flags that take a value in the next argument.
-FLAGS_WITH_VALUE = ("--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp")
+FLAGS_WITH_VALUE = (
+    "--config-dir",
+    "-cd",
+    "--config-name",
+    "-cn",
+    "--config-path",
+    "-cp",
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+)
+# `--info` takes a value only when one of these follows it.
+INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+# Hydra flags that print and exit: the app never runs, so nothing is planned first.
+PRINT_FLAGS = ("--cfg", "-c", "--info", "-i", "--hydra-help")
 
 # Library settings are open mappings validated against SFTConfig / LoraConfig /
 # BitsAndBytesConfig, so any of their keys may be set without Hydra's `+` (add-or-override).
@@ -62,6 +77,13 @@ def split_hydra_flags(args: Sequence[str]) -> tuple[list[str], list[str]]:
     for arg in it:
         if arg in FLAGS_WITH_VALUE:
             flags += [arg, next(it, "")]
+        elif arg in ("--info", "-i"):
+            flags.append(arg)
+            topic = next(it, None)
+            if topic in INFO_TOPICS:
+                flags.append(topic)
+            elif topic is not None:
+                overrides.append(topic)
         elif arg.startswith("-"):
             flags.append(arg)
         else:

@@ -10,6 +10,23 @@ from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
 from recipe_engine.report.compare import compare_run, newest_run
 
+USAGE = """\
+usage: python -m recipe_engine compare [run=RUN_DIR] [probes=FILE] [recipe=NAME] [eval.KEY=V ...]
+
+Evaluate the base model and every stage of a run on the same held-out probes with the same
+generation settings: exact match, contains, eval loss. Writes compare.csv, predictions JSONL,
+compare.md and plots in the run folder and prints the table.
+
+options:
+  run=RUN_DIR        the run to compare (default: the newest run of recipe=NAME)
+  probes=FILE        your own probe rows (the run's held-out split by default)
+  eval.max_new_tokens=N eval.batch_size=N eval.max_samples=N   generation settings
+
+examples:
+  python -m recipe_engine compare recipe=r3-two-stage
+  python -m recipe_engine compare run=outputs/runs/r3-two-stage/2026-11-22_13-31-12
+"""
+
 
 def main(args: list[str], multirun: bool) -> int:
     """The `compare` verb: find the run, compare, print the metrics and the report's path."""

@@ -69,8 +69,7 @@ def verb_usage(verb: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
-        own = argv and argv[0] in VERBS and argv[0] not in ("run", "plan")
-        print(verb_usage(argv[0]) if own else usage())
+        print(verb_usage(argv[0]) if argv and argv[0] in VERBS else usage())
         return 0
     try:
         verb, args, multirun = normalise_argv(argv)

@@ -17,7 +17,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from recipe_engine.cli.argv import config_dirs, expand_sweep, split_hydra_flags
+from recipe_engine.cli.argv import PRINT_FLAGS, config_dirs, expand_sweep, split_hydra_flags
 from recipe_engine.config.compose import CONFIG_DIR, CONFIG_NAME, compose_config, to_engine_config
 from recipe_engine.config.schema import EngineConfig, register_configs
 from recipe_engine.errors import EXIT_INCOMPLETE, EXIT_USER_ERROR, RecipeError, StageFailed
@@ -28,13 +28,42 @@ from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.run_report import report_run
 from recipe_engine.run.gpu_pool import job_pool, lease_gpu
 from recipe_engine.run.recipe import incomplete, run_recipe, stages_to_run
-from recipe_engine.store.store import Store, check_output_root
+from recipe_engine.store.store import Store, check_output_root, mark_engine_folder
 
 Plans = dict[str, RecipePlan]  # by the hash of the job's config
+
+USAGE = """\
+usage: python -m recipe_engine [run] [key=value ...] [-m] [--config-dir DIR] [--cfg job|all]
+
+Train the recipe's stages in order (run is the default verb). Each stage is planned and
+checked first, then reused from the store when an identical stage trained before, resumed
+from its last complete checkpoint after a crash, or trained; the run ends with a table,
+a loss plot and the base-vs-stages compare report in outputs/runs/<recipe>/<time>/.
+
+options (Hydra override syntax):
+  recipe=NAME model=NAME data=NAME   which recipe, base model and data
+  gpus=6,7                           physical GPU ids (sets CUDA_VISIBLE_DEVICES first)
+  device=auto|cpu|cuda|mps  parallel=auto|single|model_parallel|ddp|fsdp|deepspeed
+  stage.NAME.train.KEY=V             any SFTConfig field (lora.*, quantization.* alike)
+  only=[NAME] force=[NAME] fresh=true   run some stages / retrain / ignore checkpoints
+  eval.enabled=false                 train without the held-out evaluation
+  -m KEY=A,B                         a Hydra multirun sweep (identical stages train once)
+  --cfg job|all [--resolve], --info  print the composed config or Hydra's info; run nothing
+
+exit codes: 0 done, 1 a stage failed or an optional step (evaluation, compare) did not finish,
+2 bad input (one message; nothing written).
+
+examples:
+  python -m recipe_engine recipe=r3-two-stage gpus=6,7
+  python -m recipe_engine -m recipe=r1-llm-only stage.llm.train.learning_rate=1e-4,2e-4
+"""
 
 
 def main(args: list[str], multirun: bool) -> int:
     overrides, flags = split_hydra_flags(args)
+    if any(flag in PRINT_FLAGS for flag in flags):  # Hydra prints the config or its info
+        run_hydra_app([*overrides, *flags], {})  # flags last: `--info` takes no override
+        return 0
     jobs = expand_sweep(overrides) if multirun else [overrides]
     plans = [plan_from_config(compose_config(job, extra_dirs=config_dirs(flags))) for job in jobs]
     for plan in plans:  # `only` needs its parents stored: refused here, before any folder
@@ -69,6 +98,8 @@ def run_job(cfg: DictConfig, plans: Plans) -> None:
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    if is_main_process():  # `runs rm` removes only folders that carry it
+        mark_engine_folder(run_dir)
     launcher = hydra_cfg.runtime.choices.get("hydra/launcher")
     try:
         pool = job_pool(parse_gpus(cfg.gpus), cfg.parallel, launcher)

@@ -317,7 +317,8 @@ def resolve_run_dir(root: Path, given: str) -> Path:
 
 def _is_run_folder(path: Path, depth: int) -> bool:
     """A run, a sweep job or a whole sweep; not a recipe's folder of runs (depth 1)."""
-    markers = (SUMMARY_FILE, ".hydra", "jobs.jsonl", "sweep.md")
+    # The engine's marker (runs since it existed) or the files only the engine and Hydra write.
+    markers = (ENGINE_MARKER, SUMMARY_FILE, ".hydra", "jobs.jsonl", "sweep.md")
     if any((path / m).exists() for m in markers):
         return True
     # A sweep whose jobs never finished has only job folders (`<sweep>/0/.hydra`).

@@ -412,11 +412,39 @@ MODELS = {
     ),
 }
 
+STORE_ROOT = "output_root={kit}/store-root"  # holds runs/ with a folder of the user's own
+RUNS = ("runs",)
+
+STORE = {
+    "runs rm of a folder the engine did not write": case(
+        "rm", "{kit}/store-root/runs/my-notes", STORE_ROOT, expect=("not a run folder",), verbs=RUNS
+    ),
+    "runs rm of a folder outside the output root": case(
+        "rm", "{kit}/configs", STORE_ROOT, expect=("is not inside",), verbs=RUNS
+    ),
+    "runs rm of the runs area itself": case(
+        "rm", "{kit}/store-root/runs", STORE_ROOT, expect=("is not inside",), verbs=RUNS
+    ),
+    "runs rm of a run that does not exist": case(
+        "rm", "2026-01-01_00-00-00", STORE_ROOT, expect=("No run folder",), verbs=RUNS
+    ),
+    "runs rm with two folders": case(
+        "rm", "a", "b", STORE_ROOT, expect=("takes one run folder",), verbs=RUNS
+    ),
+    "misspelt runs action": case(
+        "lsit", STORE_ROOT, expect=("Unknown `runs` action", "Did you mean `list`"), verbs=RUNS
+    ),
+    "runs gc where nothing ran": case(
+        "gc", "output_root={kit}/no-outputs-here", expect=("No output folder",), verbs=RUNS
+    ),
+}
+
 CATALOGUE = {
     **{f"config: {k}": v for k, v in CONFIG.items()},
     **{f"argv: {k}": v for k, v in ARGV.items()},
     **{f"data: {k}": v for k, v in DATA.items()},
     **{f"model: {k}": v for k, v in MODELS.items()},
+    **{f"store: {k}": v for k, v in STORE.items()},
 }
 
 
@@ -465,6 +493,8 @@ def build_kit(kit: Path) -> None:
         (kit / name).parent.mkdir(parents=True, exist_ok=True)
         (kit / name).write_text(text)
     (kit / "no-data").mkdir()
+    (kit / "store-root" / "runs" / "my-notes").mkdir(parents=True)
+    (kit / "store-root" / "runs" / "my-notes" / "ideas.md").write_text("keep me")
     pq.write_table(pa.table({"q": ["1+1?"], "a": ["2"]}), kit / "q-and-a.parquet")
 
 
@@ -547,4 +577,10 @@ def test_bad_input_is_one_message_exit_2_and_nothing_written(
 
 def test_the_catalogue_covers_every_class_with_enough_cases() -> None:
     assert len(CATALOGUE) >= 80
-    assert {name.split(":")[0] for name in CATALOGUE} >= {"config", "argv", "data", "model"}
+    assert {name.split(":")[0] for name in CATALOGUE} >= {
+        "config",
+        "argv",
+        "data",
+        "model",
+        "store",
+    }

@@ -35,6 +35,7 @@ def test_run_through_hydra_with_a_relative_output_root(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     [run_dir] = (tmp_path / "out" / "runs" / "text-lora").iterdir()
     assert (run_dir / ".hydra" / "config.yaml").is_file()  # Hydra's resolved config
+    assert (run_dir / ".recipe-engine").is_file()  # what `runs rm` recognises
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [s["status"] for s in summary["stages"]] == ["trained"]
     for name in ("compare.md", "compare.csv", "loss.png"):
