@@ -44,6 +44,7 @@ def compose_config(
     """
     register_configs()
     overrides = list(overrides)
+    check_config_dirs(extra_dirs)
     check_overrides(overrides, config_dir, extra_dirs)
     if extra_dirs:
         paths = ",".join(f"file://{Path(d).resolve()}" for d in extra_dirs)
@@ -61,6 +62,17 @@ def compose_config(
         GlobalHydra.instance().clear()
     check_closed(cfg)
     return cfg
+
+
+def check_config_dirs(extra_dirs: Sequence[str]) -> None:
+    """`--config-dir` folders exist (Hydra only warns, then cannot find the recipe)."""
+    for folder in extra_dirs:
+        if not folder or not Path(folder).expanduser().is_dir():
+            raise RecipeError(
+                f"`--config-dir {folder}` is not a folder. Point it at the folder that holds "
+                "your recipe/ (and stages/, model/, data/) folders.",
+                key="--config-dir",
+            )
 
 
 def check_overrides(overrides: Sequence[str], config_dir: Path, extra_dirs: Sequence[str]) -> None:

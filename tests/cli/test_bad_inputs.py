@@ -283,6 +283,12 @@ ARGV = {
         "recipe=broken",
         expect=("YAML syntax error", "broken.yaml"),
     ),
+    "config folder that does not exist": case(
+        "--config-dir", "{kit}/my-recipes", "recipe=mine", expect=("`--config-dir", "not a folder")
+    ),
+    "config folder flag without a folder": case(
+        "recipe=text-lora", "--config-dir", expect=("`--config-dir", "is not a folder")
+    ),
     "user recipe folder with a misspelt recipe": case(
         "--config-dir", USER_RECIPES, "recipe=user-fanuot", expect=("user-fanout",)
     ),
