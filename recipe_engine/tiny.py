@@ -23,7 +23,14 @@ from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
 
-TINY_MODELS: tuple[str, ...] = ("tiny-qwen2-vl", "tiny-llava", "tiny-llama", "tiny-qwen2")
+TINY_MODELS: tuple[str, ...] = (
+    "tiny-qwen2-vl",
+    "tiny-qwen2.5-vl",
+    "tiny-llava",
+    "tiny-idefics3",
+    "tiny-llama",
+    "tiny-qwen2",
+)
 # Built-in datasets and the format of their rows (what `data.format: auto` resolves to).
 TINY_DATASETS: dict[str, str] = {"shapes": "vlm", "arithmetic": "messages"}
 
@@ -76,6 +83,16 @@ _QWEN_SPECIALS = (
 )
 _LLAMA_SPECIALS = ("<s>", "</s>")
 _LLAVA_SPECIALS = ("<s>", "</s>", "<pad>", "<image>")
+# Idefics3's processor wraps each image as <fake_token_around_image><global-img><image>*N...
+_IDEFICS3_SPECIALS = (
+    "<s>",
+    "</s>",
+    "<pad>",
+    "<image>",
+    "<fake_token_around_image>",
+    "<global-img>",
+    "<end_of_utterance>",
+)
 
 # The Qwen2-VL chat template (same rendering as the official one, which TRL also uses for Qwen2),
 # with {% generation %} markers around the assistant turn so assistant-only loss works as is.
@@ -148,6 +165,13 @@ _TEXT_SIZE: dict[str, Any] = {
     "max_position_embeddings": 1024,
     "tie_word_embeddings": False,
 }
+# The vision towers of the Llama-based VLMs (CLIP for LLaVA, SigLIP-style for Idefics3).
+_VISION_SIZE: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+}
 # head_dim 16 -> 8 rotary frequencies, split over (temporal, height, width).
 _QWEN2_VL_MROPE_SECTION = [2, 3, 3]
 _QWEN2_VL_VISION: dict[str, Any] = {
@@ -180,7 +204,9 @@ def build_tiny_model(name: str, cache_dir: Path | None = None) -> Path:
     """Build (once) the tiny model ``name`` and return its save_pretrained folder."""
     builders: dict[str, Callable[[Path], None]] = {
         "tiny-qwen2-vl": _build_qwen2_vl,
+        "tiny-qwen2.5-vl": _build_qwen2_5_vl,
         "tiny-llava": _build_llava,
+        "tiny-idefics3": _build_idefics3,
         "tiny-llama": _build_llama,
         "tiny-qwen2": _build_qwen2,
     }
@@ -339,13 +365,15 @@ def _save_generation_config(folder: Path, bos: int | None, eos: list[int], pad: 
 
 
 def _build_qwen2_vl(folder: Path) -> None:
-    from transformers import (
-        Qwen2VLConfig,
-        Qwen2VLForConditionalGeneration,
-        Qwen2VLImageProcessor,
-        Qwen2VLProcessor,
-        Qwen2VLVideoProcessor,
-    )
+    _build_qwen_vl(folder, qwen2_5=False)
+
+
+def _build_qwen2_5_vl(folder: Path) -> None:
+    _build_qwen_vl(folder, qwen2_5=True)
+
+
+def _build_qwen_vl(folder: Path, qwen2_5: bool) -> None:
+    import transformers as tf
 
     tok = _train_tokenizer(
         _QWEN_SPECIALS,
@@ -369,8 +397,22 @@ def _build_qwen2_vl(folder: Path) -> None:
         eos_token_id=ids["<|im_end|>"],
         pad_token_id=ids["<|endoftext|>"],
     )
-    vision = dict(_QWEN2_VL_VISION, hidden_size=_TEXT_SIZE["hidden_size"])  # merger out = LM width
-    config = Qwen2VLConfig(
+    if qwen2_5:  # windowed attention in all but the last block; SwiGLU MLP
+        vision = dict(
+            _QWEN2_VL_VISION,
+            hidden_size=_QWEN2_VL_VISION["embed_dim"],
+            intermediate_size=128,
+            out_hidden_size=_TEXT_SIZE["hidden_size"],
+            window_size=56,
+            fullatt_block_indexes=[1],
+        )
+        config_cls, model_cls = tf.Qwen2_5_VLConfig, tf.Qwen2_5_VLForConditionalGeneration
+        processor_cls = tf.Qwen2_5_VLProcessor
+    else:
+        vision = dict(_QWEN2_VL_VISION, hidden_size=_TEXT_SIZE["hidden_size"])  # merger -> LM
+        config_cls, model_cls = tf.Qwen2VLConfig, tf.Qwen2VLForConditionalGeneration
+        processor_cls = tf.Qwen2VLProcessor
+    config = config_cls(
         text_config=text,
         vision_config=vision,
         image_token_id=ids["<|image_pad|>"],
@@ -379,13 +421,13 @@ def _build_qwen2_vl(folder: Path) -> None:
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,
     )
-    model = _init_model(Qwen2VLForConditionalGeneration, config)
+    model = _init_model(model_cls, config)
     model.save_pretrained(folder)
     # Shapes images keep their size (9 merged tokens); larger inputs are capped at 8x8 patches.
     pixels = {"min_pixels": 56 * 56, "max_pixels": 112 * 112}
-    processor = Qwen2VLProcessor(
-        image_processor=Qwen2VLImageProcessor(**pixels),
-        video_processor=Qwen2VLVideoProcessor(**pixels),
+    processor = processor_cls(
+        image_processor=tf.Qwen2VLImageProcessor(**pixels),
+        video_processor=tf.Qwen2VLVideoProcessor(**pixels),
         tokenizer=tok,
         chat_template=QWEN_CHAT_TEMPLATE,
     )
@@ -393,36 +435,14 @@ def _build_qwen2_vl(folder: Path) -> None:
     _save_generation_config(folder, ids["<|endoftext|>"], eos, ids["<|endoftext|>"])
 
 
-def _build_llava(folder: Path) -> None:
-    from transformers import (
-        CLIPImageProcessor,
-        CLIPVisionConfig,
-        LlamaConfig,
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        LlavaProcessor,
-    )
+def _llama_text(specials: tuple[str, ...]) -> tuple[Any, dict[str, int], Any]:
+    """The tokenizer, special-token ids and Llama text config of the Llama-based VLMs."""
+    from transformers import LlamaConfig
 
     tok = _train_tokenizer(
-        _LLAVA_SPECIALS,
-        bos="<s>",
-        eos="</s>",
-        pad="<pad>",
-        chat_template=LLAMA_CHAT_TEMPLATE,
-        qwen=False,
+        specials, bos="<s>", eos="</s>", pad="<pad>", chat_template=LLAMA_CHAT_TEMPLATE, qwen=False
     )
-    ids = {t: tok.convert_tokens_to_ids(t) for t in _LLAVA_SPECIALS}
-    patch, size = 14, SHAPES_IMAGE_SIZE
-    image_seq_length = (size // patch) ** 2  # CLS is dropped by the "default" strategy
-    vision = CLIPVisionConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        projection_dim=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        image_size=size,
-        patch_size=patch,
-    )
+    ids = {t: tok.convert_tokens_to_ids(t) for t in specials}
     text = LlamaConfig(
         **_TEXT_SIZE,
         vocab_size=len(tok),
@@ -430,6 +450,22 @@ def _build_llava(folder: Path) -> None:
         eos_token_id=ids["</s>"],
         pad_token_id=ids["<pad>"],
     )
+    return tok, ids, text
+
+
+def _build_llava(folder: Path) -> None:
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
+
+    tok, ids, text = _llama_text(_LLAVA_SPECIALS)
+    patch, size = 14, SHAPES_IMAGE_SIZE
+    image_seq_length = (size // patch) ** 2  # CLS is dropped by the "default" strategy
+    vision = CLIPVisionConfig(**_VISION_SIZE, projection_dim=64, image_size=size, patch_size=patch)
     config = LlavaConfig(
         vision_config=vision,
         text_config=text,
@@ -452,6 +488,40 @@ def _build_llava(folder: Path) -> None:
         num_additional_image_tokens=1,  # the CLS token
         chat_template=LLAMA_CHAT_TEMPLATE,
         image_token="<image>",
+    )
+    processor.save_pretrained(folder)
+    _save_generation_config(folder, ids["<s>"], [ids["</s>"]], ids["<pad>"])
+
+
+def _build_idefics3(folder: Path) -> None:
+    """SmolVLM's architecture: a SigLIP-style vision_model, a pixel-shuffle connector and a
+    Llama text_model. Images are not split into tiles: one global image of 9 tokens."""
+    from transformers import (
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3ImageProcessor,
+        Idefics3Processor,
+    )
+
+    tok, ids, text = _llama_text(_IDEFICS3_SPECIALS)
+    size, patch, scale = SHAPES_IMAGE_SIZE, 14, 2
+    config = Idefics3Config(
+        vision_config=dict(_VISION_SIZE, image_size=size, patch_size=patch),
+        text_config=text.to_dict(),
+        scale_factor=scale,
+        image_token_id=ids["<image>"],
+        tie_word_embeddings=False,
+    )
+    model = _init_model(Idefics3ForConditionalGeneration, config)
+    model.save_pretrained(folder)
+    edge = {"longest_edge": size}
+    processor = Idefics3Processor(
+        image_processor=Idefics3ImageProcessor(
+            do_image_splitting=False, size=edge, max_image_size=edge
+        ),
+        tokenizer=tok,
+        image_seq_len=(size // patch) ** 2 // scale**2,
+        chat_template=LLAMA_CHAT_TEMPLATE,
     )
     processor.save_pretrained(folder)
     _save_generation_config(folder, ids["<s>"], [ids["</s>"]], ids["<pad>"])

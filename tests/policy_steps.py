@@ -17,31 +17,27 @@ from recipe_engine.run import policies
 
 
 def lora_config(
-    model: Any, *, architecture: str, lora: Mapping, frozen: Sequence[str], patterns=()
+    model: Any, *, layout: str, lora: Mapping, frozen: Sequence[str], patterns=()
 ) -> LoraConfig:
-    return LoraConfig(**_adapter(model, architecture, lora, frozen, patterns).config)
+    return LoraConfig(**_adapter(model, layout, lora, frozen, patterns).config)
 
 
 def apply_lora(
-    model: Any, *, architecture: str, lora: Mapping, frozen: Sequence[str], patterns=(), **kw: Any
+    model: Any, *, layout: str, lora: Mapping, frozen: Sequence[str], patterns=(), **kw: Any
 ) -> Any:
-    adapter = _adapter(model, architecture, lora, frozen, patterns)
+    adapter = _adapter(model, layout, lora, frozen, patterns)
     return policies.apply_lora(
-        model, adapter, architecture=architecture, frozen=frozen, patterns=patterns, **kw
+        model, adapter, layout=layout, frozen=frozen, patterns=patterns, **kw
     )
 
 
 def bnb_config(
-    quant: Mapping, *, architecture: str, module_names: Sequence[str], trained: Sequence[str]
+    quant: Mapping, *, layout: str, module_names: Sequence[str], trained: Sequence[str]
 ) -> Any:
-    planned = quantization_plan(
-        quant, architecture=architecture, module_names=module_names, trained=trained
-    )
+    planned = quantization_plan(quant, layout=layout, module_names=module_names, trained=trained)
     return policies.bnb_config(planned)
 
 
-def _adapter(model, architecture, lora, frozen, patterns):
-    planned = plan_lora(
-        model, architecture=architecture, lora=lora, frozen=frozen, patterns=patterns
-    )
+def _adapter(model, layout, lora, frozen, patterns):
+    planned = plan_lora(model, layout=layout, lora=lora, frozen=frozen, patterns=patterns)
     return adapter_plan(planned, lora)

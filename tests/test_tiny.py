@@ -30,7 +30,7 @@ from recipe_engine.tiny import (
     default_cache_dir,
 )
 
-VLMS = ("tiny-qwen2-vl", "tiny-llava")
+VLMS = ("tiny-qwen2-vl", "tiny-qwen2.5-vl", "tiny-llava", "tiny-idefics3")
 TEXT_MODELS = ("tiny-llama", "tiny-qwen2")
 
 
@@ -46,7 +46,14 @@ def _rows(folder: Path, split: str) -> list[dict]:
 
 
 def test_public_names() -> None:
-    assert TINY_MODELS == ("tiny-qwen2-vl", "tiny-llava", "tiny-llama", "tiny-qwen2")
+    assert TINY_MODELS == (
+        "tiny-qwen2-vl",
+        "tiny-qwen2.5-vl",
+        "tiny-llava",
+        "tiny-idefics3",
+        "tiny-llama",
+        "tiny-qwen2",
+    )
     assert TINY_DATASETS == {"shapes": "vlm", "arithmetic": "messages"}
 
 

@@ -29,10 +29,12 @@ CLIP_VISION = dict(
     image_size=28,
     patch_size=14,
 )
+SIGLIP_VISION = dict(CLIP_VISION, model_type="siglip_vision_model", num_hidden_layers=1)
 
 
 def tiny_model(kind: str, *, device: str = "cpu", tie: bool = False) -> Any:
-    """kind: qwen2_vl | qwen2_5_vl | llava | llama | qwen2. Seeded: equal calls, equal weights."""
+    """kind: qwen2_vl | qwen2_5_vl | llava | idefics3 | gemma3 | llama | qwen2.
+    Seeded: equal calls, equal weights."""
     if kind == "qwen2_vl":
         vision = dict(QWEN_VISION, embed_dim=32, mlp_ratio=2)
         config = tf.Qwen2VLConfig(
@@ -47,6 +49,18 @@ def tiny_model(kind: str, *, device: str = "cpu", tie: bool = False) -> Any:
         text = tf.LlamaConfig(**TEXT)
         config = tf.LlavaConfig(text_config=text, vision_config=CLIP_VISION, image_token_id=3)
         cls = tf.LlavaForConditionalGeneration
+    elif kind == "idefics3":
+        vision = dict(SIGLIP_VISION, model_type="idefics3_vision")
+        config = tf.Idefics3Config(
+            text_config=tf.LlamaConfig(**TEXT), vision_config=vision, scale_factor=2
+        )
+        cls = tf.Idefics3ForConditionalGeneration
+    elif kind == "gemma3":
+        text = dict(TEXT, model_type="gemma3_text", head_dim=8, sliding_window=16)
+        config = tf.Gemma3Config(
+            text_config=text, vision_config=SIGLIP_VISION, mm_tokens_per_image=4
+        )
+        cls = tf.Gemma3ForConditionalGeneration
     elif kind == "qwen2":
         cls, config = tf.Qwen2ForCausalLM, tf.Qwen2Config(**TEXT, tie_word_embeddings=tie)
     else:

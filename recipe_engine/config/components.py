@@ -1,15 +1,21 @@
 """Model components: which part of a model each parameter or module belongs to.
 
 Pure functions over names (no torch import), so the planner can use them on names alone.
-Every policy (freeze, LoRA, quantization, reports) speaks in these components.
+Every policy (freeze, LoRA, quantization, reports) speaks in these components. Which names
+form which component is data: the built-in layouts in ``layouts.yaml``, or regexes a model
+entry declares.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
 
 from recipe_engine.errors import RecipeError, did_you_mean
 
@@ -19,63 +25,143 @@ OTHER = "other"
 ALL_COMPONENTS = (*COMPONENTS, OTHER)
 
 
-@dataclass(frozen=True)
-class Architecture:
-    """How one family of models lays out its parameters.
+LAYOUTS_FILE = Path(__file__).with_name("layouts.yaml")
+#: `model.layout: none` turns the built-in map off: parameters are selected by name only.
+NO_LAYOUT = "none"
 
-    ``rules`` are ``(component, regex)`` pairs tried in order with ``re.match`` on the
-    canonical name; the first match wins, so nested parts (the projector inside
-    Qwen2-VL's ``visual``, the embeddings inside the language model) come first.
+
+@dataclass(frozen=True)
+class Layout:
+    """How one model lays out its parameters: ``(component, regex)`` rules.
+
+    Rules are tried in order with ``re.match`` on the canonical name; the first match wins,
+    so nested parts (the projector inside Qwen2-VL's ``visual``, the embeddings inside the
+    language model) come first. A layout with no rules (a model type without a map, and
+    nothing declared) puts every parameter in ``other``: such a model is trained through
+    ``freeze.patterns`` and explicit LoRA ``target_modules``.
     """
 
     name: str
-    model_types: tuple[str, ...]
     rules: tuple[tuple[str, str], ...]
+    model_types: tuple[str, ...] = ()
+
+    @property
+    def mapped(self) -> bool:
+        return bool(self.rules)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Layout:
+        """The inverse of ``dataclasses.asdict`` (plans and memo files hold layouts so)."""
+        rules = tuple((str(c), str(rx)) for c, rx in data["rules"])
+        return cls(str(data["name"]), rules, tuple(data.get("model_types") or ()))
 
 
-# `(\.|$)` ends every rule so that `lm_head` never matches `lm_head_extra`.
-# The legacy (transformers 4.x checkpoint) names are kept because checkpoints on disk and
-# old adapter files still use them; transformers 5 renames them only when loading.
-_QWEN_VL_RULES = (
-    ("projector", r"(model\.)?visual\.merger(\.|$)"),
-    ("vision_tower", r"(model\.)?visual(\.|$)"),
-    ("embeddings", r"model\.(language_model\.)?embed_tokens(\.|$)"),
-    ("language_model", r"model\.language_model(\.|$)"),
-    ("language_model", r"model\.(layers|norm|rotary_emb)(\.|$)"),  # 4.x checkpoint names
-    ("lm_head", r"lm_head(\.|$)"),
-)
+def _rules(components: Mapping[str, Any], key: str) -> tuple[tuple[str, str], ...]:
+    """``{component: regex or [regexes]}`` as ordered rules, each regex checked."""
+    if not isinstance(components, Mapping):
+        raise RecipeError(
+            f"`{key}` must map components to regexes, e.g. {{vision_tower: 'model\\.vision'}}.",
+            key=key,
+        )
+    rules = []
+    for component, value in components.items():
+        where = f"{key}.{component}"
+        if component not in COMPONENTS:
+            raise RecipeError(
+                f"`{where}`: `{component}` is not a component."
+                f"{did_you_mean(str(component), COMPONENTS)} Components: {', '.join(COMPONENTS)}.",
+                key=where,
+            )
+        regexes = [value] if isinstance(value, str) else value
+        if not isinstance(regexes, (list, tuple)) or not regexes:
+            raise RecipeError(
+                f"`{where}` must be a regex or a list of regexes over parameter names.", key=where
+            )
+        for rx in regexes:
+            try:
+                re.compile(rx)
+            except (re.error, TypeError) as exc:
+                raise RecipeError(
+                    f"`{where}` entry {rx!r} is not a valid regex: {exc}.", key=where
+                ) from None
+            rules.append((str(component), str(rx)))
+    return tuple(rules)
 
-# Decoder-only text models laid out as `model.embed_tokens`, `model.layers`, `lm_head`
-# (checked on transformers 5.23 by building each on the meta device).
-_TEXT_MODEL_TYPES = tuple(
-    "llama mistral ministral mixtral qwen2 qwen2_moe qwen3 qwen3_moe gemma gemma2 gemma3_text"
-    " phi phi3 olmo olmo2 granite starcoder2 stablelm cohere deepseek_v3 smollm3 gpt_oss".split()
-)
 
-ARCHITECTURES: dict[str, Architecture] = {
-    "qwen2_vl": Architecture("qwen2_vl", ("qwen2_vl",), _QWEN_VL_RULES),
-    "qwen2_5_vl": Architecture("qwen2_5_vl", ("qwen2_5_vl",), _QWEN_VL_RULES),
-    "llava": Architecture(
-        "llava",
-        ("llava",),
-        (
-            ("vision_tower", r"(model\.)?vision_tower(\.|$)"),
-            ("projector", r"(model\.)?multi_modal_projector(\.|$)"),
-            ("embeddings", r"(model\.language_model|language_model\.model)\.embed_tokens(\.|$)"),
-            ("language_model", r"(model\.language_model|language_model\.model)(\.|$)"),
-            ("lm_head", r"(language_model\.)?lm_head(\.|$)"),
-        ),
-    ),
-    "causal_lm": Architecture(
-        "causal_lm",
-        _TEXT_MODEL_TYPES,
-        (
-            ("embeddings", r"model\.embed_tokens(\.|$)"),
-            ("language_model", r"model(\.|$)"),
-            ("lm_head", r"lm_head(\.|$)"),
-        ),
-    ),
-}
+@cache
+def known_layouts() -> dict[str, Layout]:
+    """The built-in layouts, read from ``layouts.yaml`` (data, not code)."""
+    data = OmegaConf.to_container(OmegaConf.load(LAYOUTS_FILE))
+    assert isinstance(data, dict)
+    return {
+        name: Layout(name, _rules(entry["components"], name), tuple(entry["model_types"]))
+        for name, entry in data.items()
+    }
+
+
+def layout_for(
+    model_type: str, layout: str | None = None, components: Mapping[str, Any] | None = None
+) -> Layout:
+    """A model's layout: the named built-in one, else the one for its ``model_type``, with
+    ``components`` (declared regexes) replacing that layout's rules for those components."""
+    known = known_layouts()
+    if layout == NO_LAYOUT and not components:
+        return Layout(f"{model_type} ({NO_LAYOUT}: freeze.patterns and target_modules only)", ())
+    if layout not in (None, NO_LAYOUT) and layout not in known:
+        raise RecipeError(
+            f"`model.layout` is {layout!r}, which is not a known layout."
+            f"{did_you_mean(layout, known)} Known: {', '.join(known)}; `{NO_LAYOUT}` for "
+            "none; or declare `model.components` as regexes.",
+            key="model.layout",
+        )
+    base = known.get(layout or "")
+    if layout is None:
+        base = next((lay for lay in known.values() if model_type in lay.model_types), None)
+    declared = _rules(components, "model.components") if components else ()
+    if not declared:
+        return base or Layout(f"{model_type} (no component map)", ())
+    replaced = {component for component, _ in declared}
+    inherited = tuple(r for r in (base.rules if base else ()) if r[0] not in replaced)
+    name = f"{base.name} + declared" if base and inherited else "declared"
+    return Layout(name, declared + inherited, (model_type,))
+
+
+def no_map_hint(layout: Layout, what: str) -> str:
+    """Why a component-based setting cannot apply to a model without a map, and the fix."""
+    known = sorted(t for lay in known_layouts().values() for t in lay.model_types)
+    model_type = layout.name.split(" ")[0]
+    return (
+        f"{what}: the model (type `{model_type}`) has no component map."
+        f"{did_you_mean(model_type, known)}"
+        " Declare its components in the model entry (model.components.vision_tower=<regex>, "
+        "... or model.layout=<known layout>), or select parameters by name: "
+        "`freeze.patterns` (regexes) and LoRA `target_modules` listed explicitly. "
+        f"Known layouts: {', '.join(known_layouts())}."
+    )
+
+
+def report_layout(layout: Layout, patterns: Iterable[str]) -> Layout:
+    """The groups a trainable report counts by: the components, or for a model without a
+    map the user's own ``freeze.patterns`` (each regex a group, as `re.search` selects)."""
+    if layout.mapped:
+        return layout
+    return Layout(layout.name, tuple((p, f".*?(?:{p})") for p in patterns))
+
+
+def groups(layout: Layout) -> tuple[str, ...]:
+    """A layout's report rows in order: the components (or patterns) it names, then other."""
+    if layout.rules and all(c in COMPONENTS for c, _ in layout.rules):
+        return ALL_COMPONENTS
+    return (*dict.fromkeys(c for c, _ in layout.rules), OTHER)
+
+
+def as_layout(layout: Layout | str) -> Layout:
+    """A layout given as itself, a built-in layout's name or a model type."""
+    if isinstance(layout, Layout):
+        return layout
+    known = known_layouts()
+    return known[layout] if layout in known else layout_for(layout)
+
 
 # PEFT, DDP and torch.compile wrap names; components are decided on the unwrapped name.
 _PREFIXES = ("base_model.model.", "module.", "_orig_mod.")
@@ -100,42 +186,21 @@ def canonical_name(name: str) -> str:
     return _SEGMENTS.sub("", name)
 
 
-def architecture_of(model_type: str) -> str:
-    """Map ``config.model_type`` to a key of :data:`ARCHITECTURES`."""
-    for key, arch in ARCHITECTURES.items():
-        if model_type in arch.model_types:
-            return key
-    known = sorted(t for arch in ARCHITECTURES.values() for t in arch.model_types)
-    raise RecipeError(
-        f"Model type `{model_type}` has no component map, so freeze/LoRA/quantization "
-        f"components cannot be resolved for it.{did_you_mean(model_type, known)} "
-        f"Known model types: {', '.join(known)}. For another model, select parameters by "
-        "name with `freeze.patterns` (regexes) and list LoRA `target_modules` explicitly.",
-        key="model",
-    )
-
-
 @cache
-def _compiled(architecture: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
-    if architecture not in ARCHITECTURES:
-        raise RecipeError(
-            f"Unknown architecture `{architecture}`.{did_you_mean(architecture, ARCHITECTURES)}"
-            f" Known: {', '.join(ARCHITECTURES)}.",
-            key="model.architecture",
-        )
-    return tuple((comp, re.compile(rx)) for comp, rx in ARCHITECTURES[architecture].rules)
+def _compiled(layout: Layout) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    return tuple((component, re.compile(rx)) for component, rx in layout.rules)
 
 
-def component_of(name: str, architecture: str) -> str:
+def component_of(name: str, layout: Layout | str) -> str:
     """The component of a parameter or module name, or ``"other"`` when no rule matches.
 
     For a container module spanning several components (Qwen2-VL's ``model.visual``
     holds the projector) the answer is the outer rule's; decide on leaf names.
     """
     canonical = canonical_name(name)
-    for comp, rx in _compiled(architecture):
+    for component, rx in _compiled(as_layout(layout)):
         if rx.match(canonical):
-            return comp
+            return component
     return OTHER
 
 

@@ -204,6 +204,9 @@ def translate_error(
     error: BaseException, config_dir: Path = CONFIG_DIR, extra_dirs: Sequence[str] = ()
 ) -> RecipeError:
     """One message naming the key, what was wrong and the fix, from a Hydra/OmegaConf error."""
+    raised = _raised_by_resolver(error)
+    if raised is not None:
+        return raised
     text = str(error)
     cause = error.__cause__ or error
     if isinstance(error, OverrideParseException):
@@ -246,6 +249,17 @@ def translate_error(
     )
 
 
+def _raised_by_resolver(error: BaseException) -> RecipeError | None:
+    """The RecipeError a resolver (config.resolvers) raised, which OmegaConf re-wraps."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, RecipeError):
+            key = seen.key or getattr(error, "full_key", None)
+            return RecipeError(str(seen), key=key)
+        seen = seen.__context__
+    return None
+
+
 def _library_key_error(key: str, section: str, name: str) -> RecipeError:
     """A key the stage's template doesn't set: valid library keys are added with `+`."""
     from recipe_engine.config import library_keys as validate
@@ -282,4 +296,7 @@ def to_engine_config(cfg: DictConfig) -> EngineConfig:
 
 def to_plain(cfg: DictConfig) -> dict:
     """The resolved config as plain data (planners and the DAG take plain data)."""
-    return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)  # type: ignore[return-value]
+    try:
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)  # type: ignore[return-value]
+    except OmegaConfBaseException as error:  # e.g. a resolver that refused
+        raise translate_error(error) from None

@@ -35,7 +35,7 @@ class DataConfig:
     name: str = MISSING
     source: str = "local"  # local | hub | tiny
     path: str | None = None
-    format: str = "auto"  # auto | messages | prompt_completion | alpaca | vlm
+    format: str = "auto"  # auto | messages | prompt_completion | alpaca | sharegpt | vlm
     columns: dict[str, str] = field(default_factory=dict)
     train_split: str = "train"
     eval_split: str | None = "eval"
@@ -84,6 +84,14 @@ class ModelConfig:
     trust_remote_code: bool = False
     allow_pickle: bool = False  # load .bin/.pt weights (arbitrary code on unpickling)
     params_billion: float | None = None  # size estimate when the config cannot be read
+    # A GGUF file (transformers' `gguf_file=`; weights are dequantized on load): with
+    # source=hub its name in the repository `id`, with source=local its name in the folder `id`.
+    gguf_file: str | None = None
+    # Which parameters form which component: a layout of recipe_engine/config/layouts.yaml by
+    # name (default: the one for the config's model_type; `none`: no map, select parameters by
+    # freeze.patterns and target_modules), and/or regexes per component replacing its rules.
+    layout: str | None = None
+    components: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

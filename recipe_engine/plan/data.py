@@ -1,11 +1,10 @@
 """Load a stage's data into the row formats TRL's SFTTrainer accepts, validating every row.
 
-Output rows (one of three shapes, reported as ``DataSplits.format``):
-
-- ``messages``: ``{"messages": [{"role": ..., "content": str}, ...]}`` (Alpaca rows end up here)
-- ``prompt_completion``: ``{"prompt": str, "completion": str}``
-- ``vlm``: ``{"images": [PIL.Image (RGB)], "messages": [{"role": ..., "content": [parts]}]}``
-  where a part is ``{"type": "image", "text": None}`` or ``{"type": "text", "text": str}``
+Files are read with `datasets.load_dataset` (its `json`, `csv` and `parquet` builders), folders
+written by `save_to_disk` with `load_from_disk`, hub datasets with `load_dataset`: every split
+stays an Arrow dataset, and `Dataset.map` converts and checks each row (`data_rows`: the
+formats, their detection and the row-numbered errors). Where a file does not load, the line
+scanners below find the row to name, on that failure path only.
 
 ``datasets``, ``torch``, ``pyarrow`` and ``PIL`` are imported lazily: the planner imports this
 module for `data_identity` only and must stay light.
@@ -13,34 +12,35 @@ module for `data_identity` only and must stay light.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import hashlib
 import importlib.util
 import json
 import random
-from collections.abc import Iterable, Mapping
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config.schema import DataConfig
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.plan import data_rows
+from recipe_engine.plan.data_rows import CANONICAL_COLUMNS, INPUT_FORMATS, row_error
 from recipe_engine.tiny import TINY_DATASETS
 
 if TYPE_CHECKING:
     import datasets
 
 SOURCES = ("local", "hub", "tiny")
-FORMATS = ("auto", "messages", "prompt_completion", "alpaca", "vlm")
+FORMATS = ("auto", *INPUT_FORMATS)
 KINDS = ("vlm", "causal_lm")
-CANONICAL_COLUMNS = ("messages", "prompt", "completion", "instruction", "input", "output", "images")
 EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet")
-ROLES = ("system", "user", "assistant")
+BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 # Tried in this order when `eval_split` is left at its default, matching common hub layouts.
 DEFAULT_EVAL_SPLITS = ("eval", "validation", "test")
-
-_COLUMNS_FIX = "Map your column with data.columns.{canon}=<name> or fix the row."
 
 
 @dataclass
@@ -50,16 +50,23 @@ class DataSplits:
     train: datasets.Dataset
     eval: datasets.Dataset | None
     identity: str
-    format: str  # messages | prompt_completion | vlm
+    format: str  # data_rows.OUTPUT_FORMATS: messages | prompt_completion | vlm | vlm_prompt_...
+    source_format: str = ""  # what the rows were: messages, sharegpt, alpaca, ... (+ images)
 
 
 @dataclass
 class _Split:
-    """Raw records of one split; `label` names it in errors ("data file /x/train.jsonl")."""
+    """One split's raw rows as read; `label` names it in errors ("data file /x/train.jsonl")."""
 
     label: str
-    records: list[tuple[int, dict[str, Any]]]  # (1-based row or line number, record)
+    rows: datasets.Dataset
     base_dir: Path | None  # relative image paths resolve here
+    lines: Path | None = None  # a JSON-lines file: errors name its line numbers
+
+    def row_number(self, index: int) -> int:
+        """The number errors give the row at `index`: its line in a JSON-lines file (blank
+        lines are skipped when reading), else its 1-based position."""
+        return index + 1 if self.lines is None else _line_of_record(self.lines, index)
 
 
 # --------------------------------------------------------------------------- config helpers
@@ -268,102 +275,34 @@ def data_identity(cfg: DataConfig | Mapping[str, Any]) -> str:
 
 
 def _unreadable(path: Path, exc: BaseException) -> RecipeError:
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause).strip():  # datasets wraps the reader's own error
+        detail = str(cause).strip().splitlines()[0]
     return RecipeError(
-        f"data file {path}: cannot read it ({type(exc).__name__}: {exc}). "
+        f"data file {path}: cannot read it ({type(cause or exc).__name__}: {detail}). "
         "Check the file's permissions and that it is UTF-8 text or valid parquet.",
         key="data.path",
     )
 
 
-def _row_error(label: str, row: int, problem: str, fix: str) -> RecipeError:
-    return RecipeError(f"{label}, row {row}: {problem}. {fix}", key="data.path")
+@contextlib.contextmanager
+def _quietly() -> Iterator[None]:
+    """No progress bars or logged errors from `datasets`: a bad file is one RecipeError."""
+    import datasets
+    from datasets.utils import logging as ds_logging
+    from datasets.utils.tqdm import are_progress_bars_disabled
 
-
-def _read_text(path: Path) -> str:
+    bars_were_off = are_progress_bars_disabled()
+    verbosity = ds_logging.get_verbosity()
+    datasets.disable_progress_bars()
+    ds_logging.set_verbosity(ds_logging.CRITICAL)
     try:
-        # utf-8-sig: tolerate the BOM some editors/Excel write.
-        return path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _unreadable(path, exc) from exc
-
-
-def _read_json_lines(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
-    label = f"data file {path}"
-    records = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise _row_error(
-                label,
-                lineno,
-                f"invalid JSON ({exc.msg} at column {exc.colno})",
-                "Each line must be one JSON object; fix or remove the line.",
-            ) from exc
-        if not isinstance(record, dict):
-            raise _row_error(
-                label,
-                lineno,
-                f"expected a JSON object, got {type(record).__name__}",
-                'Each line must be one JSON object like {"messages": [...]}.',
-            )
-        records.append((lineno, record))
-    return records
-
-
-def _read_json(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
-    if not text.lstrip().startswith("["):
-        # Many `.json` files are really JSON lines; read them as such.
-        return _read_json_lines(path, text)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RecipeError(
-            f"data file {path}, line {exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})."
-            " A .json file must hold a list of objects or one object per line.",
-            key="data.path",
-        ) from exc
-    records = []
-    for i, record in enumerate(data, start=1):
-        if not isinstance(record, dict):
-            raise _row_error(
-                f"data file {path}",
-                i,
-                f"expected a JSON object, got {type(record).__name__}",
-                "The list must contain one object per row.",
-            )
-        records.append((i, record))
-    return records
-
-
-def _read_csv(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
-    records = []
-    reader = csv.DictReader(text.splitlines())
-    try:
-        for i, record in enumerate(reader, start=1):
-            if None in record:  # DictReader files surplus cells under the key None
-                raise _row_error(
-                    f"data file {path}",
-                    i,
-                    "the row has more cells than the header",
-                    "Quote cells that contain commas, or fix the row.",
-                )
-            records.append((i, dict(record)))
-    except csv.Error as exc:
-        raise _unreadable(path, exc) from exc
-    return records
-
-
-def _read_parquet(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    import pyarrow.parquet as pq
-
-    try:
-        rows = pq.read_table(path).to_pylist()
-    except Exception as exc:  # pyarrow raises several unrelated types for bad files
-        raise _unreadable(path, exc) from exc
-    return list(enumerate(rows, start=1))
+        yield
+    finally:
+        ds_logging.set_verbosity(verbosity)
+        if not bars_were_off:
+            datasets.enable_progress_bars()
 
 
 def _read_file(path: Path) -> _Split:
@@ -375,18 +314,157 @@ def _read_file(path: Path) -> _Split:
             "or a folder written by datasets' save_to_disk.",
             key="data.path",
         )
+    try:
+        rows = _load_file(BUILDERS[suffix], path)
+    except RecipeError:
+        raise
+    except Exception as exc:  # datasets, pyarrow and pandas raise many types
+        raise _why_unloadable(path, suffix, exc) from exc
+    json_lines = suffix in (".jsonl", ".json") and not _starts_with(path, b"[")
+    if suffix == ".json" and not json_lines and rows.column_names == ["text"]:
+        _scan(path, suffix)  # a list of non-objects, which `datasets` reads as `text` rows
+    return _Split(f"data file {path}", rows, path.parent, path if json_lines else None)
+
+
+def _load_file(builder: str, path: Path) -> datasets.Dataset:
+    """The file as an in-memory Arrow dataset; `datasets`' own cache of it goes with the
+    temporary folder, so reading a user's file leaves nothing behind."""
+    import datasets
+
+    options: dict[str, Any] = {}
+    if builder == "csv":
+        # Every cell as text, as written (pandas would make `2` an int and `` a NaN).
+        header = _csv_header(path)
+        options = {
+            "features": datasets.Features({name: datasets.Value("string") for name in header}),
+            "na_filter": False,
+            "encoding": "utf-8-sig",
+        }
+    with tempfile.TemporaryDirectory(prefix="recipe-engine-data-") as cache:
+        return datasets.load_dataset(
+            builder,
+            data_files=str(path),
+            split="train",
+            cache_dir=cache,
+            keep_in_memory=True,
+            **options,
+        )
+
+
+def _csv_header(path: Path) -> list[str]:
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            return next(csv.reader(handle), [])
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def _starts_with(path: Path, prefix: bytes) -> bool:
+    with path.open("rb") as handle:
+        head = handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head.startswith(prefix)
+
+
+def _why_unloadable(path: Path, suffix: str, exc: BaseException) -> RecipeError:
+    """The row that stopped `load_dataset`, found by the engine's own scanner; else why the
+    file as a whole could not be read."""
     if suffix == ".parquet":
-        records = _read_parquet(path)
-    else:
-        text = _read_text(path)
-        reader = {".jsonl": _read_json_lines, ".json": _read_json, ".csv": _read_csv}[suffix]
-        records = reader(path, text)
-    return _Split(label=f"data file {path}", records=records, base_dir=path.parent)
+        return _unreadable(path, exc)
+    if not _scan(path, suffix):
+        return RecipeError(f"data file {path} has no rows. Add data.", key="data.path")
+    return _unreadable(path, exc)
 
 
-def _split_from_dataset(ds: Any, label: str, base_dir: Path | None) -> _Split:
-    # Iterating decodes Image features to PIL, which _convert_images accepts.
-    return _Split(label=label, records=list(enumerate(ds, start=1)), base_dir=base_dir)
+def _scan(path: Path, suffix: str) -> int:
+    """Read a JSON or CSV file line by line, raising the first bad row's error; returns the
+    number of rows when every one is well-formed."""
+    text = _read_text(path)
+    if suffix == ".csv":
+        return _scan_csv(path, text)
+    if text.lstrip().startswith("["):
+        return _scan_json_list(path, text)
+    return _scan_json_lines(path, text)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        # utf-8-sig: tolerate the BOM some editors/Excel write.
+        return path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def _scan_json_lines(path: Path, text: str) -> int:
+    label, rows = f"data file {path}", 0
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise row_error(
+                label,
+                lineno,
+                f"invalid JSON ({exc.msg} at column {exc.colno})",
+                "Each line must be one JSON object; fix or remove the line.",
+            ) from exc
+        if not isinstance(record, dict):
+            raise row_error(
+                label,
+                lineno,
+                f"expected a JSON object, got {type(record).__name__}",
+                'Each line must be one JSON object like {"messages": [...]}.',
+            )
+        rows += 1
+    return rows
+
+
+def _scan_json_list(path: Path, text: str) -> int:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecipeError(
+            f"data file {path}, line {exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})."
+            " A .json file must hold a list of objects or one object per line.",
+            key="data.path",
+        ) from exc
+    for i, record in enumerate(data, start=1):
+        if not isinstance(record, dict):
+            raise row_error(
+                f"data file {path}",
+                i,
+                f"expected a JSON object, got {type(record).__name__}",
+                "The list must contain one object per row.",
+            )
+    return len(data)
+
+
+def _scan_csv(path: Path, text: str) -> int:
+    rows = 0
+    try:
+        for i, record in enumerate(csv.DictReader(text.splitlines()), start=1):
+            if None in record:  # DictReader files surplus cells under the key None
+                raise row_error(
+                    f"data file {path}",
+                    i,
+                    "the row has more cells than the header",
+                    "Quote cells that contain commas, or fix the row.",
+                )
+            rows += 1
+    except csv.Error as exc:
+        raise _unreadable(path, exc) from exc
+    return rows
+
+
+def _line_of_record(path: Path, index: int) -> int:
+    """The line number of the `index`-th (0-based) record of a JSON-lines file."""
+    records = -1
+    with path.open(encoding="utf-8-sig") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            records += bool(line.strip())
+            if records == index:
+                return lineno
+    return index + 1
 
 
 def _pick_splits(
@@ -440,14 +518,14 @@ def _read_local(path: Path, cfg: Mapping[str, Any]) -> tuple[_Split, _Split | No
         dd = datasets.load_from_disk(str(path))
         train, ev = _pick_splits(dd.keys(), cfg, f"saved dataset {path}")
         return (
-            _split_from_dataset(dd[train], f"saved dataset {path} (split {train})", path),
-            _split_from_dataset(dd[ev], f"saved dataset {path} (split {ev})", path) if ev else None,
+            _Split(f"saved dataset {path} (split {train})", dd[train], path),
+            _Split(f"saved dataset {path} (split {ev})", dd[ev], path) if ev else None,
         )
     if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
         import datasets
 
         ds = datasets.load_from_disk(str(path))
-        return _split_from_dataset(ds, f"saved dataset {path}", path), None
+        return _Split(f"saved dataset {path}", ds, path), None
     files = _folder_split_files(path)
     if not files:
         raise RecipeError(
@@ -480,312 +558,46 @@ def _read_hub(cfg: Mapping[str, Any]) -> tuple[_Split, _Split | None]:
         ) from exc
     train, ev = _pick_splits(dd.keys(), cfg, f"hub dataset {name}")
     return (
-        _split_from_dataset(dd[train], f"hub dataset {name} (split {train})", None),
-        _split_from_dataset(dd[ev], f"hub dataset {name} (split {ev})", None) if ev else None,
+        _Split(f"hub dataset {name} (split {train})", dd[train], None),
+        _Split(f"hub dataset {name} (split {ev})", dd[ev], None) if ev else None,
     )
 
 
-# --------------------------------------------------------------------------- row conversion
+# --------------------------------------------------------------------------- conversion
 
 
-class _Rows:
-    """Converts one split's records, naming the split and row in every error."""
-
-    def __init__(self, split: _Split, fmt: str, columns: Mapping[str, str]) -> None:
-        self.split = split
-        self.fmt = fmt
-        self.columns = columns
-        self.row = 0
-        self.record: dict[str, Any] = {}
-
-    def fail(self, problem: str, fix: str) -> RecipeError:
-        return _row_error(self.split.label, self.row, problem, fix)
-
-    def name(self, canon: str) -> str:
-        return self.columns.get(canon, canon)
-
-    def get(self, canon: str, required: bool = True) -> Any:
-        name = self.name(canon)
-        value = self.record.get(name)
-        if value is None and required:
-            mapped = f" (data.columns.{canon})" if name != canon else ""
-            cols = ", ".join(map(str, self.record)) or "none"
-            raise self.fail(
-                f"`{name}`{mapped} is missing (columns: {cols})", _COLUMNS_FIX.format(canon=canon)
-            )
-        return value
-
-    def text(self, canon: str, required: bool = True) -> str:
-        value = self.get(canon, required)
-        if value is None:
-            return ""
-        if not isinstance(value, str):
-            raise self.fail(
-                f"`{self.name(canon)}` must be a string, got {type(value).__name__}",
-                "Quote the value in the data file.",
-            )
-        if required and not value.strip():
-            raise self.fail(f"`{self.name(canon)}` is empty", "Fill it in or remove the row.")
-        return value
-
-    def convert(self) -> list[dict[str, Any]]:
-        out = []
-        for row, record in self.split.records:
-            self.row, self.record = row, record  # read by fail()/get() for error messages
-            if self.fmt == "messages":
-                out.append({"messages": self.messages(parts=False)[0]})
-            elif self.fmt == "prompt_completion":
-                out.append({"prompt": self.text("prompt"), "completion": self.text("completion")})
-            elif self.fmt == "alpaca":
-                out.append({"messages": self.alpaca()})
-            else:
-                out.append(self.vlm())
-        return out
-
-    def alpaca(self) -> list[dict[str, str]]:
-        instruction, extra = self.text("instruction"), self.text("input", required=False)
-        user = f"{instruction}\n\n{extra}" if extra.strip() else instruction
-        return [
-            {"role": "user", "content": user},
-            {"role": "assistant", "content": self.text("output")},
-        ]
-
-    def messages(self, parts: bool) -> tuple[list[dict[str, Any]], bool]:
-        """Validated messages and whether every content was a plain string."""
-        canon, value = "messages", self.get("messages")
-        name = self.name(canon)
-        if isinstance(value, str):
-            # CSV cells (and some exports) hold the conversation as a JSON string.
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                pass
-        if not isinstance(value, list) or not value:
-            raise self.fail(
-                f"`{name}` must be a non-empty list of {{role, content}} objects, "
-                f"got {type(value).__name__}",
-                'Write it like [{"role": "user", "content": "..."}, '
-                '{"role": "assistant", "content": "..."}].',
-            )
-        result, all_strings = [], True
-        for j, msg in enumerate(value, start=1):
-            if not isinstance(msg, Mapping) or "role" not in msg or "content" not in msg:
-                raise self.fail(
-                    f"message {j} of `{name}` is not a {{role, content}} object",
-                    "Give every message a `role` and a `content`.",
-                )
-            role = msg["role"]
-            if role not in ROLES:
-                raise self.fail(
-                    f"message {j} has role `{role}`",
-                    f"Roles must be one of {', '.join(ROLES)}.",
-                )
-            content = msg["content"]
-            if isinstance(content, str) or not parts:
-                content = self.text_content(j, content)
-                if parts:
-                    content = [{"type": "text", "text": content}]
-            else:
-                all_strings = False
-                content = self.parts(j, content)
-            result.append({"role": role, "content": content})
-        self.check_turns([m["role"] for m in result])
-        return result, all_strings
-
-    def check_turns(self, roles: list[str]) -> None:
-        """An optional system message first, then user and assistant turns in alternation,
-        ending with the assistant reply the model learns (what chat templates assume)."""
-        for j, role in enumerate(roles, start=1):
-            expected = _expected_role(roles[: j - 1])
-            if role not in expected:
-                raise self.fail(
-                    f"message {j} is from `{role}` where {' or '.join(expected)} comes "
-                    f"(roles: {', '.join(roles)})",
-                    "Start with an optional system message, then alternate user and assistant "
-                    "turns.",
-                )
-        if roles[-1] != "assistant":
-            raise self.fail(
-                f"the last message is from `{roles[-1]}`, not `assistant`",
-                "End each conversation with the assistant reply the model should learn.",
-            )
-
-    def text_content(self, j: int, content: Any) -> str:
-        if not isinstance(content, str):
-            hint = (
-                " (content lists with image/text parts need data.format=vlm and a VLM stage)"
-                if isinstance(content, list)
-                else ""
-            )
-            raise self.fail(
-                f"message {j} content must be a string, got {type(content).__name__}{hint}",
-                "Write the message text as a string.",
-            )
-        if not content.strip():
-            raise self.fail(f"message {j} has empty content", "Fill it in or remove the row.")
-        return content
-
-    def parts(self, j: int, content: Any) -> list[dict[str, Any]]:
-        if not isinstance(content, list) or not content:
-            raise self.fail(
-                f"message {j} content must be a string or a non-empty list of parts, "
-                f"got {type(content).__name__}",
-                'Use [{"type": "image"}, {"type": "text", "text": "..."}].',
-            )
-        out = []
-        for part in content:
-            kind = part.get("type") if isinstance(part, Mapping) else None
-            if kind == "image":
-                out.append({"type": "image", "text": None})
-            elif kind == "text":
-                text = part.get("text")
-                if not isinstance(text, str) or not text.strip():
-                    raise self.fail(
-                        f"message {j} has a text part with empty or non-string `text`",
-                        'Give each text part a string: {"type": "text", "text": "..."}.',
-                    )
-                out.append({"type": "text", "text": text})
-            else:
-                raise self.fail(
-                    f"message {j} has a content part that is not "
-                    f'{{"type": "image"}} or {{"type": "text", ...}}: {part!r}',
-                    "Use only image and text parts.",
-                )
-        return out
-
-    def vlm(self) -> dict[str, Any]:
-        images = self.images(self.get("images", required=False))
-        messages, all_strings = self.messages(parts=True)
-        placeholders = sum(1 for m in messages for p in m["content"] if p["type"] == "image")
-        if placeholders == 0 and images and all_strings:
-            # Same rule as TRL's prepare_multimodal_messages: plain-text rows get their image
-            # placeholders before the first user message's text.
-            for m in messages:
-                if m["role"] == "user":
-                    m["content"] = [{"type": "image", "text": None} for _ in images] + m["content"]
-                    break
-            placeholders = len(images) if any(m["role"] == "user" for m in messages) else 0
-        if placeholders != len(images):
-            raise self.fail(
-                f'{placeholders} image placeholder(s) ({{"type": "image"}}) '
-                f"but {len(images)} image(s) in `{self.name('images')}`",
-                "Give one entry in the images list per image placeholder.",
-            )
-        return {"images": images, "messages": messages}
-
-    def images(self, value: Any) -> list[Any]:
-        if value is None:
-            return []  # text-only rows are fine in a VLM dataset
-        if isinstance(value, str) and value.lstrip().startswith("["):
-            try:
-                value = json.loads(value)  # CSV cells hold lists as JSON
-            except json.JSONDecodeError:
-                pass
-        if not isinstance(value, list):
-            value = [value]
-        return [self.image(k, item) for k, item in enumerate(value, start=1)]
-
-    def image(self, k: int, item: Any) -> Any:
-        from PIL import Image
-
-        if isinstance(item, Image.Image):
-            return item
-        if isinstance(item, Mapping) and item.get("bytes"):
-            return {"bytes": item["bytes"], "path": item.get("path")}
-        if isinstance(item, Mapping) and item.get("path"):
-            item = item["path"]
-        if not isinstance(item, str) or not item:
-            raise self.fail(
-                f"image {k} in `{self.name('images')}` is {type(item).__name__}, not a file path",
-                "List image paths (relative to the data file) as strings.",
-            )
-        path = Path(item).expanduser()
-        if not path.is_absolute() and self.split.base_dir is not None:
-            path = self.split.base_dir / path
-        if not path.is_file():
-            raise self.fail(
-                f"image file {path} (image {k}) does not exist",
-                "Image paths are relative to the data file's folder; fix the path or the row.",
-            )
-        try:
-            with Image.open(path):  # parses the header only: cheap, catches non-images
-                pass
-        except Exception as exc:  # PIL raises many types for bad files
-            raise self.fail(
-                f"image file {path} (image {k}) is not a readable image ({exc})",
-                "Replace the file with a PNG/JPEG image.",
-            ) from exc
-        # Keep the path, not pixels: `datasets` decodes lazily, so big VLM sets fit in memory.
-        return {"path": str(path), "bytes": None}
-
-
-def _expected_role(before: list[str]) -> tuple[str, ...]:
-    turns = [r for r in before if r != "system"]
-    if not before:
-        return ("system", "user")
-    return ("user",) if not turns or turns[-1] == "assistant" else ("assistant",)
-
-
-def _detect(split: _Split, columns: Mapping[str, str]) -> str:
-    keys: set[str] = set()
-    for _, record in split.records:
-        keys.update(k for k, v in record.items() if v is not None)
-
-    def fits(names: tuple[str, ...]) -> bool:
-        return all(n in columns or n in keys for n in names)
-
-    def content_parts() -> bool:
-        name = columns.get("messages", "messages")
-        return any(
-            isinstance(m, Mapping) and isinstance(m.get("content"), list)
-            for _, record in split.records
-            if isinstance(record.get(name), list)
-            for m in record[name]
-        )
-
-    layouts = (
-        ("vlm", ("images",), ("images",)),
-        ("messages", ("messages",), ("messages",)),
-        ("prompt_completion", ("prompt", "completion"), ("prompt", "completion")),
-        ("alpaca", ("instruction", "output"), ("instruction", "input", "output")),
-    )
-    # Explicitly mapped columns state the intended format first, so a misspelt mapping gets the
-    # row-level "`x` (data.columns.y) is missing" error instead of another format's.
-    for explicit in (True, False):
-        for fmt, required, names in layouts:
-            if fits(required) and (not explicit or any(n in columns for n in names)):
-                if fmt == "messages" and content_parts():
-                    return "vlm"  # content parts without an images column: a VLM layout
-                return fmt
-    raise RecipeError(
-        f"{split.label}: cannot tell the data format from its columns "
-        f"({', '.join(sorted(keys)) or 'none'}). Expected `messages`, `prompt`+`completion`, "
-        "`instruction`+`output` (Alpaca) or `images`+`messages`. Set data.format and map "
-        "columns with data.columns.<name>=<your column>.",
-        key="data.format",
+def _convert(split: _Split, layout: data_rows.Layout) -> datasets.Dataset:
+    """Every row checked and converted by `Dataset.map`, kept in memory as Arrow."""
+    rows = _undecoded_images(split.rows)
+    converter = data_rows.RowConverter(layout, split.label, split.base_dir, split.row_number)
+    fingerprint = hashlib.sha256(f"{rows._fingerprint}{layout}".encode()).hexdigest()[:32]
+    return rows.map(
+        converter,
+        with_indices=True,
+        remove_columns=rows.column_names,
+        features=data_rows.features(layout.output),
+        keep_in_memory=True,
+        load_from_cache_file=False,
+        new_fingerprint=fingerprint,  # the converter is not hashed: it is the same code
     )
 
 
-def _features(fmt: str) -> Any:
-    import datasets as ds
+def _undecoded_images(ds: datasets.Dataset) -> datasets.Dataset:
+    """Image columns as {bytes, path}: validation then reads no pixels (they are decoded,
+    as RGB, when TRL reads a row)."""
+    import datasets
 
-    message = {"role": ds.Value("string"), "content": ds.Value("string")}
-    if fmt == "messages":
-        return ds.Features({"messages": ds.List(message)})
-    if fmt == "prompt_completion":
-        return ds.Features({"prompt": ds.Value("string"), "completion": ds.Value("string")})
-    part = {"type": ds.Value("string"), "text": ds.Value("string")}
-    return ds.Features(
-        {
-            "images": ds.List(ds.Image(mode="RGB")),  # decoded to RGB PIL images on access
-            "messages": ds.List({"role": ds.Value("string"), "content": ds.List(part)}),
-        }
-    )
+    for name, feature in ds.features.items():
+        if isinstance(feature, datasets.Image):
+            ds = ds.cast_column(name, datasets.Image(decode=False))
+        elif isinstance(feature, datasets.List) and isinstance(feature.feature, datasets.Image):
+            ds = ds.cast_column(name, datasets.List(datasets.Image(decode=False)))
+    return ds
 
 
 def _fraction_split(
-    rows: list[dict[str, Any]], fraction: float, seed: int, label: str
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rows: datasets.Dataset, fraction: float, seed: int, label: str
+) -> tuple[datasets.Dataset, datasets.Dataset]:
     n = len(rows)
     n_eval = max(1, round(n * fraction))
     if n - n_eval < 1:
@@ -798,15 +610,24 @@ def _fraction_split(
     random.Random(seed).shuffle(order)
     eval_idx = set(order[:n_eval])
     # Keep the file's order within each part so `max_samples` takes the first rows.
-    train = [r for i, r in enumerate(rows) if i not in eval_idx]
-    ev = [r for i, r in enumerate(rows) if i in eval_idx]
-    return train, ev
+    train = [i for i in range(n) if i not in eval_idx]
+    return rows.select(train), rows.select(sorted(eval_idx))
+
+
+def _check_not_empty(train: _Split, ev: _Split | None) -> None:
+    if not len(train.rows):
+        raise RecipeError(f"{train.label} has no rows. Add data.", key="data.path")
+    if ev is not None and not len(ev.rows):
+        raise RecipeError(
+            f"{ev.label} has no rows. Add rows or delete the eval file.", key="data.path"
+        )
 
 
 def load_splits(cfg: DataConfig | Mapping[str, Any], *, kind: str, seed: int = 0) -> DataSplits:
     """Read, validate (every row) and convert the data into TRL-ready train/eval datasets.
 
-    `kind` is the stage's model kind: "vlm" accepts any format, "causal_lm" rejects VLM rows.
+    `kind` is the stage's model kind: "vlm" accepts any format, "causal_lm" rejects rows
+    with images.
     """
     cfg = _mapping(cfg)
     if kind not in KINDS:
@@ -815,40 +636,26 @@ def load_splits(cfg: DataConfig | Mapping[str, Any], *, kind: str, seed: int = 0
     fraction, max_samples = _eval_fraction(cfg), _max_samples(cfg)
     identity = data_identity(cfg)
 
-    if source == "hub":
-        train_split, eval_split = _read_hub(cfg)
-    else:
-        train_split, eval_split = _read_local(resolve_path(cfg), cfg)
-
-    if not train_split.records:
-        raise RecipeError(f"{train_split.label} has no rows. Add data.", key="data.path")
-    if eval_split is not None and not eval_split.records:
-        raise RecipeError(
-            f"{eval_split.label} has no rows. Add rows or delete the eval file.", key="data.path"
+    with _quietly():
+        if source == "hub":
+            train_split, eval_split = _read_hub(cfg)
+        else:
+            train_split, eval_split = _read_local(resolve_path(cfg), cfg)
+        _check_not_empty(train_split, eval_split)
+        layout = data_rows.resolve_layout(
+            fmt, data_rows.survey(train_split.rows, train_split.label), columns
         )
-    if fmt == "auto":
-        fmt = _detect(train_split, columns)
-    if fmt == "vlm" and kind == "causal_lm":
-        raise RecipeError(
-            f"{train_split.label} holds vision-language rows (images / image parts) but this "
-            "stage trains a text-only model. Use a vision-language model or a text dataset.",
-            key="data.format",
-        )
-
-    train_rows = _Rows(train_split, fmt, columns).convert()
-    eval_rows = _Rows(eval_split, fmt, columns).convert() if eval_split else None
-    if eval_rows is None and fraction > 0:
-        train_rows, eval_rows = _fraction_split(train_rows, fraction, seed, train_split.label)
-    if max_samples is not None:
-        train_rows = train_rows[:max_samples]
-
-    import datasets
-
-    out_fmt = "messages" if fmt == "alpaca" else fmt
-    features = _features(out_fmt)
-    return DataSplits(
-        train=datasets.Dataset.from_list(train_rows, features=features),
-        eval=datasets.Dataset.from_list(eval_rows, features=features) if eval_rows else None,
-        identity=identity,
-        format=out_fmt,
-    )
+        if layout.images and kind == "causal_lm":
+            raise RecipeError(
+                f"{train_split.label} holds vision-language rows (images / image parts) but "
+                "this stage trains a text-only model. Use a vision-language model or a text "
+                "dataset.",
+                key="data.format",
+            )
+        train = _convert(train_split, layout)
+        held_out = _convert(eval_split, layout) if eval_split else None
+    if held_out is None and fraction > 0:
+        train, held_out = _fraction_split(train, fraction, seed, train_split.label)
+    if max_samples is not None and len(train) > max_samples:
+        train = train.select(range(max_samples))
+    return DataSplits(train, held_out, identity, layout.output, layout.describe())

@@ -25,11 +25,12 @@ CODE = {
     "policies": (
         "plan/policy.py",
         "config/components.py",
+        "config/layouts.yaml",
         "plan/policies/freeze.py",
         "plan/policies/lora.py",
         "plan/policies/quant.py",
     ),
-    "rows": ("plan/data.py",),
+    "rows": ("plan/data.py", "plan/data_rows.py"),
     "libraries": ("config/library_objects.py", "plan/library_check.py"),
     "models": ("plan/model_files.py",),
 }

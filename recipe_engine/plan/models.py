@@ -27,14 +27,40 @@ def check_model_entry(model: ModelConfig) -> None:
                 f"Use one of: {', '.join(choices)}.",
                 key=f"model.{key}",
             )
+    if model.gguf_file:
+        _check_gguf_entry(model)
+
+
+def _check_gguf_entry(model: ModelConfig) -> None:
+    """`gguf_file` names a file in a local folder or a hub repository, holding a language model
+    (transformers reads no vision tower from GGUF: a VLM's sits in a separate mmproj file)."""
+    if model.source == "tiny":
+        raise RecipeError(
+            "`model.gguf_file` is set on a tiny model, which is built from config. Use "
+            "model.source=local (the file in folder model.id) or model.source=hub (the file in "
+            "repository model.id), or unset model.gguf_file.",
+            key="model.gguf_file",
+        )
+    if model.kind != "causal_lm":
+        raise RecipeError(
+            f"`model.gguf_file` is set on a {model.kind} entry, but transformers reads only "
+            "language models from GGUF files. Use model.kind=causal_lm, or a save_pretrained "
+            "folder or hub id for a vision-language model.",
+            key="model.kind",
+        )
 
 
 def model_location(model: Mapping[str, Any]) -> str:
-    """What `from_pretrained` gets: a tiny model's built folder, a local folder or a hub id."""
+    """What `from_pretrained` gets: a tiny model's built folder, a GGUF file's converted
+    folder (plan.gguf: converted once, cached), a local folder or a hub id."""
     if model["source"] == "tiny":
         from recipe_engine.tiny import build_tiny_model
 
         return str(build_tiny_model(model["id"]))
+    if model.get("gguf_file"):  # .get: manifests written before GGUF entries lack the key
+        from recipe_engine.plan.gguf import converted_folder
+
+        return str(converted_folder(model))
     return str(model["id"])
 
 

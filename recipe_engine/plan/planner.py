@@ -29,7 +29,7 @@ from recipe_engine.config.schema import (
     without_empty_sections,
 )
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
-from recipe_engine.plan import dag, data, memo, model_files
+from recipe_engine.plan import dag, data, data_rows, gguf, memo, model_files
 from recipe_engine.plan.data import data_identity
 from recipe_engine.plan.hardware import Machine, detect_machine, parse_gpus, profile_gpus
 from recipe_engine.plan.library_check import check_with_libraries
@@ -51,8 +51,15 @@ from recipe_engine.plan.recipe_plan import (
     RecipePlan,
     StagePlan,
 )
-from recipe_engine.plan.trainer_settings import trainer_settings, zero_stage
+from recipe_engine.plan.trainer_settings import (
+    choose_loss,
+    template_support,
+    trainer_settings,
+    zero_stage,
+)
 
+# Components only image tokens reach.
+VISION_SIDE = {"vision_tower", "projector"}
 # Training memory per trainable parameter: fp32 gradient + two AdamW moments.
 TRAINABLE_BYTES = 12
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "float16": 2, "4bit": 0.5, "8bit": 1}
@@ -102,7 +109,9 @@ def _plan_stage(
     if placement.quantization == "none":  # skipped where bitsandbytes cannot run (recorded)
         policy = dataclasses.replace(policy, quantization=None)
     rows = plan_data(stage_data(name, cfg.data, stage.data), model.kind, cfg.seed, datas)
+    stage, loss_notes = _loss_follows_data(name, stage, rows, init, model)
     _check_trainable_rows(name, stage, rows, cfg.eval.enabled)
+    _check_rows_reach_training(name, policy, rows)
     return StagePlan(
         name=name,
         fingerprint="",  # set once every stage's placement is known
@@ -115,7 +124,22 @@ def _plan_stage(
         dtype=stage.dtype,
         placement=placement,
         trainer=trainer_settings(stage, placement, cfg.seed, model.kind, rows.eval_rows > 0),
-        notes=_notes(policy, model, stage, init),
+        notes=[*_notes(policy, model, stage, init), *loss_notes],
+    )
+
+
+def _check_rows_reach_training(name: str, policy: PolicyPlan, rows: DataPlan) -> None:
+    """Text-only rows never pass through the vision tower or projector: a stage training
+    only those would fail at its first backward pass (no gradient reaches them)."""
+    trained = set(policy.trained_components)
+    if data_rows.has_images(rows.format) or not trained or not trained <= VISION_SIDE:
+        return
+    raise RecipeError(
+        f"Stage `{name}` trains only {', '.join(sorted(trained))}, but its data "
+        f"({rows.describe()}) has no images, so nothing it trains would get a gradient. "
+        "Give it image rows (data.format=vlm, an images column), or train the language model "
+        f"too (stage.{name}.freeze.components, stage.{name}.lora).",
+        key=f"stage.{name}.data",
     )
 
 
@@ -171,15 +195,19 @@ def resolve_init(
         description = f"stage `{parent.name}` output"
         return InitSource(PARENT, description, parent=parent.name), parent.model
     init = stage.init
-    if init.path:
+    if init.path:  # a save_pretrained folder: the entry's GGUF file is not in it
         path = Path(os.path.expanduser(init.path)).resolve()
-        model = dataclasses.replace(recipe_model, source=LOCAL, id=str(path))
+        model = dataclasses.replace(recipe_model, source=LOCAL, id=str(path), gguf_file=None)
         return _local_source(init.path, f"stage.{name}.init.path", model), model
     model = recipe_model
     key = "model.id"
     if init.model:
-        model = dataclasses.replace(recipe_model, source=HUB, id=init.model, name=init.model)
+        model = dataclasses.replace(
+            recipe_model, source=HUB, id=init.model, name=init.model, gguf_file=None
+        )
         key = f"stage.{name}.init.model"
+    if model.gguf_file:
+        return _gguf_source(model, key), model
     if model.source == LOCAL:
         return _local_source(model.id, key, model), model
     unavailable = _check_hub_files(model, key) if model.source == HUB else None
@@ -216,6 +244,32 @@ def _local_source(given: str, key: str, model: ModelConfig) -> InitSource:
         str(resolved),
         adapter=(resolved / "adapter_config.json").is_file(),
         identity=identity,
+    )
+
+
+def _gguf_source(model: ModelConfig, key: str) -> InitSource:
+    """A GGUF file (in local folder or hub repository `model.id`), converted once into the
+    cache: the converted folder is checked and loaded like any folder; the key hashes the
+    GGUF file itself (its name, size and SHA-256), so a rebuilt cache keeps every key."""
+    converted = gguf.gguf_model(dataclasses.asdict(model))
+    where = f"{model.source} GGUF {model.gguf_file} from {model.id}"
+    if converted.folder is None:  # a hub file that cannot be had here: `run` refuses
+        return InitSource(
+            model.source,
+            where,
+            model.id,
+            model.revision,
+            identity=converted.identity,
+            unavailable=converted.unavailable,
+        )
+    folder = converted.folder
+    _check_model_files(folder, key, model, {"path": str(folder), "files": _tree_identity(folder)})
+    return InitSource(
+        model.source,
+        f"{where} (converted once: {folder.name} in the engine cache)",
+        str(folder),
+        model.revision,
+        identity=converted.identity,
     )
 
 
@@ -369,6 +423,31 @@ def plan_data(
     return plan
 
 
+def _loss_follows_data(
+    name: str, stage: StageConfig, rows: DataPlan, init: InitSource, model: ModelConfig
+) -> tuple[StageConfig, list[str]]:
+    """The stage with the loss flag its rows call for (`choose_loss`) among its `train`
+    keys, so that the flag enters the stage key, and the note `plan` prints about it."""
+    if stage.evaluate_only:
+        return stage, []
+    template = "" if data_rows.is_prompt_completion(rows.format) else _template(init, model)
+    choice = choose_loss(name, stage.train, rows.format, template)
+    train = {**stage.train, **choice.flags}
+    return dataclasses.replace(stage, train=train), [choice.note]
+
+
+def _template(init: InitSource, model: ModelConfig) -> str:
+    """What the chat template of the weights' tokenizer allows (a stage's output keeps its
+    base's processor, so a child reads the model entry's)."""
+    location = init.location
+    if init.kind == PARENT:
+        try:
+            location = model_location(dataclasses.asdict(model))
+        except Exception:  # a GGUF or hub file that cannot be had here: `run` refuses it
+            location = None
+    return template_support(location, model.revision)
+
+
 def _check_trainable_rows(name: str, stage: StageConfig, data: DataPlan, evaluation: bool) -> None:
     """What the trainer and the evaluation will do with these rows must be possible."""
     if stage.evaluate_only and not data.eval_rows:
@@ -376,14 +455,6 @@ def _check_trainable_rows(name: str, stage: StageConfig, data: DataPlan, evaluat
             f"Evaluation stage `{name}` needs a held-out split: set data.eval_split "
             "to a split your data has, or data.eval_fraction=0.1.",
             key="data.eval_split",
-        )
-    if data.format == "prompt_completion" and stage.train.get("assistant_only_loss"):
-        raise RecipeError(
-            f"Stage `{name}` trains on prompt/completion rows, but its template sets "
-            "assistant_only_loss, which needs conversational rows. Set "
-            f"stage.{name}.train.assistant_only_loss=false (the loss is then on the "
-            "completion only: completion_only_loss), or convert the rows to `messages`.",
-            key=f"stage.{name}.train.assistant_only_loss",
         )
     if evaluation and not stage.evaluate_only and not data.eval_rows:
         raise RecipeError(
@@ -410,6 +481,7 @@ def _set_fingerprints(
             "world_size": stage.placement.world_size,
             "effective_quantization": stage.placement.quantization,
             **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
+            **_declared_layout(stage.model),
         }
     fingerprints = dag.fingerprints(
         graph,
@@ -421,6 +493,14 @@ def _set_fingerprints(
     _check_duplicates(fingerprints)
     for name, fingerprint in fingerprints.items():
         planned[name].fingerprint = fingerprint
+
+
+def _declared_layout(model: ModelConfig) -> dict[str, Any]:
+    """A layout the model entry names or declares decides what `freeze.components` and the
+    other component lists select, so it is hashed; the built-in default is not (keys stay)."""
+    if model.layout is None and not model.components:
+        return {}
+    return {"layout": {"name": model.layout, "components": dict(model.components)}}
 
 
 def _check_duplicates(fingerprints: Mapping[str, str]) -> None:

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.config.components import COMPONENTS, architecture_of, component_of
+from recipe_engine.config.components import (
+    ALL_COMPONENTS,
+    COMPONENTS,
+    Layout,
+    component_of,
+    layout_for,
+)
 from recipe_engine.config.schema import ModelConfig, StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan import memo
@@ -28,7 +34,7 @@ from recipe_engine.plan.recipe_plan import AdapterPlan, PolicyPlan, QuantPlan
 class ModelInventory:
     """What the checks need to know of a model, read from its config on the meta device."""
 
-    architecture: str
+    layout: Layout
     param_counts: dict[str, int]  # component -> parameters
     meta_model: Any
 
@@ -44,6 +50,7 @@ def plan_policy(
     inputs = {
         "config": memo.file_digest(config),
         "kind": model.kind,
+        "layout": {"name": model.layout, "components": model.components},
         "policy": {k: dataclasses.asdict(stage)[k] for k in ("freeze", "lora", "quantization")},
     }
     checked = memo.remembered(
@@ -68,16 +75,15 @@ def decide_policy(name: str, stage: StageConfig, inventory: ModelInventory | Non
         trained = [c for c in COMPONENTS if c not in frozen and c not in lora_components]
         lora = AdapterPlan(lora_components, [], {}) if stage.lora else None
         return dataclasses.replace(base, trained=trained, lora=lora)
-    meta, architecture = inventory.meta_model, inventory.architecture
-    check_freeze(meta, architecture=architecture, components=frozen, patterns=patterns)
+    meta, layout = inventory.meta_model, inventory.layout
+    check_freeze(meta, layout=layout, components=frozen, patterns=patterns)
     lora = None
     if stage.lora:
-        planned = plan_lora(
-            meta, architecture=architecture, lora=stage.lora, frozen=frozen, patterns=patterns
-        )
+        planned = plan_lora(meta, layout=layout, lora=stage.lora, frozen=frozen, patterns=patterns)
         trained, lora = planned.fully_trained, adapter_plan(planned, stage.lora)
     else:
-        trained = [c for c in COMPONENTS if inventory.param_counts.get(c) and c not in frozen]
+        # `other` too: a model without a component map is trained through freeze.patterns.
+        trained = [c for c in ALL_COMPONENTS if inventory.param_counts.get(c) and c not in frozen]
     if lora is None and not trained:
         raise RecipeError(
             f"Stage `{name}` trains nothing: `stage.{name}.freeze.components` freezes "
@@ -89,11 +95,11 @@ def decide_policy(name: str, stage: StageConfig, inventory: ModelInventory | Non
     if stage.quantization:
         names = [n for n, _ in meta.named_modules()]
         quant = quantization_plan(
-            stage.quantization, architecture=architecture, module_names=names, trained=trained
+            stage.quantization, layout=layout, module_names=names, trained=trained
         )
     return dataclasses.replace(
         base,
-        architecture=architecture,
+        layout=layout,
         trained=trained,
         lora=lora,
         quantization=quant,
@@ -126,12 +132,12 @@ def model_inventory(model: ModelConfig, loaded: Any = None) -> ModelInventory | 
         if config is None:
             return None
         loaded = meta_model(config, model.kind)
-    architecture = architecture_of(loaded.config.model_type)
+    layout = layout_for(loaded.config.model_type, model.layout, model.components)
     counts: dict[str, int] = {}
     for pname, param in loaded.named_parameters():
-        component = component_of(pname, architecture)
+        component = component_of(pname, layout)
         counts[component] = counts.get(component, 0) + param.numel()
-    return ModelInventory(architecture, counts, loaded)
+    return ModelInventory(layout, counts, loaded)
 
 
 def _local_config(model: ModelConfig) -> Path | None:
@@ -143,9 +149,10 @@ def _local_config(model: ModelConfig) -> Path | None:
 
 
 def _policy_from_dict(data: dict[str, Any], gradient_checkpointing: bool) -> PolicyPlan:
-    lora, quant = data.pop("lora"), data.pop("quantization")
+    lora, quant, layout = data.pop("lora"), data.pop("quantization"), data.pop("layout")
     return PolicyPlan(
         **{**data, "gradient_checkpointing": gradient_checkpointing},
+        layout=Layout.from_dict(layout) if layout else None,
         lora=AdapterPlan(**lora) if lora else None,
         quantization=QuantPlan(**quant) if quant else None,
     )

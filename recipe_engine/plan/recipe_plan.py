@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipe_engine.config.components import Layout
 from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
 from recipe_engine.plan import data
 from recipe_engine.plan.dag import StageGraph
@@ -97,7 +98,7 @@ class QuantPlan:
 class PolicyPlan:
     """What a stage trains: frozen, fully trained and adapted components, and quantization."""
 
-    architecture: str | None
+    layout: Layout | None  # which parameters form which component; None: config unreadable
     frozen: list[str]
     freeze_patterns: list[str]
     trained: list[str]  # trained in full

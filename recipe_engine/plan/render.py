@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from recipe_engine.config.components import OTHER
 from recipe_engine.plan.dag import short
 from recipe_engine.plan.placement import describe
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
@@ -22,7 +23,8 @@ def _stage_lines(index: int, stage: StagePlan) -> list[str]:
         f"[{index}] stage {stage.name}  key {short(stage.fingerprint)}{parent}",
         f"    init:      {stage.init.description}",
         f"    data:      {stage.data.describe()}",
-        f"    frozen:    {', '.join(policy.frozen) or '-'}",
+        f"    layout:    {policy.layout.name if policy.layout else '(read when the model loads)'}",
+        f"    frozen:    {_frozen_text(stage)}",
         f"    trained:   {', '.join(policy.trained) or '-'} (full)",
         f"    lora:      {_lora_text(stage)}",
         f"    quantized: {_quant_text(stage)}",
@@ -32,13 +34,20 @@ def _stage_lines(index: int, stage: StagePlan) -> list[str]:
     ]
 
 
+def _frozen_text(stage: StagePlan) -> str:
+    policy = stage.policy
+    patterns = [f"/{p}/" for p in policy.freeze_patterns]
+    return ", ".join([*policy.frozen, *patterns]) or "-"
+
+
 def _lora_text(stage: StagePlan) -> str:
     lora = stage.policy.lora
     if lora is None:
         return "-"
     count = f", {len(lora.targets)} modules" if lora.targets else ""
     rank = (stage.config.lora or {}).get("r", 8)
-    return f"{', '.join(lora.components)} (r={rank}{count})"
+    where = ", ".join(lora.components) if lora.components != [OTHER] else "by target_modules"
+    return f"{where} (r={rank}{count})"
 
 
 def _quant_text(stage: StagePlan) -> str:
@@ -49,4 +58,7 @@ def _quant_text(stage: StagePlan) -> str:
         fallback = placement.quantization_fallback
         return f"- (requested quantization skipped: {fallback})" if fallback else "-"
     kind = quant.config.get("bnb_4bit_quant_type", "nf4") if quant.bits == "4bit" else "int8"
-    return f"{quant.bits} {kind} on {', '.join(quant.components)}"
+    where = ", ".join(quant.components)
+    if quant.components == [OTHER]:
+        where = "the model bar llm_int8_skip_modules"
+    return f"{quant.bits} {kind} on {where}"

@@ -1,18 +1,39 @@
 """A stage's `SFTConfig` arguments: the recipe's `train` keys plus what the engine owns.
 
 Decided in the plan (run only adds `output_dir`, the store's folder for the stage), so the
-trainer that runs is the trainer `plan` printed.
+trainer that runs is the trainer `plan` printed. The loss flags follow the data (`choose_loss`):
+templates set no `assistant_only_loss` / `completion_only_loss`, because only the resolved row
+format (and the model's chat template) says which one can apply.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
+from recipe_engine.plan.data_rows import is_prompt_completion
 from recipe_engine.plan.placement import PlacementPlan
+
+# TRL's own test for `{% generation %}` markers (trl.chat_template_utils.has_generation_markers),
+# repeated so that planning imports neither trl nor torch.
+GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
+# Where a saved tokenizer or processor keeps its chat template, in the order transformers reads.
+TEMPLATE_FILES = (
+    "chat_template.jinja",
+    "chat_template.json",
+    "processor_config.json",
+    "tokenizer_config.json",
+)
+# What the chat template allows for assistant-only loss.
+MARKED, PATCHED, UNMARKED, UNREAD = "marked", "patched", "unmarked", "unread"
 
 # ZeRO-2 with the batch settings taken from the Trainer ("auto"); a user's own config file
 # goes in stage.<name>.train.deepspeed.
@@ -76,3 +97,146 @@ def zero_stage(name: str, train: dict[str, Any]) -> int | None:
             ) from None
     stage = (config.get("zero_optimization") or {}).get("stage")
     return stage if isinstance(stage, int) else None
+
+
+# --------------------------------------------------------------------------- loss flags
+
+
+@dataclass(frozen=True)
+class LossChoice:
+    """The loss flags the engine adds to a stage's `train` keys, and why (printed by `plan`)."""
+
+    flags: dict[str, bool] = field(default_factory=dict)
+    note: str = ""
+
+
+def choose_loss(name: str, train: Mapping[str, Any], data_format: str, template: str) -> LossChoice:
+    """`completion_only_loss` for prompt/completion rows, `assistant_only_loss` for
+    conversations where the chat template can mark the assistant's turns (`template`: one of
+    MARKED, PATCHED, UNMARKED, UNREAD), unless the stage sets them; a setting the rows cannot
+    honour is refused here, before any weight loads (TRL would refuse it after)."""
+    _refuse_contradictions(name, train, data_format)
+    key = f"stage.{name}.train"
+    if is_prompt_completion(data_format):
+        if "completion_only_loss" in train:
+            value = _as_set(train["completion_only_loss"])
+            return LossChoice({}, f"loss: completion_only_loss={value}, as set in {key}")
+        return LossChoice(
+            {"completion_only_loss": True},
+            "loss: completion_only_loss (prompt/completion rows): only the completion is learned",
+        )
+    if "assistant_only_loss" in train:
+        value = _as_set(train["assistant_only_loss"])
+        return LossChoice({}, f"loss: assistant_only_loss={value}, as set in {key}")
+    why = {
+        MARKED: "the chat template marks assistant turns with {% generation %}",
+        PATCHED: "TRL swaps in its training version of this chat template, which marks them",
+    }
+    if template in why:
+        return LossChoice(
+            {"assistant_only_loss": True},
+            f"loss: assistant_only_loss ({data_format} rows; {why[template]}): only the "
+            "assistant replies are learned",
+        )
+    cause = {
+        UNMARKED: "the chat template has no {% generation %} markers and TRL has no training "
+        "version of it",
+        UNREAD: "the chat template could not be read here",
+    }[template]
+    return LossChoice(
+        {"assistant_only_loss": False},
+        f"loss: on the whole conversation: {cause}, so assistant_only_loss stays off "
+        f"({key}.assistant_only_loss=true once the template has {{% generation %}} markers)",
+    )
+
+
+def _as_set(value: Any) -> str:
+    """A value as the user writes it on the command line (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _refuse_contradictions(name: str, train: Mapping[str, Any], data_format: str) -> None:
+    if is_prompt_completion(data_format) and train.get("assistant_only_loss"):
+        raise RecipeError(
+            f"Stage `{name}` trains on prompt/completion rows ({data_format}), but "
+            f"stage.{name}.train.assistant_only_loss=true needs conversational rows "
+            f"(`messages`). Drop the key (the engine then puts the loss on the completion "
+            f"only: completion_only_loss), set stage.{name}.train.assistant_only_loss=false, "
+            "or convert the rows to `messages`.",
+            key=f"stage.{name}.train.assistant_only_loss",
+        )
+    if not is_prompt_completion(data_format) and train.get("completion_only_loss"):
+        raise RecipeError(
+            f"Stage `{name}` trains on conversational rows ({data_format}), but "
+            f"stage.{name}.train.completion_only_loss=true needs prompt/completion rows. Drop "
+            "the key (the engine then chooses assistant_only_loss where the chat template "
+            "allows it), or map your columns to prompt/completion: "
+            "data.columns.prompt=<column> data.columns.completion=<column>.",
+            key=f"stage.{name}.train.completion_only_loss",
+        )
+
+
+def template_support(location: str | None, revision: str | None = None) -> str:
+    """What the chat template saved at `location` (a folder, or a hub id in the local cache)
+    allows for assistant-only loss, decided as TRL decides: markers, or a template TRL knows
+    a training version of (trl/chat_templates/<name>_training.jinja)."""
+    template = read_chat_template(location, revision)
+    if template is None:
+        return UNREAD
+    if GENERATION_MARKER.search(template):
+        return MARKED
+    return PATCHED if template in _templates_trl_patches() else UNMARKED
+
+
+def read_chat_template(location: str | None, revision: str | None = None) -> str | None:
+    if not location:
+        return None
+    for name in TEMPLATE_FILES:
+        path = _template_file(location, name, revision)
+        if path is None:
+            continue
+        try:
+            template = _template_in(path)
+        except (OSError, ValueError):  # unreadable or not JSON: look at the next file
+            continue
+        if template:
+            return template
+    return None
+
+
+def _template_file(location: str, name: str, revision: str | None) -> Path | None:
+    folder = Path(location).expanduser()
+    if folder.is_dir():
+        return folder / name if (folder / name).is_file() else None
+    try:  # a hub id: its files in the local cache, if they are there (never downloaded here)
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(location, name, revision=revision)
+    except Exception:  # a malformed id or cache: the template stays unknown
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def _template_in(path: Path) -> str | None:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jinja":
+        return text
+    template = json.loads(text).get("chat_template")
+    if isinstance(template, list):  # named variants: transformers uses `default`
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
+
+
+@functools.cache
+def _templates_trl_patches() -> frozenset[str]:
+    """The chat templates TRL replaces with a training version for assistant-only loss."""
+    spec = importlib.util.find_spec("trl")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    folder = Path(next(iter(spec.submodule_search_locations))) / "chat_templates"
+    return frozenset(
+        (folder / f"{path.name.removesuffix('_training.jinja')}.jinja").read_text(encoding="utf-8")
+        for path in folder.glob("*_training.jinja")
+        if (folder / f"{path.name.removesuffix('_training.jinja')}.jinja").is_file()
+    )

@@ -30,6 +30,8 @@ from recipe_engine.run.evaluation import (
     generate_answers,
     is_exact_match,
     message_text,
+    reference_text,
+    scored_texts,
 )
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
 from recipe_engine.tables import markdown_table, text_table
@@ -323,28 +325,23 @@ def _probe_rows(
 
 
 def _probe(row: Mapping[str, Any]) -> dict[str, Any]:
-    if "messages" not in row:  # prompt/completion rows: one user turn, one reference answer
-        messages = [
-            {"role": "user", "content": row["prompt"]},
-            {"role": "assistant", "content": row["completion"]},
-        ]
-    else:
-        messages = list(row["messages"])
-    probe = {
-        "messages": messages,
-        "images": list(row.get("images") or []),
-        "reference": message_text(messages[-1]).strip(),
-    }
+    """A probe keeps its row's own shape (conversation, or prompt and completion), so the
+    models are asked exactly what training taught them to answer."""
+    probe = {key: row[key] for key in ("messages", "prompt", "completion") if key in row}
+    probe["images"] = list(row.get("images") or [])
+    probe["reference"] = reference_text(probe).strip()
     return _describe(probe)
 
 
 def _describe(probe: dict[str, Any]) -> dict[str, Any]:
     """Adds the CSV's `input` (prompt text) and `image` (file paths) columns."""
-    prompt = probe["messages"][:-1]
-    if len(prompt) == 1:
-        probe["input"] = message_text(prompt[0])
+    asked = probe["messages"][:-1] if "messages" in probe else probe["prompt"]
+    if isinstance(asked, str):
+        probe["input"] = asked
+    elif len(asked) == 1:
+        probe["input"] = message_text(asked[0])
     else:
-        probe["input"] = "\n".join(f"{m['role']}: {message_text(m)}" for m in prompt)
+        probe["input"] = "\n".join(f"{m['role']}: {message_text(m)}" for m in asked)
     # Images from files keep their path; images that came as bytes (hub data) have none.
     probe["image"] = ";".join(getattr(im, "filename", "") or "(embedded)" for im in probe["images"])
     return probe
@@ -462,10 +459,7 @@ def reference_loss(model: Any, processor: Any, rows: Sequence[dict[str, Any]], k
     total, count = 0.0, 0
     model.eval()
     for row in rows:
-        full = processor.apply_chat_template(row["messages"], tokenize=False)
-        prompt = processor.apply_chat_template(
-            row["messages"][:-1], tokenize=False, add_generation_prompt=True
-        )
+        prompt, full = scored_texts(processor, row)
         images = row["images"] if kind == "vlm" else []
         inputs = _encode(processor, tokenizer, full, images)
         start = _encode(processor, tokenizer, prompt, images)["input_ids"].shape[1]

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.config.components import ALL_COMPONENTS, canonical_name, component_of
+from recipe_engine.config.components import (
+    Layout,
+    canonical_name,
+    component_of,
+    groups,
+    layout_for,
+    report_layout,
+)
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
 from recipe_engine.store.records import ADAPTER, MANIFEST_FILE, SUMMARY_FILE, Manifest, RunSummary
 from recipe_engine.tables import text_table
@@ -77,7 +84,7 @@ class Inspection:
     label: str
     description: list[str]
     architecture: str
-    rows: dict[str, Row]  # component -> row, ALL_COMPONENTS order, plus "total"
+    rows: dict[str, Row]  # component (or pattern group) -> row, report order, "total" last
     adapters: list[str] = field(default_factory=list)  # e.g. "default r=16"
 
 
@@ -223,19 +230,16 @@ def _folder_target(path: Path, label: str) -> Target:
 
 def _local_entry(location: Path, folder: Path) -> dict[str, Any]:
     """A model entry for a folder found on disk: its kind follows its config's model type."""
-    from recipe_engine.config.components import ARCHITECTURES, architecture_of
-
     config_file = location / "config.json"
     source = "local" if location.is_dir() else "hub"  # an adapter's base may be a hub id
-    model_type = None
+    classes: list[str] = []
     if config_file.is_file():
         try:
-            model_type = json.loads(config_file.read_text()).get("model_type")
+            classes = json.loads(config_file.read_text()).get("architectures") or []
         except ValueError as error:
             raise RecipeError(f"{config_file} is not valid JSON ({error}): corrupt.") from None
-    kind = "vlm"
-    if model_type and architecture_of(model_type) in ARCHITECTURES:
-        kind = "causal_lm" if architecture_of(model_type) == "causal_lm" else "vlm"
+    causal = any(str(c).endswith("ForCausalLM") for c in classes)
+    kind = "causal_lm" if causal else "vlm"
     return {"name": folder.name, "source": source, "id": str(location), "kind": kind}
 
 
@@ -244,12 +248,12 @@ def _local_entry(location: Path, folder: Path) -> dict[str, Any]:
 
 def inspect_target(target: Target, options: Mapping[str, Any]) -> Inspection:
     """Load (or build on meta) the target as asked, and measure it per component."""
-    from recipe_engine.config.components import architecture_of
-    from recipe_engine.plan.models import load_config, meta_model
+    from recipe_engine.plan.models import load_config, meta_model, model_location
 
     config_at = target.path if target.kind != "entry" else None
-    if target.kind == "adapter":
-        config_at = Path(target.entry["id"]) if target.entry["source"] == "local" else None
+    if target.kind == "adapter":  # the base's config (a GGUF entry's: its converted folder)
+        local = target.entry["source"] == "local"
+        config_at = Path(model_location(target.entry)) if local else None
     config = load_config(target.entry, config_at)
     if config is None:
         raise RecipeError(
@@ -257,7 +261,10 @@ def inspect_target(target: Target, options: Mapping[str, Any]) -> Inspection:
             "is unreachable (offline?) and it is not in the local cache. Connect (unset "
             "HF_HUB_OFFLINE), or inspect a local save_pretrained folder instead."
         )
-    architecture = architecture_of(config.model_type)
+    entry = target.entry
+    layout = layout_for(config.model_type, entry.get("layout"), entry.get("components"))
+    if target.manifest:
+        layout = report_layout(layout, target.manifest.config["freeze"]["patterns"])
     dtype = options.get("dtype") or _default_dtype(target, config)
     bits = 4 if options.get("load_in_4bit") else 8 if options.get("load_in_8bit") else None
     meta_only = target.kind == "entry" and not (bits or options.get("weights"))
@@ -267,7 +274,7 @@ def inspect_target(target: Target, options: Mapping[str, Any]) -> Inspection:
         model = meta
         description.append(f"built from its config on the meta device (no weights), {dtype}")
     else:
-        model = _load(target, meta, architecture, dtype, bits, options.get("device", "cpu"))
+        model = _load(target, meta, layout, dtype, bits, options.get("device", "cpu"))
         quant = f"{bits}-bit (bitsandbytes, language model)" if bits else "none"
         description.append(
             f"loaded: dtype {dtype}, device {options.get('device', 'cpu')}, quantization {quant}"
@@ -279,8 +286,8 @@ def inspect_target(target: Target, options: Mapping[str, Any]) -> Inspection:
             description.append(
                 f"(inspected unquantized; add load_in_{trained_bits}=true to see it as trained)"
             )
-    rows, adapters = measure(model, architecture, target.manifest)
-    return Inspection(target.label, description, architecture, rows, adapters)
+    rows, adapters = measure(model, layout, target.manifest)
+    return Inspection(target.label, description, layout.name, rows, adapters)
 
 
 def _default_dtype(target: Target, config: Any) -> str:
@@ -293,7 +300,7 @@ def _default_dtype(target: Target, config: Any) -> str:
 
 
 def _load(
-    target: Target, meta: Any, architecture: str, dtype: str, bits: int | None, device: str
+    target: Target, meta: Any, layout: Layout, dtype: str, bits: int | None, device: str
 ) -> Any:
     from recipe_engine.plan.models import model_location
     from recipe_engine.run.loading import load_pretrained
@@ -307,14 +314,12 @@ def _load(
         quant = {"load_in_4bit": True, "bnb_4bit_compute_dtype": dtype} if bits == 4 else {}
         quant = quant or {"load_in_8bit": True}
         names = [n for n, _ in meta.named_modules()]
-        planned = quantization_plan(
-            quant, architecture=architecture, module_names=names, trained=[]
-        )
+        planned = quantization_plan(quant, layout=layout, module_names=names, trained=[])
         quant_config = bnb_config(planned)
     if target.kind == "entry":
         location = model_location(target.entry)
     elif target.kind == "adapter":
-        location = _stage_base(target) or target.entry["id"]
+        location = _stage_base(target) or model_location(target.entry)
     else:
         location = str(target.path)
     device_map = {"": 0 if device == "cuda" else "cpu"}
@@ -369,17 +374,17 @@ def _stage_summary(manifest: Manifest) -> str:
 
 
 def measure(
-    model: Any, architecture: str, manifest: Manifest | None = None
+    model: Any, layout: Layout, manifest: Manifest | None = None
 ) -> tuple[dict[str, Row], list[str]]:
     """Per-component rows (+ "total") and the LoRA adapters (name and rank) of a model."""
     from recipe_engine.plan.policies.quant import quantized_modules
     from recipe_engine.run.census import census, trainable_report
 
-    report = trainable_report(model, architecture=architecture)
-    cells = census(model, architecture=architecture)
+    report = trainable_report(model, layout=layout)
+    cells = census(model, layout=layout)
     stage_report = manifest.trainable_report if manifest else {}
     rows: dict[str, Row] = {}
-    for component in (*ALL_COMPONENTS, "total"):
+    for component in (*groups(layout), "total"):
         if component not in report and component not in stage_report:
             continue
         row = Row()
@@ -394,14 +399,14 @@ def measure(
             row.stage_params = stage_report[component]["params"]
         rows[component] = row
     for name in quantized_modules(model):
-        rows[component_of(name, architecture)].quantized.append(canonical_name(name))
+        rows[component_of(name, layout)].quantized.append(canonical_name(name))
     adapters: dict[str, set[int]] = {}
     for name, module in model.named_modules():
         if type(module).__name__ == "ModulesToSaveWrapper":
-            rows[component_of(name, architecture)].saved.append(canonical_name(name))
+            rows[component_of(name, layout)].saved.append(canonical_name(name))
         lora_a = getattr(module, "lora_A", None)
         if lora_a is not None and len(lora_a) and hasattr(module, "r"):
-            rows[component_of(name, architecture)].lora.append(canonical_name(name))
+            rows[component_of(name, layout)].lora.append(canonical_name(name))
             for adapter in lora_a:
                 adapters.setdefault(adapter, set()).add(module.r[adapter])
     total = rows["total"]
@@ -418,6 +423,13 @@ def measure(
 
 
 # --------------------------------------------------------------------------- rendering
+
+
+def _row_order(a: Inspection, b: Inspection) -> list[str]:
+    """Both inspections' rows, in report order, "total" last."""
+    names = dict.fromkeys(n for n in (*a.rows, *b.rows) if n != "total")
+    return [*names, "total"]
+
 
 COLUMNS = ("params", "trained by stage", "requires_grad", "dtypes", "devices", "quantized", "LoRA")
 
@@ -491,9 +503,7 @@ def differences(a: Inspection, b: Inspection) -> list[tuple[str, str, str, str]]
     """(component, column, A, B) for every cell that differs."""
     out = []
     empty = cells(Row(params=0))
-    for component in (*ALL_COMPONENTS, "total"):
-        if component not in a.rows and component not in b.rows:
-            continue
+    for component in _row_order(a, b):
         left = cells(a.rows[component]) if component in a.rows else empty
         right = cells(b.rows[component]) if component in b.rows else empty
         for column in COLUMNS:
@@ -509,9 +519,7 @@ def render_pair(a: Inspection, b: Inspection) -> str:
         lines.append(f"{tag}: {result.label}  ({result.architecture})")
         lines += [f"   {d}" for d in result.description]
     table = [["component", "column", "A", "B", ""]]
-    for component in (*ALL_COMPONENTS, "total"):
-        if component not in a.rows and component not in b.rows:
-            continue
+    for component in _row_order(a, b):
         left = cells(a.rows.get(component, Row()))
         right = cells(b.rows.get(component, Row()))
         # Columns empty on both sides (no stage record, no LoRA...) would only add noise.

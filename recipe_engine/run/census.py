@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from recipe_engine.config.components import ALL_COMPONENTS, component_of
+from recipe_engine.config.components import Layout, as_layout, component_of, groups
 
 
 def _logical_numel(param: Any) -> int:
@@ -21,22 +21,25 @@ def _logical_numel(param: Any) -> int:
     return param.numel()
 
 
-def trainable_report(model: Any, *, architecture: str) -> dict[str, dict]:
+def trainable_report(model: Any, *, layout: Layout | str) -> dict[str, dict]:
     """``{component: {"params", "trainable", "percent"}}`` plus ``"total"``.
+
+    Rows are the layout's groups: components, or the user's regexes for a model with no map.
 
     Counts logical parameters (4-bit weights unpacked). PEFT's frozen
     ``original_module`` copies behind ``modules_to_save`` are left out: they duplicate
     the trained copy and would halve the percentage.
     """
-    counts = {c: [0, 0] for c in ALL_COMPONENTS}
+    rows = groups(as_layout(layout))
+    counts = {c: [0, 0] for c in rows}
     for name, param in model.named_parameters():
         if ".original_module." in name:
             continue
         n = _logical_numel(param)
-        row = counts[component_of(name, architecture)]
+        row = counts[component_of(name, layout)]
         row[0] += n
         row[1] += n if param.requires_grad else 0
-    report = {c: _row(*counts[c]) for c in ALL_COMPONENTS if counts[c][0]}
+    report = {c: _row(*counts[c]) for c in rows if counts[c][0]}
     report["total"] = _row(sum(r[0] for r in counts.values()), sum(r[1] for r in counts.values()))
     return report
 
@@ -46,7 +49,7 @@ def _row(params: int, trainable: int) -> dict:
     return {"params": params, "trainable": trainable, "percent": percent}
 
 
-def census(model: Any, *, architecture: str) -> dict[str, dict]:
+def census(model: Any, *, layout: Layout | str) -> dict[str, dict]:
     """Per component, element counts by stored dtype and by device.
 
     ``{"language_model": {"dtype": {"torch.uint8": n, "torch.bfloat16": m},
@@ -55,12 +58,12 @@ def census(model: Any, *, architecture: str) -> dict[str, dict]:
     """
     out: dict[str, dict] = {}
     for name, param in model.named_parameters():
-        entry = out.setdefault(component_of(name, architecture), {"dtype": {}, "device": {}})
+        entry = out.setdefault(component_of(name, layout), {"dtype": {}, "device": {}})
         n = param.numel()
         dtype, device = str(param.dtype), str(param.device)
         entry["dtype"][dtype] = entry["dtype"].get(dtype, 0) + n
         entry["device"][device] = entry["device"].get(device, 0) + n
-    return {c: out[c] for c in ALL_COMPONENTS if c in out}
+    return {c: out[c] for c in groups(as_layout(layout)) if c in out}
 
 
 def format_report(report: Mapping[str, Mapping], census: Mapping[str, Mapping]) -> str:

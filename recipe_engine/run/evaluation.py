@@ -36,17 +36,42 @@ def message_text(message: dict[str, Any]) -> str:
 
 
 def prompt_text(processor: Any, row: dict[str, Any]) -> str:
-    """What the model is asked: a conversation's messages but the last, through the chat
-    template; a prompt/completion row's prompt as it is (as TRL trains on it)."""
+    """What the model is asked, as TRL trains it: a conversation's messages but the last
+    through the chat template; a conversational prompt (prompt/completion rows with images)
+    through the chat template; a plain prompt as it is."""
     if "messages" in row:
         messages = row["messages"][:-1]
         return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if isinstance(row["prompt"], list):
+        return processor.apply_chat_template(
+            row["prompt"], tokenize=False, add_generation_prompt=True
+        )
     return row["prompt"]
 
 
 def reference_text(row: dict[str, Any]) -> str:
     """The answer a row expects: its last message, or its completion."""
-    return message_text(row["messages"][-1]) if "messages" in row else row["completion"]
+    if "messages" in row:
+        return message_text(row["messages"][-1])
+    completion = row["completion"]
+    if isinstance(completion, list):
+        return "".join(message_text(m) for m in completion)
+    return completion
+
+
+def scored_texts(processor: Any, row: dict[str, Any]) -> tuple[str, str]:
+    """(prompt, prompt + reference) as training renders them: the loss on the reference is
+    the full text's loss past the prompt. Plain prompt/completion rows end with the end of
+    sequence token, which TRL appends to the completion."""
+    prompt = prompt_text(processor, row)
+    if "messages" in row:
+        return prompt, processor.apply_chat_template(row["messages"], tokenize=False)
+    if isinstance(row["prompt"], list):
+        full = processor.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
+        return prompt, full
+    eos = getattr(getattr(processor, "tokenizer", processor), "eos_token", None) or ""
+    completion = row["completion"]
+    return prompt, prompt + completion + ("" if completion.endswith(eos) else eos)
 
 
 def generate_answers(

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config import library_objects
-from recipe_engine.config.components import component_of
+from recipe_engine.config.components import Layout, component_of
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.policies.freeze import check_freeze, compile_patterns, matches_any
 from recipe_engine.plan.recipe_plan import AdapterPlan, QuantPlan
@@ -31,16 +31,14 @@ def bnb_config(quant: QuantPlan) -> BitsAndBytesConfig:
 
 
 def apply_freeze(
-    model: Any, *, architecture: str, components: Sequence[str], patterns: Sequence[str]
+    model: Any, *, layout: Layout | str, components: Sequence[str], patterns: Sequence[str]
 ) -> list[str]:
     """Set ``requires_grad`` by the freeze policy; return the frozen parameter names.
 
     Frozen parameters get ``requires_grad=False``; every other floating-point parameter
     gets ``True`` (quantized integer storage cannot require grad).
     """
-    decisions = check_freeze(
-        model, architecture=architecture, components=components, patterns=patterns
-    )
+    decisions = check_freeze(model, layout=layout, components=components, patterns=patterns)
     frozen_names = []
     for name, param in model.named_parameters(remove_duplicate=False):
         if decisions[id(param)][name]:
@@ -62,7 +60,7 @@ def apply_lora(
     model: Any,
     adapter: AdapterPlan,
     *,
-    architecture: str,
+    layout: Layout | str,
     frozen: Sequence[str],
     patterns: Sequence[str] = (),
     gradient_checkpointing: bool = False,
@@ -98,7 +96,7 @@ def apply_lora(
     for name, param in peft_model.named_parameters():
         if ".modules_to_save." in name and matches_any(name, compiled):
             param.requires_grad_(False)
-    _check_trainable(peft_model, architecture=architecture, frozen=frozen)
+    _check_trainable(peft_model, layout=layout, frozen=frozen)
     return peft_model
 
 
@@ -115,12 +113,12 @@ def enable_gradient_checkpointing(model: Any, gc_kwargs: Mapping | None = None) 
         model.enable_input_require_grads()
 
 
-def _check_trainable(model: Any, *, architecture: str, frozen: Sequence[str]) -> None:
+def _check_trainable(model: Any, *, layout: Layout | str, frozen: Sequence[str]) -> None:
     # Guards the policy against library changes: nothing frozen may train.
     leaked = [
         n
         for n, p in model.named_parameters()
-        if p.requires_grad and component_of(n, architecture) in set(frozen)
+        if p.requires_grad and component_of(n, layout) in set(frozen)
     ]
     if leaked:
         raise RuntimeError(f"LoRA left frozen parameters trainable: {leaked[:5]}")

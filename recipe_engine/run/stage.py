@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.config.components import report_layout
 from recipe_engine.plan.hardware import is_main_process
 from recipe_engine.plan.policy import decide_policy, model_inventory
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
@@ -96,22 +97,24 @@ class StageRecipe:
 
     def apply_policies(self) -> None:
         """Freeze, LoRA, gradient checkpointing; then every parameter where the plan put it."""
-        policy, architecture = self.policy, str(self.policy.architecture)
+        policy, layout = self.policy, self.policy.layout
+        assert layout is not None, "a deferred policy is decided on the loaded model first"
         frozen, patterns = policy.frozen, policy.freeze_patterns
-        apply_freeze(self.model, architecture=architecture, components=frozen, patterns=patterns)
+        apply_freeze(self.model, layout=layout, components=frozen, patterns=patterns)
         if policy.lora is not None:
             self.model = apply_lora(
                 self.model,
                 policy.lora,
-                architecture=architecture,
+                layout=layout,
                 frozen=frozen,
                 patterns=patterns,
                 gradient_checkpointing=policy.gradient_checkpointing,
             )
         elif policy.gradient_checkpointing:
             checkpointing(self.model)
-        self.report = trainable_report(self.model, architecture=architecture)
-        self.census = census(self.model, architecture=architecture)
+        groups = report_layout(layout, patterns)
+        self.report = trainable_report(self.model, layout=groups)
+        self.census = census(self.model, layout=groups)
         table = format_report(self.report, self.census)
         log.info("stage %s: trainable parameters and census\n%s", self.stage.name, table)
         placement = self.stage.placement
@@ -249,7 +252,7 @@ class StageRecipe:
             model_entry=_model_entry(self.stage),
             dtype=stage.dtype,
             base_location=relative_in_store(self.weights.location, self.store),
-            architecture=policy.architecture,
+            architecture=policy.layout.name if policy.layout else None,
             config=asdict(stage.config),
             data=asdict(stage.data.config),
             placement=asdict(stage.placement),

@@ -295,6 +295,13 @@ ARGV = {
 }
 
 DATA = {
+    "text rows for a stage that trains only the vision side": case(
+        "recipe=r2-vision-only",
+        "data.source=local",
+        "data.path={kit}/prompt-completion.csv",
+        "eval.enabled=false",
+        expect=("trains only projector, vision_tower", "has no images"),
+    ),
     "data file that does not exist": case(
         *own_data("missing.jsonl"), expect=("missing.jsonl", "does not exist")
     ),
@@ -320,6 +327,7 @@ DATA = {
         "recipe=text-lora",
         "data.source=local",
         f"data.path={PROMPT_COMPLETION}",
+        "stage.llm.train.assistant_only_loss=true",  # templates no longer set it: the user does
         expect=("prompt/completion rows", "stage.llm.train.assistant_only_loss=false"),
     ),
     "CSV with the shipped data entry's settings": case(
@@ -409,6 +417,33 @@ MODELS = {
         "recipe=text-lora",
         "stage.llm.init.model=Qwen//Qwen2.5",
         expect=("not a Hugging Face model id",),
+    ),
+    "unknown component layout": case(
+        "recipe=r3-two-stage",
+        "model=tiny-idefics3",
+        "++model.layout=idefics",
+        expect=("model.layout", "Did you mean `idefics3`"),
+    ),
+    "declared component that is not a component": case(
+        "recipe=r3-two-stage",
+        "++model.components.vision=model",
+        expect=("model.components.vision", "Did you mean `vision_tower`"),
+    ),
+    "declared component regex that does not compile": case(
+        "recipe=r3-two-stage",
+        "++model.components.projector='(unclosed'",
+        expect=("model.components.projector", "not a valid regex"),
+    ),
+    "components on a model without a component map": case(
+        "recipe=r3-two-stage",
+        "model=tiny-idefics3",
+        "++model.layout=none",
+        expect=("has no component map", "model.components", "freeze.patterns"),
+    ),
+    "a quantization skip that keeps no layer out": case(
+        "recipe=r1-llm-only",
+        "stage.llm.quantization.llm_int8_skip_modules=[visual]",
+        expect=("llm_int8_skip_modules", "Did you mean `model.visual`"),
     ),
     "misspelt hub id while offline": case(
         "recipe=text-lora",

@@ -2,41 +2,100 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from tiny_configs import tiny_model
 
 from recipe_engine.config.components import (
-    ARCHITECTURES,
     COMPONENTS,
-    architecture_of,
+    Layout,
     canonical_name,
     component_of,
     covering_modules,
+    known_layouts,
+    layout_for,
+    report_layout,
     validate_components,
 )
 from recipe_engine.errors import RecipeError
 
 
 @pytest.mark.parametrize(
-    ("model_type", "architecture"),
+    ("model_type", "layout"),
     [
         ("qwen2_vl", "qwen2_vl"),
-        ("qwen2_5_vl", "qwen2_5_vl"),
+        ("qwen2_5_vl", "qwen2_vl"),
         ("llava", "llava"),
+        ("gemma3", "llava"),
+        ("idefics3", "idefics3"),
+        ("smolvlm", "idefics3"),
         ("llama", "causal_lm"),
         ("qwen2", "causal_lm"),
         ("mistral", "causal_lm"),
     ],
 )
-def test_architecture_of(model_type: str, architecture: str) -> None:
-    assert architecture_of(model_type) == architecture
+def test_layout_for_model_type(model_type: str, layout: str) -> None:
+    assert layout_for(model_type).name == layout
 
 
-def test_architecture_of_unknown_suggests_patterns() -> None:
-    with pytest.raises(RecipeError, match="freeze.patterns"):
-        architecture_of("bert")
-    with pytest.raises(RecipeError, match="Did you mean `qwen2_vl`"):
-        architecture_of("qwen2-vl")
+def test_a_model_type_without_a_map_gets_an_empty_layout() -> None:
+    layout = layout_for("bert")
+    assert not layout.mapped
+    assert component_of("encoder.layer.0.attention.self.query.weight", layout) == "other"
+
+
+def test_an_unknown_layout_name_is_refused_with_a_suggestion() -> None:
+    with pytest.raises(RecipeError, match="Did you mean `llava`") as error:
+        layout_for("llava", layout="lava")
+    assert error.value.key == "model.layout"
+
+
+def test_declared_components_replace_the_layout_rules_for_those_components() -> None:
+    layout = layout_for("llava", components={"projector": [r"model\.vision_tower\.head"]})
+    assert component_of("model.vision_tower.head.weight", layout) == "projector"
+    assert component_of("model.multi_modal_projector.linear_1.weight", layout) == "other"
+    assert component_of("model.language_model.layers.0.mlp.up_proj.weight", layout) == (
+        "language_model"
+    )
+
+
+def test_declared_components_alone_map_an_unknown_model() -> None:
+    layout = layout_for("my_vlm", components={"vision_tower": "enc", "language_model": "dec"})
+    assert layout.name == "declared"
+    assert component_of("enc.block.0.weight", layout) == "vision_tower"
+    assert component_of("head.weight", layout) == "other"
+
+
+@pytest.mark.parametrize(
+    ("components", "message"),
+    [
+        ({"vision": "x"}, "Did you mean `vision_tower`"),
+        ({"projector": "(unclosed"}, "not a valid regex"),
+        ({"projector": []}, "a regex or a list of regexes"),
+        ("model.vision", "must map components to regexes"),
+    ],
+)
+def test_bad_declared_components_name_the_key(components: object, message: str) -> None:
+    with pytest.raises(RecipeError, match=message):
+        layout_for("llava", components=components)  # type: ignore[arg-type]
+
+
+def test_report_layout_groups_a_model_without_a_map_by_the_users_regexes() -> None:
+    groups = report_layout(layout_for("bert"), [r"encoder\.layer\.0\.", "pooler"])
+    assert component_of("bert.encoder.layer.0.output.dense.weight", groups) == (
+        r"encoder\.layer\.0\."
+    )
+    assert component_of("bert.pooler.dense.bias", groups) == "pooler"
+    assert component_of("bert.embeddings.word_embeddings.weight", groups) == "other"
+    mapped = layout_for("llava")
+    assert report_layout(mapped, ["x"]) is mapped
+
+
+def test_layouts_are_data_that_round_trips_through_plans() -> None:
+    layout = layout_for("idefics3", components={"lm_head": "lm_head"})
+    assert Layout.from_dict(dataclasses.asdict(layout)) == layout
+    assert set(known_layouts()) >= {"qwen2_vl", "llava", "idefics3", "causal_lm"}
 
 
 # Expected component of each top-level group of names, per architecture.
@@ -61,19 +120,28 @@ EXPECTED = {
         "lm_head.": "lm_head",
     },
 }
-EXPECTED["qwen2_5_vl"] = EXPECTED["qwen2_vl"]
+EXPECTED["idefics3"] = {
+    "model.vision_model.": "vision_tower",
+    "model.connector.": "projector",
+    "model.text_model.embed_tokens.": "embeddings",
+    "model.text_model.": "language_model",
+    "lm_head.": "lm_head",
+}
 
 
-@pytest.mark.parametrize("kind", ["qwen2_vl", "qwen2_5_vl", "llava", "llama", "qwen2"])
+@pytest.mark.parametrize(
+    "kind", ["qwen2_vl", "qwen2_5_vl", "llava", "idefics3", "gemma3", "llama", "qwen2"]
+)
 def test_every_parameter_has_its_component(kind: str) -> None:
     model = tiny_model(kind, device="meta")
-    architecture = architecture_of(model.config.model_type)
+    layout = layout_for(model.config.model_type)
+    architecture = layout.name
     names = [n for n, _ in model.named_parameters(remove_duplicate=False)]
     for name in names:
         # The first matching prefix in EXPECTED (most specific first) decides.
         want = next(c for p, c in EXPECTED[architecture].items() if name.startswith(p))
-        assert component_of(name, architecture) == want, name
-    groups = {component_of(name, architecture) for name in names}
+        assert component_of(name, layout) == want, name
+    groups = {component_of(name, layout) for name in names}
     assert "other" not in groups
     expected = (
         set(COMPONENTS)
@@ -85,10 +153,6 @@ def test_every_parameter_has_its_component(kind: str) -> None:
         }
     )
     assert set(groups) == expected
-
-
-def test_architectures_cover_required_keys() -> None:
-    assert {"qwen2_vl", "qwen2_5_vl", "llava", "causal_lm"} <= set(ARCHITECTURES)
 
 
 @pytest.mark.parametrize(
@@ -141,11 +205,6 @@ def test_canonical_name() -> None:
     assert canonical_name("model.x.q_proj.lora_B.default.weight") == (
         "model.x.q_proj.lora_B.default.weight"
     )
-
-
-def test_component_of_unknown_architecture() -> None:
-    with pytest.raises(RecipeError, match="Did you mean `llava`"):
-        component_of("lm_head.weight", "lava")
 
 
 def test_validate_components() -> None:

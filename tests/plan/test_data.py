@@ -310,7 +310,8 @@ def msgs(*pairs: tuple[Any, Any]) -> dict[str, Any]:
     [
         ('{"messages": [', True, "invalid JSON"),
         ("[1, 2]", True, "expected a JSON object"),
-        ({"messages": None, "text": "x"}, False, "`messages` is missing (columns: messages, text)"),
+        # A null cell is missing: the row's columns with a value are listed.
+        ({"messages": None, "text": "x"}, False, "`messages` is missing (columns: text)"),
         (msgs(("user", "q"), ("assistant", "  ")), False, "message 2 has empty content"),
         (msgs(("user", 5), ("assistant", "a")), False, "message 1 content must be a string"),
         (msgs(("human", "q"), ("assistant", "a")), False, "message 1 has role `human`"),
@@ -516,3 +517,204 @@ def test_alternating_turns_after_a_system_message_are_accepted(tmp_path: Path) -
         tmp_path / "t.jsonl", [{"messages": [{"role": r, "content": "x"} for r in roles]}]
     )
     assert len(load_splits({"source": "local", "path": str(path)}, kind="causal_lm").train) == 1
+
+
+# --------------------------------------------------------------------------- issue 11: formats
+
+
+def pictures(folder: Path, n: int = 3) -> list[str]:
+    """`n` small PNG squares drawn here; their paths relative to `folder`."""
+    from PIL import Image, ImageDraw
+
+    (folder / "pics").mkdir(exist_ok=True)
+    names = []
+    for i in range(n):
+        image = Image.new("RGB", (16, 16), (0, 0, 0))
+        ImageDraw.Draw(image).rectangle((2, 2, 12, 12), fill=(200, 40 * i, 40))
+        image.save(folder / "pics" / f"{i}.png")
+        names.append(f"pics/{i}.png")
+    return names
+
+
+def sharegpt(i: int, **extra: Any) -> dict[str, Any]:
+    turns = [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": f"a{i}"}]
+    return {"conversations": [{"from": "system", "value": "Be brief."}, *turns], **extra}
+
+
+def test_sharegpt_is_detected_and_converted_with_trls_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import trl.data_utils
+
+    calls = []
+    original = trl.data_utils.maybe_convert_to_chatml
+
+    def spy(example: dict[str, Any]) -> dict[str, Any]:
+        calls.append(example)
+        return original(example)
+
+    monkeypatch.setattr(trl.data_utils, "maybe_convert_to_chatml", spy)
+    path = write_jsonl(tmp_path / "d.jsonl", [sharegpt(0), sharegpt(1)])
+    splits = load(path)
+    assert splits.format == "messages" and splits.source_format == "sharegpt"
+    assert splits.train[1]["messages"] == chat(1)["messages"]  # human/gpt -> user/assistant
+    assert len(calls) == 2  # every row went through TRL's converter
+    assert load(path, format="sharegpt").train.to_list() == splits.train.to_list()
+
+
+def test_sharegpt_in_a_mapped_column_and_in_a_csv(tmp_path: Path) -> None:
+    rows = [{"dialog": sharegpt(i)["conversations"]} for i in range(2)]
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    splits = load(path, columns={"conversations": "dialog"})
+    assert splits.train[0]["messages"] == chat(0)["messages"]
+    # ShareGPT messages in a `messages` column are recognised by their keys.
+    path = write_csv(tmp_path / "d.csv", [{"messages": json.dumps(r["dialog"])} for r in rows])
+    assert load(path).train.to_list() == splits.train.to_list()
+
+
+def test_sharegpt_with_images_for_a_vlm(tmp_path: Path) -> None:
+    images = pictures(tmp_path, 2)
+    plain = sharegpt(0, images=[images[0]])
+    marked = {  # LLaVA-style: the image's place marked in the text
+        "images": [images[1]],
+        "conversations": [
+            {"from": "human", "value": "<image>\nWhat colour?"},
+            {"from": "gpt", "value": "red"},
+        ],
+    }
+    splits = load(write_jsonl(tmp_path / "d.jsonl", [plain, marked]), kind="vlm")
+    assert splits.format == "vlm" and splits.source_format == "sharegpt with images"
+    first, second = splits.train[0], splits.train[1]
+    assert [p["type"] for p in first["messages"][1]["content"]] == ["image", "text"]
+    assert second["messages"][0]["content"] == [
+        {"type": "image", "text": None},
+        {"type": "text", "text": "What colour?"},
+    ]
+    assert first["images"][0].mode == "RGB" and first["images"][0].size == (16, 16)
+
+
+def test_bad_sharegpt_rows_name_the_row(tmp_path: Path) -> None:
+    bad = {"conversations": [{"from": "robot", "value": "q"}, {"from": "gpt", "value": "a"}]}
+    path = write_jsonl(tmp_path / "d.jsonl", [sharegpt(0), bad])
+    msg = error(path)
+    assert f"data file {path}, row 2: message 1 of `conversations` is from `robot`" in msg
+    assert "human, gpt" in msg
+
+    path = write_jsonl(tmp_path / "e.jsonl", [sharegpt(0), {"conversations": [{"from": "human"}]}])
+    assert "row 2: message 1 of `conversations` is not a {from, value} object" in error(path)
+
+
+def test_image_path_question_answer_parquet_maps_to_vision_prompt_completion(
+    tmp_path: Path,
+) -> None:
+    """TRL 1.16's conversational prompt-completion with images, the shape its vision collator
+    takes (trl/trainer/sft_trainer.py, _collate_prompt_completion)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images = pictures(tmp_path)
+    table = {"img_path": images, "question": ["Colour?"] * 3, "answer": ["red", "pink", "x"]}
+    pq.write_table(pa.table(table), tmp_path / "vqa.parquet")
+    mapping = {"images": "img_path", "prompt": "question", "completion": "answer"}
+    splits = load(tmp_path / "vqa.parquet", kind="vlm", columns=mapping)
+    assert splits.format == "vlm_prompt_completion"
+    row = splits.train[2]
+    assert row["prompt"] == [
+        {
+            "role": "user",
+            "content": [{"type": "image", "text": None}, {"type": "text", "text": "Colour?"}],
+        }
+    ]
+    assert row["completion"] == [{"role": "assistant", "content": [{"type": "text", "text": "x"}]}]
+    assert [image.mode for image in row["images"]] == ["RGB"]
+    # A text model gets the rows refused, not its images dropped.
+    assert "text-only model" in error(tmp_path / "vqa.parquet", columns=mapping)
+
+
+def test_prompt_completion_with_images_in_jsonl_and_csv(tmp_path: Path) -> None:
+    images = pictures(tmp_path, 2)
+    rows = [{"images": [im], "prompt": "Colour?", "completion": "red"} for im in images]
+    from_jsonl = load(write_jsonl(tmp_path / "d.jsonl", rows), kind="vlm")
+    csv_rows = [{**r, "images": json.dumps(r["images"])} for r in rows]
+    from_csv = load(write_csv(tmp_path / "d.csv", csv_rows), kind="vlm")
+    assert from_jsonl.format == from_csv.format == "vlm_prompt_completion"
+    assert from_csv.train[1]["prompt"] == from_jsonl.train[1]["prompt"]
+
+    bad = [
+        rows[0],
+        {"images": [images[0], images[1]], "prompt": "<image> Colour?", "completion": "x"},
+    ]
+    msg = error(write_jsonl(tmp_path / "bad.jsonl", bad), kind="vlm")
+    assert "row 2: 1 image placeholder(s)" in msg and "2 image(s)" in msg
+
+
+def test_a_mapped_images_column_that_is_not_there_is_refused(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "p", "completion": "c"}])
+    msg = error(path, kind="vlm", columns={"images": "img"})
+    assert "data.columns.images names `img`" in msg and "columns: prompt, completion" in msg
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        ([{"q": "1+1?", "a": "2"}], ("data.columns.prompt=q data.columns.completion=a",)),
+        (
+            [{"dialog": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}],
+            ("`dialog` holds ShareGPT messages", "data.columns.conversations=dialog"),
+        ),
+        (
+            [{"chat": CHAT, "picture": "x.png"}],
+            ("data.columns.messages=chat", "data.columns.images=picture"),
+        ),
+    ],
+)
+def test_an_undetectable_format_says_what_it_saw_and_the_mapping(
+    tmp_path: Path, rows: list[dict[str, Any]], expected: tuple[str, ...]
+) -> None:
+    msg = error(write_jsonl(tmp_path / "d.jsonl", rows))
+    assert "cannot tell the data format" in msg and "data.format=" in msg
+    for text in expected:
+        assert text in msg
+
+
+def test_sharegpt_rows_under_an_explicit_messages_format_name_the_fix(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [{"messages": sharegpt(0)["conversations"]}])
+    msg = error(path, format="messages")
+    assert "row 1: message 1 of `messages` is not a {role, content} object" in msg
+    assert "ShareGPT" in msg and "data.format=sharegpt" in msg
+    path = write_jsonl(tmp_path / "r.jsonl", [msgs(("human", "q"), ("gpt", "a"))])
+    assert "data.format=sharegpt converts it" in error(path)
+    assert load(path, format="sharegpt").train[0]["messages"] == CHAT[:0] + [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+    ]
+
+
+def test_json_lines_errors_name_the_line_past_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(chat(0)) + "\n\n\n" + json.dumps(msgs(("user", "q"))) + "\n")
+    assert f"data file {path}, row 4: the last message" in error(path)
+
+
+def test_a_csv_row_with_too_many_cells_is_found_after_the_reader_fails(tmp_path: Path) -> None:
+    path = tmp_path / "d.csv"
+    path.write_text("prompt,completion\n1+1?,2\n2+2?,4,5\n")
+    assert f"data file {path}, row 2: the row has more cells than the header" in error(path)
+    # Cells stay text as written: `2` is not an int, `2.50` not 2.5.
+    path.write_text("prompt,completion\n1+1?,2\nhalf of 5?,2.50\n")
+    assert load(path).train["completion"] == ["2", "2.50"]
+
+
+def test_hub_rows_stay_arrow_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    hub = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list([sharegpt(i) for i in range(3)]),
+            "test": datasets.Dataset.from_list([sharegpt(9)]),
+        }
+    )
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: hub)
+    splits = load_splits({"source": "hub", "path": "org/set"}, kind="causal_lm")
+    assert isinstance(splits.train, datasets.Dataset) and isinstance(splits.eval, datasets.Dataset)
+    assert splits.eval[0]["messages"] == chat(9)["messages"]

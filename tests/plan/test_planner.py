@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from recipe_engine.cli.main import main
 from recipe_engine.config.compose import available, compose_config
+from recipe_engine.errors import RecipeError
 from recipe_engine.plan.hardware import Machine
 from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.render import render_plan
@@ -120,3 +122,40 @@ def test_an_empty_library_section_is_no_section_and_keeps_the_stage_key():
         base.fingerprint
         == plan("recipe=r3-two-stage", "stage.vision.lora=null").stages["vision"].fingerprint
     )
+
+
+def test_a_vision_only_stage_on_text_rows_is_refused_before_anything_loads(tmp_path):
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    (tmp_path / "chat.jsonl").write_text((json.dumps({"messages": turns}) + "\n") * 8)
+    with pytest.raises(RecipeError, match="has no images, so nothing it trains") as error:
+        plan(
+            "recipe=r2-vision-only",
+            "data.source=local",
+            f"data.path={tmp_path / 'chat.jsonl'}",
+            "data.eval_fraction=0.25",
+        )
+    assert error.value.key == "stage.vision.data"
+
+
+def test_a_declared_layout_enters_the_key_and_plan_prints_it():
+    default = plan("recipe=r3-two-stage", "model=tiny-idefics3")
+    declared = plan(
+        "recipe=r3-two-stage",
+        "model=tiny-idefics3",
+        "++model.components.projector='model\\.connector(\\.|$)'",
+    )
+    assert default.stages["vision"].policy.layout.name == "idefics3"
+    assert declared.stages["vision"].policy.layout.name == "idefics3 + declared"
+    for name in ("vision", "llm"):
+        assert default.stages[name].fingerprint != declared.stages[name].fingerprint
+    assert "layout:    idefics3 + declared" in render_plan(declared)
+
+
+def test_a_model_without_a_map_plans_from_patterns_and_names_the_fix_for_components():
+    patterns = plan("recipe=user-idefics3-patterns", extra_dirs=[str(USER_RECIPES)])
+    llm = patterns.stages["llm"].policy
+    assert llm.layout is not None and not llm.layout.mapped
+    assert llm.lora is not None and len(llm.lora.targets) == 14
+    with pytest.raises(RecipeError, match="has no component map") as error:
+        plan("recipe=r3-two-stage", "model=tiny-idefics3", "++model.layout=none")
+    assert "model.components" in str(error.value) and "freeze.patterns" in str(error.value)

@@ -14,18 +14,18 @@ from recipe_engine.run.census import census, format_report, trainable_report
 from recipe_engine.run.policies import apply_freeze
 
 
-def sizes(model: Any, architecture: str) -> dict[str, int]:
+def sizes(model: Any, layout: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, param in model.named_parameters():
-        comp = component_of(name, architecture)
+        comp = component_of(name, layout)
         out[comp] = out.get(comp, 0) + param.numel()
     return out
 
 
 def test_report_after_freeze() -> None:
     model = tiny_model("qwen2_vl")
-    apply_freeze(model, architecture="qwen2_vl", components=["vision_tower"], patterns=[])
-    report = trainable_report(model, architecture="qwen2_vl")
+    apply_freeze(model, layout="qwen2_vl", components=["vision_tower"], patterns=[])
+    report = trainable_report(model, layout="qwen2_vl")
     expected = sizes(model, "qwen2_vl")
     assert list(report) == [
         "vision_tower",
@@ -53,8 +53,8 @@ def test_report_after_freeze() -> None:
 def test_report_after_lora_ignores_original_module_copies() -> None:
     model = tiny_model("llama")
     before = sizes(model, "causal_lm")
-    peft_model = apply_lora(model, architecture="causal_lm", lora={"r": 2}, frozen=["embeddings"])
-    report = trainable_report(peft_model, architecture="causal_lm")
+    peft_model = apply_lora(model, layout="causal_lm", lora={"r": 2}, frozen=["embeddings"])
+    report = trainable_report(peft_model, layout="causal_lm")
     # lm_head is trained in full through modules_to_save: counted once, 100 %.
     assert report["lm_head"] == {
         "params": before["lm_head"],
@@ -71,22 +71,22 @@ def test_report_after_lora_ignores_original_module_copies() -> None:
 def test_census_dtype_and_device() -> None:
     model = tiny_model("llava").to(torch.bfloat16)
     model.lm_head.float()
-    cells = census(model, architecture="llava")
+    cells = census(model, layout="llava")
     expected = sizes(model, "llava")
     assert cells["vision_tower"] == {
         "dtype": {"torch.bfloat16": expected["vision_tower"]},
         "device": {"cpu": expected["vision_tower"]},
     }
     assert cells["lm_head"]["dtype"] == {"torch.float32": expected["lm_head"]}
-    meta = census(tiny_model("llama", device="meta"), architecture="causal_lm")
+    meta = census(tiny_model("llama", device="meta"), layout="causal_lm")
     assert set(meta["language_model"]["device"]) == {"meta"}
 
 
 def test_format_report() -> None:
     model = tiny_model("qwen2_vl")
-    apply_freeze(model, architecture="qwen2_vl", components=["vision_tower"], patterns=[])
+    apply_freeze(model, layout="qwen2_vl", components=["vision_tower"], patterns=[])
     text = format_report(
-        trainable_report(model, architecture="qwen2_vl"), census(model, architecture="qwen2_vl")
+        trainable_report(model, layout="qwen2_vl"), census(model, layout="qwen2_vl")
     )
     lines = text.splitlines()
     assert lines[0].split()[:4] == ["component", "params", "trainable", "%"]

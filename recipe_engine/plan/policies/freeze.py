@@ -12,8 +12,11 @@ from typing import Any
 
 from recipe_engine.config.components import (
     ALL_COMPONENTS,
+    Layout,
+    as_layout,
     canonical_name,
     component_of,
+    no_map_hint,
     validate_components,
 )
 from recipe_engine.errors import RecipeError
@@ -48,7 +51,7 @@ def _param_names(model_or_names: Any) -> list[str]:
 
 
 def check_freeze(
-    model: Any, *, architecture: str, components: Sequence[str], patterns: Sequence[str]
+    model: Any, *, layout: Layout | str, components: Sequence[str], patterns: Sequence[str]
 ) -> dict[int, dict[str, bool]]:
     """The freeze policy checked against a model (on the meta device at plan time).
 
@@ -60,12 +63,15 @@ def check_freeze(
     compiled = compile_patterns(patterns)
     frozen_components = set(components)
     named = list(model.named_parameters(remove_duplicate=False))
-    present = {component_of(name, architecture) for name, _ in named}
+    present = {component_of(name, layout) for name, _ in named}
 
     missing = [c for c in components if c not in present]
+    if missing and not as_layout(layout).mapped:
+        raise RecipeError(no_map_hint(as_layout(layout), "`freeze.components`"), key="model")
     if missing:
         raise RecipeError(
-            f"`freeze.components` lists {', '.join(missing)}, but this {architecture} model "
+            f"`freeze.components` lists {', '.join(missing)}, but this {as_layout(layout).name} "
+            "model "
             f"has no parameters there (its components: "
             f"{', '.join(c for c in ALL_COMPONENTS if c in present)}).",
             key="freeze.components",
@@ -81,9 +87,7 @@ def check_freeze(
 
     decisions: dict[int, dict[str, bool]] = {}
     for name, param in named:
-        frozen = component_of(name, architecture) in frozen_components or matches_any(
-            name, compiled
-        )
+        frozen = component_of(name, layout) in frozen_components or matches_any(name, compiled)
         decisions.setdefault(id(param), {})[name] = frozen
     for names in decisions.values():
         if len(set(names.values())) > 1:
@@ -102,7 +106,7 @@ def check_freeze(
 def trained_components(
     model_or_names: Any,
     *,
-    architecture: str,
+    layout: Layout | str,
     frozen: Sequence[str],
     patterns: Sequence[str] = (),
 ) -> list[str]:
@@ -116,7 +120,7 @@ def trained_components(
     frozen_set = set(frozen)
     found = set()
     for name in _param_names(model_or_names):
-        comp = component_of(name, architecture)
+        comp = component_of(name, layout)
         if comp not in frozen_set and not matches_any(name, compiled):
             found.add(comp)
     return [c for c in ALL_COMPONENTS if c in found]

@@ -15,9 +15,12 @@ from typing import Any
 
 from recipe_engine.config.components import (
     ALL_COMPONENTS,
+    Layout,
+    as_layout,
     canonical_name,
     component_of,
     covering_modules,
+    no_map_hint,
     validate_components,
 )
 from recipe_engine.config.library_keys import validate_lora
@@ -79,7 +82,7 @@ def _no_match_error(entry: str, linear: Sequence[str]) -> RecipeError:
 def plan_lora(
     model: Any,
     *,
-    architecture: str,
+    layout: Layout | str,
     lora: Mapping,
     frozen: Sequence[str],
     patterns: Sequence[str] = (),
@@ -94,13 +97,11 @@ def plan_lora(
     compiled = compile_patterns(patterns)
     frozen_set = set(frozen)
     param_names = [canonical_name(n) for n, _ in model.named_parameters(remove_duplicate=False)]
-    trained = trained_components(
-        param_names, architecture=architecture, frozen=frozen, patterns=patterns
-    )
+    trained = trained_components(param_names, layout=layout, frozen=frozen, patterns=patterns)
     modules = [(canonical_name(n), m) for n, m in model.named_modules() if n]
     adaptable = [n for n, m in modules if _is_lora_layer(m)]
     linear = [n for n, m in modules if _is_linear(m)]
-    comp = {n: component_of(n, architecture) for n in adaptable}
+    comp = {n: component_of(n, layout) for n in adaptable}
 
     def weight_frozen(name: str) -> bool:
         return matches_any(name + ".weight", compiled)
@@ -117,10 +118,12 @@ def plan_lora(
                 key="lora.components",
             )
         absent = [c for c in chosen if not any(comp[n] == c for n in adaptable)]
+        if absent and not as_layout(layout).mapped:
+            raise RecipeError(no_map_hint(as_layout(layout), "`lora.components`"), key="model")
         if absent:
             raise RecipeError(
                 f"`lora.components` includes {', '.join(absent)}, which has no layer LoRA "
-                f"can adapt in this {architecture} model.",
+                f"can adapt in this {as_layout(layout).name} model.",
                 key="lora.components",
             )
     else:
@@ -222,7 +225,7 @@ def plan_lora(
         )
 
     fully = [c for c in trained if c not in chosen]
-    selected = [n for n in param_names if component_of(n, architecture) in fully]
+    selected = [n for n in param_names if component_of(n, layout) in fully]
     to_save, uncovered = covering_modules(param_names, selected, names_are_modules=False)
     if uncovered:
         raise RecipeError(

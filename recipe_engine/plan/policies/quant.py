@@ -14,6 +14,9 @@ from typing import Any
 
 from recipe_engine.config.components import (
     ALL_COMPONENTS,
+    OTHER,
+    Layout,
+    as_layout,
     component_of,
     covering_modules,
 )
@@ -31,7 +34,7 @@ from recipe_engine.plan.recipe_plan import QuantPlan
 def quantization_plan(
     quant: Mapping,
     *,
-    architecture: str,
+    layout: Layout | str,
     module_names: Sequence[str],
     trained: Sequence[str],
 ) -> QuantPlan:
@@ -44,7 +47,9 @@ def quantization_plan(
     Dtypes stay names here (`bfloat16`); `run.policies.bnb_config` makes them torch dtypes.
     """
     validate_quantization(quant)
-    components = list(quant.get("components", DEFAULT_QUANT_COMPONENTS))
+    # Without a component map the whole model is `other`: quantize it, bar the user's skips.
+    default = DEFAULT_QUANT_COMPONENTS if as_layout(layout).mapped else [OTHER]
+    components = list(quant.get("components", default))
     clash = [c for c in components if c in set(trained)]
     if clash:
         raise RecipeError(
@@ -54,19 +59,20 @@ def quantization_plan(
             key="quantization.components",
         )
     names = [n for n in module_names if n]
-    present = {component_of(n, architecture) for n in names}
+    present = {component_of(n, layout) for n in names}
     absent = [c for c in components if c not in present]
     if absent:
         raise RecipeError(
             f"`quantization.components` includes {', '.join(absent)}, which this "
-            f"{architecture} model does not have "
+            f"{as_layout(layout).name} model does not have "
             f"(it has {', '.join(c for c in ALL_COMPONENTS if c in present)}).",
             key="quantization.components",
         )
-    keep = [n for n in names if component_of(n, architecture) not in components]
+    keep = [n for n in names if component_of(n, layout) not in components]
     skip, _ = covering_modules(names, keep, names_are_modules=True)
     # A user's own skips come on top (they can only keep more in full precision).
     user_skip = list(quant.get("llm_int8_skip_modules") or [])
+    _check_skips(user_skip, names)
     config = {k: v for k, v in quant.items() if k not in ENGINE_QUANT_KEYS}
     for key in DTYPE_KEYS:
         if key in config:
@@ -74,6 +80,30 @@ def quantization_plan(
     config["llm_int8_skip_modules"] = user_skip + [s for s in skip if s not in user_skip]
     bits = "4bit" if quant.get("load_in_4bit") else "8bit"
     return QuantPlan(bits, components, config)
+
+
+def _check_skips(skips: Sequence[str], module_names: Sequence[str]) -> None:
+    """Every `llm_int8_skip_modules` entry keeps some module out of quantization, matched the
+    way transformers matches it (from the start of the name up to a dot, or as a suffix)."""
+    from transformers.quantizers.quantizers_utils import should_convert_module
+
+    ordered = sorted(module_names)
+    # Leaves: bitsandbytes replaces layers, so matching only a container keeps nothing out.
+    # In sorted order a module's children follow it directly ("." sorts before [0-9A-Z_a-z]).
+    following = [*ordered[1:], ""]
+    leaves = [
+        n for n, after in zip(ordered, following, strict=True) if not after.startswith(n + ".")
+    ]
+    for skip in skips:
+        if all(should_convert_module(name, [skip]) for name in leaves):
+            near = [n for n in ordered if f".{skip}." in f".{n}."][:1]
+            hint = f" Did you mean `{near[0]}`?" if near else ""
+            raise RecipeError(
+                f"`quantization.llm_int8_skip_modules` entry {skip!r} matches no module: "
+                "transformers matches an entry from the start of a module name (up to a dot) "
+                f"or as its suffix.{hint}",
+                key="quantization.llm_int8_skip_modules",
+            )
 
 
 def linear_module_names(model: Any) -> list[str]:

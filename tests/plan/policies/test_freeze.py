@@ -20,7 +20,7 @@ def grads(model: Any) -> dict[str, bool]:
 def test_freeze_components_qwen2_vl() -> None:
     model = tiny_model("qwen2_vl")
     frozen = apply_freeze(
-        model, architecture="qwen2_vl", components=["vision_tower", "embeddings"], patterns=[]
+        model, layout="qwen2_vl", components=["vision_tower", "embeddings"], patterns=[]
     )
     for name, requires_grad in grads(model).items():
         comp = component_of(name, "qwen2_vl")
@@ -36,7 +36,7 @@ def test_freeze_components_qwen2_vl() -> None:
 def test_freeze_unfreezes_everything_else() -> None:
     model = tiny_model("llava")
     model.requires_grad_(False)
-    apply_freeze(model, architecture="llava", components=["vision_tower"], patterns=[])
+    apply_freeze(model, layout="llava", components=["vision_tower"], patterns=[])
     assert all(
         p.requires_grad == (not n.startswith("model.vision_tower."))
         for n, p in model.named_parameters()
@@ -46,7 +46,7 @@ def test_freeze_unfreezes_everything_else() -> None:
 def test_freeze_patterns() -> None:
     model = tiny_model("llama")
     frozen = apply_freeze(
-        model, architecture="causal_lm", components=[], patterns=[r"layers\.0\.mlp\.", r"norm"]
+        model, layout="causal_lm", components=[], patterns=[r"layers\.0\.mlp\.", r"norm"]
     )
     assert frozen and all(("layers.0.mlp." in n or "norm" in n) for n in frozen)
     assert model.model.layers[0].self_attn.q_proj.weight.requires_grad
@@ -56,30 +56,26 @@ def test_freeze_patterns() -> None:
 
 def test_freeze_bad_regex() -> None:
     with pytest.raises(RecipeError, match="not a valid regex") as info:
-        apply_freeze(tiny_model("llama"), architecture="causal_lm", components=[], patterns=["("])
+        apply_freeze(tiny_model("llama"), layout="causal_lm", components=[], patterns=["("])
     assert info.value.key == "freeze.patterns"
 
 
 def test_freeze_pattern_matching_nothing() -> None:
     with pytest.raises(RecipeError, match="matches no parameter") as info:
-        apply_freeze(
-            tiny_model("llama"), architecture="causal_lm", components=[], patterns=["visual"]
-        )
+        apply_freeze(tiny_model("llama"), layout="causal_lm", components=[], patterns=["visual"])
     assert info.value.key == "freeze.patterns"
 
 
 def test_freeze_component_not_in_model() -> None:
     with pytest.raises(RecipeError, match="no parameters there"):
         apply_freeze(
-            tiny_model("llama"), architecture="causal_lm", components=["vision_tower"], patterns=[]
+            tiny_model("llama"), layout="causal_lm", components=["vision_tower"], patterns=[]
         )
 
 
 def test_freeze_unknown_component() -> None:
     with pytest.raises(RecipeError, match="Did you mean `lm_head`") as info:
-        apply_freeze(
-            tiny_model("llama"), architecture="causal_lm", components=["lmhead"], patterns=[]
-        )
+        apply_freeze(tiny_model("llama"), layout="causal_lm", components=["lmhead"], patterns=[])
     assert info.value.key == "freeze.components"
 
 
@@ -87,9 +83,9 @@ def test_freeze_tied_weights_one_side_only() -> None:
     model = tiny_model("llama", tie=True)
     assert model.lm_head.weight is model.model.embed_tokens.weight
     with pytest.raises(RecipeError, match="tied"):
-        apply_freeze(model, architecture="causal_lm", components=["embeddings"], patterns=[])
+        apply_freeze(model, layout="causal_lm", components=["embeddings"], patterns=[])
     frozen = apply_freeze(
-        model, architecture="causal_lm", components=["embeddings", "lm_head"], patterns=[]
+        model, layout="causal_lm", components=["embeddings", "lm_head"], patterns=[]
     )
     assert {"lm_head.weight", "model.embed_tokens.weight"} <= set(frozen)
     assert not model.lm_head.weight.requires_grad
@@ -97,7 +93,7 @@ def test_freeze_tied_weights_one_side_only() -> None:
 
 def test_trained_components() -> None:
     model = tiny_model("qwen2_vl", device="meta")
-    assert trained_components(model, architecture="qwen2_vl", frozen=["vision_tower"]) == [
+    assert trained_components(model, layout="qwen2_vl", frozen=["vision_tower"]) == [
         "projector",
         "language_model",
         "embeddings",
@@ -106,5 +102,5 @@ def test_trained_components() -> None:
     names = [n for n, _ in model.named_parameters()]
     # A component frozen entirely by patterns is not trained.
     assert trained_components(
-        names, architecture="qwen2_vl", frozen=["vision_tower"], patterns=["merger"]
+        names, layout="qwen2_vl", frozen=["vision_tower"], patterns=["merger"]
     ) == ["language_model", "embeddings", "lm_head"]

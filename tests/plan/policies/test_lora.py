@@ -32,7 +32,7 @@ LM_LINEARS = [
 def test_all_linear_inside_language_model_only() -> None:
     model = tiny_model("qwen2_vl")
     lora = {"r": 4, "target_modules": "all-linear", "components": ["language_model"]}
-    plan = plan_lora(model, architecture="qwen2_vl", lora=lora, frozen=["vision_tower"])
+    plan = plan_lora(model, layout="qwen2_vl", lora=lora, frozen=["vision_tower"])
     assert plan.targets == LM_LINEARS
     assert plan.components == ["language_model"]
     # Everything else that is not frozen is trained in full.
@@ -46,7 +46,7 @@ def test_all_linear_inside_language_model_only() -> None:
 
 def test_default_components_skip_lm_head_and_embeddings() -> None:
     model = tiny_model("qwen2_vl")
-    targets = lora_targets(model, architecture="qwen2_vl", lora={"r": 4}, frozen=["vision_tower"])
+    targets = lora_targets(model, layout="qwen2_vl", lora={"r": 4}, frozen=["vision_tower"])
     # Default: all-linear over projector and language model, never lm_head or the tower.
     assert all(component_of(t, "qwen2_vl") in ("projector", "language_model") for t in targets)
     assert "model.visual.merger.mlp.0" in targets and "lm_head" not in targets
@@ -55,9 +55,7 @@ def test_default_components_skip_lm_head_and_embeddings() -> None:
 
 def test_apply_lora_requires_grad() -> None:
     model = tiny_model("qwen2_vl")
-    apply_freeze(
-        model, architecture="qwen2_vl", components=["vision_tower", "embeddings"], patterns=[]
-    )
+    apply_freeze(model, layout="qwen2_vl", components=["vision_tower", "embeddings"], patterns=[])
     lora = {
         "r": 4,
         "lora_alpha": 8,
@@ -65,7 +63,7 @@ def test_apply_lora_requires_grad() -> None:
         "components": ["language_model"],
     }
     peft_model = apply_lora(
-        model, architecture="qwen2_vl", lora=lora, frozen=["vision_tower", "embeddings"]
+        model, layout="qwen2_vl", lora=lora, frozen=["vision_tower", "embeddings"]
     )
     assert isinstance(peft_model, peft.PeftModel)
     trainable = {n for n, p in peft_model.named_parameters() if p.requires_grad}
@@ -83,15 +81,13 @@ def test_apply_lora_requires_grad() -> None:
 
 def test_modules_to_save_for_lm_head() -> None:
     model = tiny_model("llama")
-    config = build_lora_config(
-        model, architecture="causal_lm", lora={"r": 4}, frozen=["embeddings"]
-    )
+    config = build_lora_config(model, layout="causal_lm", lora={"r": 4}, frozen=["embeddings"])
     assert config.task_type == "CAUSAL_LM"
     assert config.modules_to_save == ["lm_head"]
     assert sorted(config.target_modules) == [
         t.replace("model.language_model.", "model.") for t in LM_LINEARS
     ]
-    peft_model = apply_lora(model, architecture="causal_lm", lora={"r": 4}, frozen=["embeddings"])
+    peft_model = apply_lora(model, layout="causal_lm", lora={"r": 4}, frozen=["embeddings"])
     params = dict(peft_model.named_parameters())
     assert params["base_model.model.lm_head.modules_to_save.default.weight"].requires_grad
     assert not params["base_model.model.lm_head.original_module.weight"].requires_grad
@@ -102,7 +98,7 @@ def test_target_in_frozen_component() -> None:
     with pytest.raises(RecipeError, match="vision_tower") as info:
         lora_targets(
             model,
-            architecture="qwen2_vl",
+            layout="qwen2_vl",
             lora={"target_modules": ["qkv"]},
             frozen=["vision_tower"],
         )
@@ -110,14 +106,14 @@ def test_target_in_frozen_component() -> None:
     with pytest.raises(RecipeError, match="frozen"):
         lora_targets(
             model,
-            architecture="qwen2_vl",
+            layout="qwen2_vl",
             lora={"target_modules": r"model\.visual\.blocks\..*"},
             frozen=["vision_tower"],
         )
     with pytest.raises(RecipeError, match="freezes") as info:
         lora_targets(
             model,
-            architecture="qwen2_vl",
+            layout="qwen2_vl",
             lora={"components": ["vision_tower"]},
             frozen=["vision_tower"],
         )
@@ -129,7 +125,7 @@ def test_suffix_target_restricted_to_lora_components() -> None:
     model = tiny_model("llava", device="meta")
     plan = plan_lora(
         model,
-        architecture="llava",
+        layout="llava",
         lora={"target_modules": ["q_proj", "v_proj"]},
         frozen=["vision_tower"],
     )
@@ -149,7 +145,7 @@ def test_explicit_component_without_target() -> None:
     with pytest.raises(RecipeError, match="no LoRA target lies there"):
         plan_lora(
             model,
-            architecture="llava",
+            layout="llava",
             lora={"target_modules": ["q_proj"], "components": ["language_model", "projector"]},
             frozen=["vision_tower"],
         )
@@ -160,13 +156,13 @@ def test_target_outside_lora_components() -> None:
     with pytest.raises(RecipeError, match="not a LoRA component"):
         lora_targets(
             model,
-            architecture="causal_lm",
+            layout="causal_lm",
             lora={"target_modules": ["lm_head"], "components": ["language_model"]},
             frozen=[],
         )
     # Named explicitly with default components, lm_head can carry an adapter.
     plan = plan_lora(
-        model, architecture="causal_lm", lora={"target_modules": ["lm_head"]}, frozen=["embeddings"]
+        model, layout="causal_lm", lora={"target_modules": ["lm_head"]}, frozen=["embeddings"]
     )
     assert plan.targets == ["lm_head"] and plan.components == ["lm_head"]
     assert plan.fully_trained == ["language_model"]
@@ -175,20 +171,18 @@ def test_target_outside_lora_components() -> None:
 def test_no_match_lists_available_names() -> None:
     model = tiny_model("qwen2_vl", device="meta")
     with pytest.raises(RecipeError, match="Did you mean `q_proj`") as info:
-        lora_targets(model, architecture="qwen2_vl", lora={"target_modules": ["q_prj"]}, frozen=[])
+        lora_targets(model, layout="qwen2_vl", lora={"target_modules": ["q_prj"]}, frozen=[])
     assert "gate_proj" in str(info.value)
     assert info.value.key == "lora.target_modules"
     with pytest.raises(RecipeError, match="matches no module"):
-        lora_targets(
-            model, architecture="qwen2_vl", lora={"target_modules": r".*\.nothing"}, frozen=[]
-        )
+        lora_targets(model, layout="qwen2_vl", lora={"target_modules": r".*\.nothing"}, frozen=[])
 
 
 def test_regex_target() -> None:
     model = tiny_model("qwen2_vl", device="meta")
     targets = lora_targets(
         model,
-        architecture="qwen2_vl",
+        layout="qwen2_vl",
         lora={"target_modules": r".*language_model.*\.(q|v)_proj"},
         frozen=["vision_tower"],
     )
@@ -199,7 +193,7 @@ def test_exclude_modules() -> None:
     model = tiny_model("llama", device="meta")
     targets = lora_targets(
         model,
-        architecture="causal_lm",
+        layout="causal_lm",
         lora={"exclude_modules": ["down_proj", "up_proj"]},
         frozen=[],
     )
@@ -209,12 +203,10 @@ def test_exclude_modules() -> None:
 def test_unknown_lora_key() -> None:
     model = tiny_model("llama", device="meta")
     with pytest.raises(RecipeError, match="Did you mean `lora_alpha`") as info:
-        lora_targets(model, architecture="causal_lm", lora={"lora_alpah": 8}, frozen=[])
+        lora_targets(model, layout="causal_lm", lora={"lora_alpah": 8}, frozen=[])
     assert info.value.key == "lora.lora_alpah"
     with pytest.raises(RecipeError, match="set by the engine"):
-        lora_targets(
-            model, architecture="causal_lm", lora={"modules_to_save": ["lm_head"]}, frozen=[]
-        )
+        lora_targets(model, layout="causal_lm", lora={"modules_to_save": ["lm_head"]}, frozen=[])
 
 
 def test_meta_device_model_resolves_targets() -> None:
@@ -223,9 +215,9 @@ def test_meta_device_model_resolves_targets() -> None:
         model = tf.Qwen2VLForConditionalGeneration(config)
     assert next(model.parameters()).device.type == "meta"
     lora = {"components": ["language_model"], "target_modules": "all-linear"}
-    assert lora_targets(model, architecture="qwen2_vl", lora=lora, frozen=[]) == LM_LINEARS
+    assert lora_targets(model, layout="qwen2_vl", lora=lora, frozen=[]) == LM_LINEARS
     config = build_lora_config(
-        model, architecture="qwen2_vl", lora=lora, frozen=["vision_tower", "lm_head"]
+        model, layout="qwen2_vl", lora=lora, frozen=["vision_tower", "lm_head"]
     )
     assert config.target_modules == set(LM_LINEARS)
     assert config.modules_to_save == ["model.language_model.embed_tokens", "model.visual.merger"]
@@ -234,10 +226,10 @@ def test_meta_device_model_resolves_targets() -> None:
 def test_pattern_frozen_params_stay_frozen_in_modules_to_save() -> None:
     model = tiny_model("qwen2_vl")
     patterns = [r"merger\.ln_q"]
-    apply_freeze(model, architecture="qwen2_vl", components=["vision_tower"], patterns=patterns)
+    apply_freeze(model, layout="qwen2_vl", components=["vision_tower"], patterns=patterns)
     lora = {"r": 4, "components": ["language_model"]}
     peft_model = apply_lora(
-        model, architecture="qwen2_vl", lora=lora, frozen=["vision_tower"], patterns=patterns
+        model, layout="qwen2_vl", lora=lora, frozen=["vision_tower"], patterns=patterns
     )
     params = dict(peft_model.named_parameters())
     copy = "base_model.model.model.visual.merger.modules_to_save.default."
@@ -245,7 +237,7 @@ def test_pattern_frozen_params_stay_frozen_in_modules_to_save() -> None:
     assert not params[copy + "ln_q.weight"].requires_grad
     # all-linear never adapts a layer whose weight a pattern freezes.
     targets = lora_targets(
-        model, architecture="qwen2_vl", lora={"r": 4}, frozen=[], patterns=[r"layers\.0\.mlp\."]
+        model, layout="qwen2_vl", lora={"r": 4}, frozen=[], patterns=[r"layers\.0\.mlp\."]
     )
     assert not any(".mlp." in t and "language_model" in t for t in targets)
 
@@ -253,9 +245,9 @@ def test_pattern_frozen_params_stay_frozen_in_modules_to_save() -> None:
 def test_gradient_checkpointing_unquantized() -> None:
     model = tiny_model("llama")
     frozen = ["embeddings", "lm_head"]
-    apply_freeze(model, architecture="causal_lm", components=frozen, patterns=[])
+    apply_freeze(model, layout="causal_lm", components=frozen, patterns=[])
     peft_model = apply_lora(
-        model, architecture="causal_lm", lora={"r": 2}, frozen=frozen, gradient_checkpointing=True
+        model, layout="causal_lm", lora={"r": 2}, frozen=frozen, gradient_checkpointing=True
     )
     peft_model.train()
     ids = torch.tensor([[5, 6, 7, 8]])
@@ -268,7 +260,7 @@ def test_gradient_checkpointing_reentrant() -> None:
     model = tiny_model("llama")
     peft_model = apply_lora(
         model,
-        architecture="causal_lm",
+        layout="causal_lm",
         lora={"r": 2},
         frozen=["embeddings", "lm_head"],
         gradient_checkpointing=True,
@@ -287,7 +279,7 @@ def test_omegaconf_mapping_becomes_plain_config() -> None:
     lora = OmegaConf.create(
         {"r": 4, "target_modules": ["q_proj", "v_proj"], "rank_pattern": {"q_proj": 8}}
     )
-    config = build_lora_config(model, architecture="causal_lm", lora=lora, frozen=["embeddings"])
+    config = build_lora_config(model, layout="causal_lm", lora=lora, frozen=["embeddings"])
     assert config.target_modules == {
         "model.layers.0.self_attn.q_proj",
         "model.layers.0.self_attn.v_proj",

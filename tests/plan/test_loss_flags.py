@@ -1,0 +1,122 @@
+"""The loss flags follow the data: `assistant_only_loss` for conversations whose chat template
+marks the assistant's turns, `completion_only_loss` for prompt/completion rows, a contradicting
+setting refused at plan time; templates set neither."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from recipe_engine.config.compose import compose_config
+from recipe_engine.errors import RecipeError
+from recipe_engine.plan.hardware import Machine
+from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.plan.trainer_settings import (
+    MARKED,
+    PATCHED,
+    UNMARKED,
+    UNREAD,
+    choose_loss,
+    template_support,
+)
+
+CPU_ONLY = Machine(
+    gpus=(),
+    mps_available=False,
+    cuda_visible_devices=None,
+    world_size=1,
+    rank=0,
+    local_rank=0,
+    launched_by="python",
+)
+STAGES = Path(__file__).resolve().parents[2] / "stages"
+
+
+def plan(*overrides: str):
+    return plan_from_config(compose_config(list(overrides)), CPU_ONLY)
+
+
+def pairs_csv(folder: Path) -> Path:
+    path = folder / "pairs.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["prompt", "completion"])
+        writer.writerows((f"{a} + {a}?", str(2 * a)) for a in range(8))
+    return path
+
+
+def test_no_shipped_template_sets_a_loss_flag() -> None:
+    for template in STAGES.glob("*.yaml"):
+        text = template.read_text()
+        assert "assistant_only_loss" not in text and "completion_only_loss" not in text, template
+
+
+@pytest.mark.parametrize(
+    ("fmt", "template", "flags"),
+    [
+        ("messages", MARKED, {"assistant_only_loss": True}),
+        ("vlm", PATCHED, {"assistant_only_loss": True}),
+        ("messages", UNMARKED, {"assistant_only_loss": False}),
+        ("vlm", UNREAD, {"assistant_only_loss": False}),
+        ("prompt_completion", UNREAD, {"completion_only_loss": True}),
+        ("vlm_prompt_completion", MARKED, {"completion_only_loss": True}),
+    ],
+)
+def test_the_flag_follows_the_format_and_the_chat_template(fmt, template, flags) -> None:
+    choice = choose_loss("llm", {}, fmt, template)
+    assert choice.flags == flags
+    assert choice.note.startswith("loss: ")
+
+
+def test_a_flag_the_user_sets_is_kept_and_a_contradiction_refused() -> None:
+    kept = choose_loss("llm", {"assistant_only_loss": False}, "messages", MARKED)
+    assert kept.flags == {} and "assistant_only_loss=false, as set in stage.llm.train" in kept.note
+    with pytest.raises(RecipeError) as info:
+        choose_loss("llm", {"assistant_only_loss": True}, "vlm_prompt_completion", MARKED)
+    assert info.value.key == "stage.llm.train.assistant_only_loss"
+    assert "Drop the key" in str(info.value) and "completion_only_loss" in str(info.value)
+    with pytest.raises(RecipeError) as info:
+        choose_loss("llm", {"completion_only_loss": True}, "messages", MARKED)
+    assert info.value.key == "stage.llm.train.completion_only_loss"
+    assert "data.columns.prompt=" in str(info.value)
+
+
+def test_template_support_is_read_from_the_saved_files_as_trl_decides(tmp_path: Path) -> None:
+    import importlib.util
+
+    from recipe_engine.tiny import build_tiny_model
+
+    assert template_support(str(build_tiny_model("tiny-qwen2"))) == MARKED  # tiny: markers
+    assert template_support(None) == UNREAD
+    assert template_support(str(tmp_path)) == UNREAD  # no tokenizer files
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"})
+    )
+    assert template_support(str(tmp_path)) == UNMARKED
+    trl = Path(next(iter(importlib.util.find_spec("trl").submodule_search_locations)))
+    known = (trl / "chat_templates" / "qwen2_5.jinja").read_text()  # TRL has a training version
+    (tmp_path / "chat_template.jinja").write_text(known)
+    assert template_support(str(tmp_path)) == PATCHED
+
+
+def test_plan_chooses_the_flag_prints_it_and_keys_it(tmp_path: Path) -> None:
+    default = plan("recipe=text-lora").stages["llm"]
+    assert default.trainer["assistant_only_loss"] is True
+    assert any("loss: assistant_only_loss (messages rows" in n for n in default.notes)
+    # The default run keeps its key: the chosen flag is what the template used to set.
+    explicit = plan("recipe=text-lora", "++stage.llm.train.assistant_only_loss=true").stages["llm"]
+    assert explicit.fingerprint == default.fingerprint
+
+    data = ["data.source=local", f"data.path={pairs_csv(tmp_path)}", "data.eval_fraction=0.25"]
+    pairs = plan("recipe=text-lora", *data).stages["llm"]
+    assert pairs.trainer["completion_only_loss"] is True
+    assert "assistant_only_loss" not in pairs.trainer
+    assert any("completion_only_loss (prompt/completion rows)" in n for n in pairs.notes)
+    off = plan("recipe=text-lora", *data, "++stage.llm.train.completion_only_loss=false")
+    assert off.stages["llm"].fingerprint != pairs.fingerprint  # the flag is in the key
+    with pytest.raises(RecipeError) as info:
+        plan("recipe=text-lora", *data, "++stage.llm.train.assistant_only_loss=true")
+    assert "prompt/completion rows" in str(info.value)
