@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+from machines import CPU_ONLY
 
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.hardware import Machine
 from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.trainer_settings import (
     MARKED,
@@ -23,15 +23,6 @@ from recipe_engine.plan.trainer_settings import (
     template_support,
 )
 
-CPU_ONLY = Machine(
-    gpus=(),
-    mps_available=False,
-    cuda_visible_devices=None,
-    world_size=1,
-    rank=0,
-    local_rank=0,
-    launched_by="python",
-)
 STAGES = Path(__file__).resolve().parents[2] / "stages"
 
 

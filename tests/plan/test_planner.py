@@ -6,23 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from machines import CPU_ONLY
 
 from recipe_engine.cli.main import main
 from recipe_engine.config.compose import available, compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.hardware import Machine
 from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.render import render_plan
 
-CPU_ONLY = Machine(
-    gpus=(),
-    mps_available=False,
-    cuda_visible_devices=None,
-    world_size=1,
-    rank=0,
-    local_rank=0,
-    launched_by="python",
-)
 USER_RECIPES = Path(__file__).resolve().parents[1] / "fixtures" / "recipes"
 
 
