@@ -443,7 +443,7 @@ def _template(init: InitSource, model: ModelConfig) -> str:
     if init.kind == PARENT:
         try:
             location = model_location(dataclasses.asdict(model))
-        except Exception:  # a GGUF or hub file that cannot be had here: `run` refuses it
+        except RecipeError:  # a GGUF file that cannot be had here: `run` refuses it
             location = None
     return template_support(location, model.revision)
 
