@@ -33,12 +33,14 @@ CODE = {
     "rows": ("plan/data.py", "plan/data_rows.py"),
     "libraries": ("config/library_objects.py", "plan/library_check.py"),
     "models": ("plan/model_files.py",),
+    "lengths": ("plan/memory_inputs.py", "plan/data.py", "plan/data_rows.py"),
 }
 LIBRARIES_BY_KIND = {
     "policies": ("transformers", "peft", "bitsandbytes"),
     "rows": ("datasets",),
     "libraries": ("trl", "transformers", "peft", "bitsandbytes", "accelerate"),
     "models": ("transformers", "safetensors", "huggingface_hub"),
+    "lengths": ("datasets",),
 }
 
 

@@ -33,7 +33,8 @@ LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed", "other")
 ON_UNSUPPORTED = ("error", "skip")
 DEEPSPEED_STAGES = (0, 1, 2, 3)
 
-# Fraction of a GPU's memory the model may use; the rest is activations, CUDA context, etc.
+# Fraction of a GPU's memory accelerate may fill with weights under a balanced device_map
+# (max_memory); the rest is left for activations, the CUDA context, etc.
 MEMORY_FRACTION = 0.9
 
 # Hydra override spellings used in messages: one place to change if the config schema moves.
@@ -78,7 +79,11 @@ class PlacementRequest:
     quant_storage_set: bool = False
     on_unsupported: str = "error"
     deepspeed_stage: int | None = None
+    # The stage's estimated training peak on one device (plan.memory: weights, optimizer,
+    # activations, logits and the CUDA runtime's overhead), compared with a GPU's whole memory.
     model_gib: float = 0.0  # 0 = unknown: fit checks are skipped
+    # What would make it fit (plan.memory.fit_advice), named in a refusal.
+    memory_advice: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,18 +142,25 @@ def _parse_cvd(value: str) -> list[str]:
 
 
 def _fits(model_gib: float, gpus: list[GpuInfo]) -> bool:
-    """Does the model fit each of these GPUs on its own? Unknown sizes count as fitting."""
+    """Does the stage fit each of these GPUs on its own? Unknown sizes count as fitting.
+    The estimate holds the runtime's own overhead already: no further margin here."""
     known = [g.memory_gib for g in gpus if g.memory_gib > 0]
     if model_gib <= 0 or not known:
         return True
-    return model_gib <= MEMORY_FRACTION * min(known)
+    return model_gib <= min(known)
 
 
 def _fits_across(model_gib: float, gpus: list[GpuInfo]) -> bool:
     known = [g.memory_gib for g in gpus if g.memory_gib > 0]
     if model_gib <= 0 or len(known) < len(gpus):
         return True
-    return model_gib <= MEMORY_FRACTION * sum(known)
+    return model_gib <= sum(known)
+
+
+def _advice(req: PlacementRequest) -> str:
+    if not req.memory_advice:
+        return ""
+    return " To fit, change: " + "; or ".join(req.memory_advice) + "."
 
 
 def _max_memory(gpus: list[GpuInfo]) -> dict[int, str] | None:
@@ -352,9 +364,11 @@ def _no_fit_message(req: PlacementRequest, gpus: list[GpuInfo], what: str) -> st
         alts.append(f"more GPUs (`{K_GPUS}=...` or drop `{K_GPUS}`)")
     alts.append(f"`{K_PARALLEL}=fsdp` / `{K_PARALLEL}=deepspeed` with CPU offload")
     return (
-        f"The model needs about {_gib(req.model_gib)} but {what}: one GPU offers "
-        f"{_gib(MEMORY_FRACTION * one)} usable, all {len(gpus)} together "
-        f"{_gib(MEMORY_FRACTION * total)}. Instead try " + ", or ".join(alts) + "."
+        f"The stage needs about {_gib(req.model_gib)} but {what}: one GPU has "
+        f"{_gib(one)}, all {len(gpus)} together {_gib(total)}. Instead try "
+        + ", or ".join(alts)
+        + "."
+        + _advice(req)
     )
 
 
@@ -492,9 +506,9 @@ def _plan_single(c: _Ctx) -> PlacementPlan:
                 alts.append(f"`{K_QUANT}=4bit`")
             alts.append(f"`{K_PARALLEL}=fsdp` with CPU offload")
             raise PlacementRefused(
-                f"`{K_PARALLEL}=single`: the model needs about {_gib(req.model_gib)} but GPU "
-                f"{visible[0].index} offers {_gib(MEMORY_FRACTION * visible[0].memory_gib)} "
-                f"usable. Use {', or '.join(alts)} instead.",
+                f"`{K_PARALLEL}=single`: the stage needs about {_gib(req.model_gib)} but GPU "
+                f"{visible[0].index} has {_gib(visible[0].memory_gib)}. Use "
+                f"{', or '.join(alts)} instead.{_advice(req)}",
                 key=K_PARALLEL,
             )
         if len(visible) >= 2 and not c.external:

@@ -29,7 +29,7 @@ from recipe_engine.config.schema import (
     without_empty_sections,
 )
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
-from recipe_engine.plan import dag, data, data_rows, gguf, memo, model_files
+from recipe_engine.plan import dag, data, data_rows, gguf, memo, memory_inputs, model_files
 from recipe_engine.plan.data import data_identity
 from recipe_engine.plan.hardware import Machine, detect_machine, parse_gpus, profile_gpus
 from recipe_engine.plan.library_check import check_with_libraries
@@ -105,10 +105,10 @@ def _plan_stage(
         policy = evaluation_policy(name, stage, graph.children(name))
     else:
         policy = plan_policy(name, stage, model, readable=init.unavailable is None)
-    placement = _place(name, cfg, machine, stage, policy, model)
+    rows = plan_data(stage_data(name, cfg.data, stage.data), model.kind, cfg.seed, datas)
+    placement = _place(name, cfg, machine, stage, policy, model, rows)
     if placement.quantization == "none":  # skipped where bitsandbytes cannot run (recorded)
         policy = dataclasses.replace(policy, quantization=None)
-    rows = plan_data(stage_data(name, cfg.data, stage.data), model.kind, cfg.seed, datas)
     stage, loss_notes = _loss_follows_data(name, stage, rows, init, model)
     _check_trainable_rows(name, stage, rows, cfg.eval.enabled)
     _check_rows_reach_training(name, policy, rows)
@@ -125,6 +125,7 @@ def _plan_stage(
         placement=placement,
         trainer=trainer_settings(stage, placement, cfg.seed, model.kind, rows.eval_rows > 0),
         notes=[*_notes(policy, model, stage, init), *loss_notes],
+        memory=_memory(name, cfg, machine, stage, policy, model, rows, placement),
     )
 
 
@@ -321,8 +322,16 @@ def _place(
     stage: StageConfig,
     policy: PolicyPlan,
     model: ModelConfig,
+    rows: DataPlan,
 ) -> PlacementPlan:
     request = placement_request(cfg, machine, stage, _footprint_gib(policy, model, stage))
+    # The estimated peak on one device decides fit / refuse (the rough footprint only
+    # where no config is at hand to estimate from).
+    single = _memory(name, cfg, machine, stage, policy, model, rows, None)
+    if single is not None:
+        request = dataclasses.replace(
+            request, model_gib=single.estimate.peak, memory_advice=tuple(single.advice())
+        )
     if request.parallel == "deepspeed":  # ZeRO-3 shards weights: placement checks differ
         _require("deepspeed", "parallel=deepspeed")
         request = dataclasses.replace(request, deepspeed_stage=zero_stage(name, stage.train))
@@ -374,6 +383,37 @@ def _footprint_gib(policy: PolicyPlan, model: ModelConfig, stage: StageConfig) -
         if component in policy.trained:
             total += count * TRAINABLE_BYTES
     return total * 1.2 / 2**30  # activations and allocator slack
+
+
+def _memory(
+    name: str,
+    cfg: EngineConfig,
+    machine: Machine,
+    stage: StageConfig,
+    policy: PolicyPlan,
+    model: ModelConfig,
+    rows: DataPlan,
+    placement: PlacementPlan | None,
+) -> memory_inputs.StageMemory | None:
+    """The stage's estimated peak per device (`placement` None: on one GPU, before placing)."""
+    if stage.evaluate_only:
+        return None
+    if policy.deferred:  # a hub model's config is not readable here: its shipped snapshot
+        policy = memory_inputs.snapshot_policy(name, stage, model) or policy
+    hardware = cfg.hardware
+    gpus = profile_gpus(dataclasses.asdict(hardware)) if not hardware.detect else machine.gpus
+    on_gpu = placement is None or placement.device == "cuda"
+    capacity = min((g.memory_gib for g in gpus), default=0.0) if on_gpu else 0.0
+    deepspeed = placement is not None and placement.mode == "deepspeed"
+    return memory_inputs.stage_memory(
+        stage,
+        model,
+        policy,
+        rows,
+        placement,
+        capacity or None,
+        zero_stage(name, stage.train) if deepspeed else None,
+    )
 
 
 def _require(package: str, why: str) -> None:

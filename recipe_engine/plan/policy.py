@@ -104,7 +104,39 @@ def decide_policy(name: str, stage: StageConfig, inventory: ModelInventory | Non
         lora=lora,
         quantization=quant,
         param_counts=inventory.param_counts,
+        lora_params=_lora_params(meta, lora, stage.lora),
+        quantized_params=_quantized_params(meta, layout, quant),
     )
+
+
+def _lora_params(meta: Any, lora: AdapterPlan | None, settings: Any) -> int:
+    """r x (in + out) per adapted linear module: LoRA's A and B matrices."""
+    if lora is None:
+        return 0
+    rank = int((settings or {}).get("r", 8))
+    total = 0
+    for target in lora.targets:
+        module = meta.get_submodule(target)
+        total += rank * (getattr(module, "in_features", 0) + getattr(module, "out_features", 0))
+    return total
+
+
+def _quantized_params(meta: Any, layout: Layout, quant: QuantPlan | None) -> int:
+    """Linear weights bitsandbytes stores in 4/8 bits: in the quantized components, outside
+    every skip-module (transformers matches a skip by module-name prefix or segment)."""
+    if quant is None:
+        return 0
+    skips = list(quant.config.get("llm_int8_skip_modules") or [])
+    total = 0
+    for name, module in meta.named_modules():
+        if type(module).__name__ != "Linear" or component_of(f"{name}.weight", layout) not in (
+            quant.components
+        ):
+            continue
+        if any(name == s or name.startswith(f"{s}.") or f".{s}" in f".{name}" for s in skips):
+            continue
+        total += module.weight.numel()
+    return total
 
 
 def evaluation_policy(name: str, stage: StageConfig, children: Sequence[str]) -> PolicyPlan:

@@ -16,6 +16,7 @@ from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, S
 from recipe_engine.plan import data
 from recipe_engine.plan.dag import StageGraph
 from recipe_engine.plan.hardware import Machine
+from recipe_engine.plan.memory import StageMemory
 from recipe_engine.plan.placement import PlacementPlan
 
 # Where a stage's weights come from.
@@ -106,6 +107,10 @@ class PolicyPlan:
     lora: AdapterPlan | None = None
     quantization: QuantPlan | None = None
     param_counts: dict[str, int] | None = None  # per component; None: config unreadable here
+    # For the memory estimate (plan.memory): LoRA's own parameters, and the weights stored
+    # in 4/8 bits (the quantized components' linear weights, bar skip-modules).
+    lora_params: int | None = None
+    quantized_params: int | None = None
 
     @property
     def deferred(self) -> bool:
@@ -135,6 +140,7 @@ class StagePlan:
     placement: PlacementPlan
     trainer: dict[str, Any]  # SFTConfig arguments, all but output_dir (the store's)
     notes: list[str] = field(default_factory=list)
+    memory: StageMemory | None = None  # the estimated peak; None: no config to estimate from
 
     @property
     def evaluate_only(self) -> bool:

@@ -30,6 +30,7 @@ def _stage_lines(index: int, stage: StagePlan) -> list[str]:
         f"    quantized: {_quant_text(stage)}",
         f"    dtype:     {stage.dtype}",
         *(f"    {line}" for line in describe(stage.placement)),
+        *(f"    {line}" for line in _memory_lines(stage)),
         *(f"    note: {note}" for note in stage.notes),
     ]
 
@@ -62,3 +63,16 @@ def _quant_text(stage: StagePlan) -> str:
     if quant.components == [OTHER]:
         where = "the model bar llm_int8_skip_modules"
     return f"{quant.bits} {kind} on {where}"
+
+
+def _memory_lines(stage: StagePlan) -> list[str]:
+    memory = stage.memory
+    if stage.evaluate_only:
+        return []
+    if memory is None:
+        return ["memory:    (not estimated: the model's config is not readable here)"]
+    lines = [f"memory:    {memory.describe()}"]
+    advice = memory.advice()
+    if advice:
+        lines.append("warning: it does not fit; change " + ", or ".join(advice))
+    return lines

@@ -1,0 +1,518 @@
+"""Memory estimate: how much memory a stage needs per device, and of what.
+
+Pure arithmetic over plain data (no torch): the model's shape (read from its config),
+its parameter counts per component (from the policy), the stage's policy and its trainer
+settings. `estimate_memory` returns the peak per device as a breakdown; `plan` prints it,
+placement decides fit / refuse with it, and `make bench-memory` compares it with peaks
+measured on real runs.
+
+The peak is the larger of two moments of a training step:
+
+- the start of the backward pass: weights, optimizer state (kept from earlier steps), every
+  saved activation and the logits with their loss buffers all live; gradients barely begun;
+- the optimizer step: weights, every gradient, the optimizer state and its temporaries;
+  the activations are freed by then.
+
+Widths follow what the libraries do (transformers 5.x, PEFT, TRL, bitsandbytes, torch):
+PEFT keeps LoRA weights in fp32 (`autocast_adapter_dtype`), `prepare_model_for_kbit_training`
+upcasts every non-quantized weight of a k-bit model to fp32, TRL casts a k-bit model's
+trainable weights to bf16 when training in bf16, torch optimizers keep their state in the
+parameter's dtype, and the HF causal-LM loss upcasts the logits to fp32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+GIB = 2**30
+WIDTH = {"float32": 4, "bfloat16": 2, "float16": 2}
+# NF4 / FP4: half a byte per weight plus one absmax per block of 64 weights: fp32, or with
+# double quantization an int8 per block plus one fp32 per 256 blocks (QLoRA paper, 3.1).
+NF4_BLOCK = 64
+NF4_BYTES = 0.5 + 4 / NF4_BLOCK
+NF4_DOUBLE_QUANT_BYTES = 0.5 + 1 / NF4_BLOCK + 4 / (NF4_BLOCK * 256)
+# LLM.int8: one byte per weight plus an fp32 scale per output row (SCB); rows ~ hidden size.
+INT8_BYTES = 1.0
+# Saved activations per token of one transformer layer, in hidden-size (h) and MLP-width (I)
+# units. Trained layer: norm input and output, q and k after RoPE, v, the attention output
+# (6h); the gated MLP's gate, activation, up and product (4I). A frozen layer that gradients
+# only pass through saves no linear inputs: the element-wise ops keep 4h + 3I.
+TRAINED_H, TRAINED_I = 6, 4
+PASS_H, PASS_I = 4, 3
+# Logits: the lm_head output (compute width), and in fp32 the upcast copy (freed once the
+# log-softmax has consumed it), the saved log-softmax and, at the start of the backward
+# pass, the gradients of the loss and of the log-softmax: 12 fp32 bytes beyond the output.
+LOGIT_FP32_BUFFERS = 3
+# Runtime memory outside tensors (CUDA context, cuBLAS workspace, allocator fragmentation).
+# CPU peaks are measured from live tensor bytes: nothing to add there.
+CUDA_OVERHEAD_GIB = 0.8
+# Optimizer state bytes per trainable parameter, as multiples of the parameter's width
+# ("param") or fixed bytes ("bytes"); unknown names count as AdamW (the common default).
+OPTIMIZER_STATES = {
+    "adamw": ("param", 2),
+    "adam": ("param", 2),
+    "sgd": ("param", 0),  # the HF Trainer's SGD has no momentum unless optim_args says so
+    "adagrad": ("param", 1),
+    "rmsprop": ("param", 1),
+    "lion": ("param", 1),
+    "adafactor": ("param", 0),  # factored second moments: rows + columns, negligible
+    "8bit": ("bytes", 2),  # bitsandbytes 8-bit AdamW: two uint8 states (+ tiny quant maps)
+    "lion_8bit": ("bytes", 1),
+}
+
+
+@dataclass(frozen=True)
+class VisionShape:
+    """A vision tower: its transformer blocks and how an image becomes tokens."""
+
+    hidden_size: int
+    num_layers: int
+    intermediate_size: int
+    patches_per_image: int  # the tower's sequence per image
+    tokens_per_image: int  # what reaches the language model (after merging)
+    pixel_values_per_image: int  # processor output floats per image
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The language model's transformer, and the vision tower of a VLM."""
+
+    hidden_size: int
+    num_layers: int
+    intermediate_size: int
+    vocab_size: int
+    num_heads: int
+    vision: VisionShape | None = None
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How one replica's memory is split over devices (see `_shares`)."""
+
+    mode: str = "single"  # single | model_parallel | ddp | fsdp | deepspeed
+    devices: int = 1
+    zero_stage: int | None = None
+
+
+@dataclass(frozen=True)
+class MemoryRequest:
+    """One training stage on one device, as plain data (`plan.memory_inputs` fills it)."""
+
+    shape: ModelShape
+    param_counts: Mapping[str, int]  # component -> parameters
+    trained: tuple[str, ...] = ()  # components trained in full
+    lora_components: tuple[str, ...] = ()
+    lora_params: int = 0
+    quantized_components: tuple[str, ...] = ()
+    quantized_params: int = 0  # weights stored in 4 or 8 bits
+    bits: str = "none"  # none | 4bit | 8bit
+    double_quant: bool = False
+    dtype: str = "float32"  # the stage's weights and compute dtype
+    accelerated: bool = False  # cuda / mps: TRL's bf16 cast of k-bit trainables applies
+    batch: int = 8
+    text_tokens: int = 512  # per row, the longest a batch pads to
+    images_per_row: int = 0
+    gradient_checkpointing: bool = False
+    optim: str = "adamw_torch_fused"
+    attention: str = "sdpa"  # eager also keeps the attention matrix
+    sharding: Sharding = field(default_factory=Sharding)
+    overhead_gib: float = 0.0
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The peak on one device, in GiB, by what holds it."""
+
+    weights: float
+    lora: float
+    gradients: float
+    optimizer: float
+    activations: float
+    logits: float
+    overhead: float
+    phase: str  # backward | optimizer step: the moment the peak falls in
+    devices: int = 1
+
+    @property
+    def peak(self) -> float:
+        return (
+            self.weights
+            + self.lora
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + self.logits
+            + self.overhead
+        )
+
+    def parts(self) -> list[tuple[str, float]]:
+        named = [
+            ("weights", self.weights),
+            ("lora", self.lora),
+            ("gradients", self.gradients),
+            ("optimizer", self.optimizer),
+            ("activations", self.activations),
+            ("logits", self.logits),
+            ("overhead", self.overhead),
+        ]
+        return [(n, v) for n, v in named if v > 0]
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """A stage's estimate as `plan` prints it, with what would make it fit."""
+
+    estimate: MemoryEstimate
+    where: str  # cuda:0 | cpu | mps
+    capacity_gib: float | None  # the device's memory; None: unknown (CPU)
+    request: MemoryRequest
+    assumptions: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return describe_memory(self.estimate, self.where, self.capacity_gib)
+
+    @property
+    def fits(self) -> bool:
+        return self.capacity_gib is None or self.estimate.peak <= self.capacity_gib
+
+    def advice(self) -> list[str]:
+        if self.fits or self.capacity_gib is None:
+            return []
+        return fit_advice(self.request, self.capacity_gib)
+
+
+# --------------------------------------------------------------------------- shape
+
+
+def model_shape(
+    config: Mapping, processor: Mapping | None = None, image_pixels: int = 0
+) -> ModelShape:
+    """The shape from a transformers config.json; a VLM's image tokens from its processor's
+    config and the data's largest image (`image_pixels`, width x height)."""
+    text = config.get("text_config") or config
+    vision = config.get("vision_config")
+    hidden = int(_first(text, "hidden_size", "n_embd", "d_model"))
+    return ModelShape(
+        hidden_size=hidden,
+        num_layers=int(_first(text, "num_hidden_layers", "n_layer", "num_layers")),
+        intermediate_size=int(_first(text, "intermediate_size", "n_inner", default=4 * hidden)),
+        vocab_size=int(_first(text, "vocab_size", default=config.get("vocab_size", 32000))),
+        num_heads=int(_first(text, "num_attention_heads", "n_head", default=1)),
+        vision=_vision_shape(vision, processor or {}, image_pixels) if vision else None,
+    )
+
+
+def _first(config: Mapping, *keys: str, default: object = None) -> object:
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    if default is None:
+        raise KeyError(f"config has none of {', '.join(keys)}")
+    return default
+
+
+def _vision_shape(vision: Mapping, processor: Mapping, image_pixels: int) -> VisionShape:
+    hidden = int(_first(vision, "embed_dim", "hidden_size"))
+    mlp = vision.get("intermediate_size") or int(hidden * float(vision.get("mlp_ratio", 4)))
+    patch = int(_first(processor, "patch_size", default=vision.get("patch_size", 14)))
+    merge = int(processor.get("merge_size") or vision.get("spatial_merge_size") or 1)
+    layers = int(_first(vision, "depth", "num_hidden_layers"))
+    if merge > 1:  # Qwen2-VL: the image keeps its size within [min, max] pixels
+        temporal = int(vision.get("temporal_patch_size") or 1)
+        side = math.sqrt(_clamp_pixels(image_pixels, processor))
+        grid = max(round(side / (patch * merge)), 1) * merge
+        patches = grid * grid
+        return VisionShape(
+            hidden,
+            layers,
+            int(mlp),
+            patches,
+            patches // merge**2,
+            patches * 3 * patch * patch * temporal,
+        )
+    side = _processor_side(processor, vision)  # CLIP-style: resized to one fixed square
+    patches = (side // patch) ** 2
+    return VisionShape(hidden, layers, int(mlp), patches + 1, patches, 3 * side * side)
+
+
+def _clamp_pixels(pixels: int, processor: Mapping) -> float:
+    size = processor.get("size") if isinstance(processor.get("size"), Mapping) else {}
+    low = processor.get("min_pixels") or size.get("shortest_edge") or 56 * 56
+    high = processor.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280
+    return float(min(max(pixels or high, low), high))
+
+
+def _processor_side(processor: Mapping, vision: Mapping) -> int:
+    """The square side a fixed-size processor resizes every image to."""
+    for key in ("crop_size", "size"):
+        value = processor.get(key)
+        if isinstance(value, Mapping):
+            for inner in ("height", "shortest_edge", "longest_edge"):
+                if value.get(inner):
+                    return int(value[inner])
+        elif isinstance(value, int):
+            return value
+    return int(vision.get("image_size") or 448)
+
+
+# --------------------------------------------------------------------------- estimate
+
+
+def estimate_memory(req: MemoryRequest) -> MemoryEstimate:
+    """The peak per device of one training step, by what holds it."""
+    weights = _weights(req)
+    lora = req.lora_params * _trainable_width(req, lora=True)
+    grads = _trainable_params(req) * _trainable_width(req) + lora
+    optimizer = _optimizer(req, _trainable_params(req), lora)
+    activations = _activations(req)
+    logits = _logits(req)
+    full = {"weights": weights, "lora": lora, "gradients": grads, "optimizer": optimizer}
+    shared = _shares(req.sharding, full)
+    model_parallel = req.sharding.mode == "model_parallel"
+    act_share = activations / req.sharding.devices if model_parallel else activations
+    backward = act_share + logits  # logits live on the device holding lm_head
+    step = shared["gradients"] + _step_temporaries(req, shared["optimizer"])
+    phase = "backward" if backward >= step else "optimizer step"
+    return MemoryEstimate(
+        weights=shared["weights"] / GIB,
+        lora=shared["lora"] / GIB,
+        gradients=(0.0 if phase == "backward" else step) / GIB,
+        optimizer=shared["optimizer"] / GIB,
+        activations=(act_share if phase == "backward" else 0.0) / GIB,
+        logits=(logits if phase == "backward" else 0.0) / GIB,
+        overhead=req.overhead_gib,
+        phase=phase,
+        devices=req.sharding.devices,
+    )
+
+
+def _weights(req: MemoryRequest) -> float:
+    """Every stored weight at its width; trained components under LoRA are copied
+    (PEFT's modules_to_save) and the copy is trainable."""
+    dtype_width = WIDTH[req.dtype]
+    # prepare_model_for_kbit_training upcasts every non-quantized weight to fp32.
+    plain_width = 4 if req.bits != "none" else dtype_width
+    total = 0.0
+    for component, count in req.param_counts.items():
+        quantized = 0
+        if component in req.quantized_components:
+            quantized = _quantized_share(req, component, count)
+        total += quantized * _quant_bytes(req) + (count - quantized) * plain_width
+        if component in req.trained and req.lora_components:
+            total += count * _trainable_width(req)
+    return total
+
+
+def _quantized_share(req: MemoryRequest, component: str, count: int) -> int:
+    """The quantized weights of one component: the planned total split by component size."""
+    sizes = {c: req.param_counts.get(c, 0) for c in req.quantized_components}
+    total = sum(sizes.values()) or 1
+    return min(count, round(req.quantized_params * sizes[component] / total))
+
+
+def _quant_bytes(req: MemoryRequest) -> float:
+    if req.bits == "4bit":
+        return NF4_DOUBLE_QUANT_BYTES if req.double_quant else NF4_BYTES
+    if req.bits == "8bit":
+        return INT8_BYTES + 4 / req.shape.hidden_size
+    return WIDTH[req.dtype]
+
+
+def _trainable_params(req: MemoryRequest) -> int:
+    """Parameters trained in full (LoRA's own counted apart)."""
+    return sum(req.param_counts.get(c, 0) for c in req.trained)
+
+
+def _trainable_width(req: MemoryRequest, lora: bool = False) -> int:
+    if req.bits != "none" and req.accelerated and req.dtype == "bfloat16":
+        return 2  # TRL casts a k-bit model's trainable weights to bf16
+    if lora:
+        return 4  # PEFT's autocast_adapter_dtype keeps adapters in fp32
+    return 4 if req.bits != "none" else WIDTH[req.dtype]
+
+
+def _optimizer(req: MemoryRequest, full_params: int, lora_params: int) -> float:
+    kind, amount = optimizer_states(req.optim)
+    if kind == "bytes":
+        return (full_params + lora_params) * amount
+    return amount * (
+        full_params * _trainable_width(req) + lora_params * _trainable_width(req, True)
+    )
+
+
+def optimizer_states(optim: str) -> tuple[str, int]:
+    """(unit, amount) of state per trainable parameter for an HF `optim` name."""
+    name = optim.lower()
+    if "lion" in name and "8bit" in name:
+        return OPTIMIZER_STATES["lion_8bit"]
+    if "8bit" in name:
+        return OPTIMIZER_STATES["8bit"]
+    for key in ("sgd", "adagrad", "rmsprop", "lion", "adafactor", "adamw", "adam"):
+        if key in name:
+            return OPTIMIZER_STATES[key]
+    return OPTIMIZER_STATES["adamw"]
+
+
+def _step_temporaries(req: MemoryRequest, optimizer_bytes: float) -> float:
+    """torch's foreach AdamW allocates a state-sized temporary; fused and 8-bit ones do not."""
+    name = req.optim.lower()
+    if "fused" in name or "8bit" in name or optimizer_bytes == 0:
+        return 0.0
+    return optimizer_bytes / 2
+
+
+def _shares(sharding: Sharding, full: Mapping[str, float]) -> dict[str, float]:
+    """Per-device share of weights, LoRA, gradients and optimizer state.
+
+    model_parallel: a balanced device_map spreads the layers (and with them everything
+    else) evenly; ddp: a full replica each; fsdp: all three sharded; DeepSpeed ZeRO-1
+    shards the optimizer state, ZeRO-2 also the gradients, ZeRO-3 also the weights.
+    """
+    n = max(sharding.devices, 1)
+    sharded: set[str] = set()
+    if sharding.mode in ("model_parallel", "fsdp"):
+        sharded = {"weights", "lora", "gradients", "optimizer"}
+    elif sharding.mode == "deepspeed":
+        stage = 2 if sharding.zero_stage is None else sharding.zero_stage
+        sharded = {
+            0: set(),
+            1: {"optimizer"},
+            2: {"optimizer", "gradients"},
+            3: {"optimizer", "gradients", "weights", "lora"},
+        }[stage]
+    return {k: v / n if k in sharded else v for k, v in full.items()}
+
+
+def _tokens(req: MemoryRequest) -> int:
+    vision = req.shape.vision
+    image = req.images_per_row * vision.tokens_per_image if vision else 0
+    return req.batch * (req.text_tokens + image)
+
+
+def _activations(req: MemoryRequest) -> float:
+    """Saved activations of the vision tower and the language model, plus the batch."""
+    width = WIDTH[req.dtype]
+    flows = _gradient_flows(req)
+    total = 0.0
+    vision = req.shape.vision
+    if vision and req.images_per_row:
+        vision_tokens = req.batch * req.images_per_row * vision.patches_per_image
+        if flows["vision_tower"]:
+            total += _stack(
+                req,
+                vision_tokens,
+                vision.hidden_size,
+                vision.intermediate_size,
+                vision.num_layers,
+                trained=True,
+                heads=1,
+            )
+        pixels = req.batch * req.images_per_row * vision.pixel_values_per_image
+        total += pixels * 4  # pixel_values arrive in fp32
+    if flows["language_model"] != "none":
+        shape = req.shape
+        total += _stack(
+            req,
+            _tokens(req),
+            shape.hidden_size,
+            shape.intermediate_size,
+            shape.num_layers,
+            trained=flows["language_model"] == "trained",
+            heads=shape.num_heads,
+        )
+        total += 2 * _tokens(req) * shape.hidden_size * width  # final norm, lm_head input
+    return total
+
+
+def _gradient_flows(req: MemoryRequest) -> dict[str, object]:
+    """Which stacks keep activations: a trained one; a frozen one only when something
+    trained sits before it (gradients pass through on their way back)."""
+    trained = set(req.trained) | set(req.lora_components)
+    vision = bool(trained & {"vision_tower"})
+    upstream = bool(trained & {"vision_tower", "projector", "embeddings"})
+    if "language_model" in trained:
+        language = "trained"
+    elif upstream:
+        language = "pass"
+    else:
+        language = "none"
+    return {"vision_tower": vision, "language_model": language}
+
+
+def _stack(
+    req: MemoryRequest,
+    tokens: int,
+    hidden: int,
+    mlp: int,
+    layers: int,
+    *,
+    trained: bool,
+    heads: int,
+) -> float:
+    """A stack of layers: every layer's saved activations, or under gradient checkpointing
+    each layer's input plus one layer recomputed at a time."""
+    width = WIDTH[req.dtype]
+    h, i = (TRAINED_H, TRAINED_I) if trained else (PASS_H, PASS_I)
+    per_layer = tokens * (h * hidden + i * mlp) * width
+    if req.attention == "eager":  # the softmax matrix (fp32 upcast) and its output
+        seq = tokens // max(req.batch, 1)
+        per_layer += req.batch * heads * seq * seq * (4 + width)
+    if req.gradient_checkpointing:
+        return layers * tokens * hidden * width + per_layer
+    return layers * per_layer
+
+
+def _logits(req: MemoryRequest) -> float:
+    elements = _tokens(req) * req.shape.vocab_size
+    width = WIDTH[req.dtype]
+    return elements * (width + 4 * LOGIT_FP32_BUFFERS)
+
+
+# --------------------------------------------------------------------------- text
+
+
+def describe_memory(estimate: MemoryEstimate, where: str, capacity_gib: float | None) -> str:
+    """`~17.4 GiB peak on cuda:0 of 48 GiB (weights 8.9, optimizer 2.7, ...)`; below one
+    GiB in MiB, so a tiny model's estimate still says something."""
+    scale, unit = (1.0, "GiB") if estimate.peak >= 1 else (1024.0, "MiB")
+    parts = ", ".join(
+        f"{name} {value * scale:.1f}" for name, value in estimate.parts() if value * scale >= 0.05
+    )
+    of = f" of {capacity_gib:.0f} GiB" if capacity_gib else ""
+    each = f" (each of {estimate.devices})" if estimate.devices > 1 else ""
+    return f"~{estimate.peak * scale:.1f} {unit} peak on {where}{each}{of} ({parts})"
+
+
+def fit_advice(req: MemoryRequest, capacity_gib: float) -> list[str]:
+    """What would bring the stage under `capacity_gib` per device, cheapest change first."""
+    advice: list[str] = []
+    for batch in (req.batch // 2, req.batch // 4, 1):
+        if (
+            1 <= batch < req.batch
+            and estimate_memory(replace(req, batch=batch)).peak <= capacity_gib
+        ):
+            advice.append(
+                f"per_device_train_batch_size={batch} (raise gradient_accumulation_steps)"
+            )
+            break
+    if not req.gradient_checkpointing:
+        if estimate_memory(replace(req, gradient_checkpointing=True)).peak <= capacity_gib:
+            advice.append("gradient_checkpointing=true")
+    if req.bits == "none" and "language_model" not in req.trained:
+        quantized = replace(
+            req,
+            bits="4bit",
+            double_quant=True,
+            quantized_components=("language_model",),
+            quantized_params=req.param_counts.get("language_model", 0),
+        )
+        if estimate_memory(quantized).peak <= capacity_gib:
+            advice.append("quantization 4-bit on the frozen language model")
+    for devices in (2, 4, 8):
+        sharded = replace(req, sharding=Sharding("fsdp", devices))
+        if estimate_memory(sharded).peak <= capacity_gib:
+            advice.append(f"parallel=fsdp over {devices} GPUs")
+            break
+    return advice
