@@ -30,6 +30,7 @@ from recipe_engine.run.loading import (
     torch_dtype,
     weights_to_load,
 )
+from recipe_engine.run.memory_peak import PeakMemory, peak_memory
 from recipe_engine.run.policies import apply_freeze, apply_lora, bnb_config
 from recipe_engine.run.policies import enable_gradient_checkpointing as checkpointing
 from recipe_engine.run.trainer import (
@@ -157,10 +158,19 @@ class StageRecipe:
         if self.main_process:  # drop what an interrupted attempt logged past its checkpoint
             self.metrics_log.resume_from(int(resume.name.split("-")[-1]) if resume else 0)
         started = time.time()
-        self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        with peak_memory(self.stage.placement.device) as peak:
+            self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         self.timings["train_s"] = time.time() - started
+        self._record_memory(peak)
         self.metrics.steps = self.trainer.state.global_step
         self.metrics.train_losses = self.metrics_log.losses()
+
+    def _record_memory(self, peak: PeakMemory) -> None:
+        estimate = self.stage.memory
+        self.metrics.estimated_peak_gib = round(estimate.estimate.peak, 4) if estimate else None
+        self.metrics.measured_peak_gib = round(peak.peak_gib, 4)
+        self.metrics.memory_measure = peak.method
+        self.timings["memory_tracking_s"] = round(peak.tracking_s, 3)
 
     def _finite_checkpoint(self) -> Path | None:
         """The newest checkpoint to resume from whose weights are all finite: one written

@@ -43,6 +43,11 @@ class StageMetrics:
     eval_accuracy: float | None = None
     base_accuracy: float | None = None  # the untrained base, on the same rows (root stages)
     evaluation_error: str | None = None  # the evaluation failed; the weights are committed
+    # Peak memory of training on one device, in GiB: the plan's estimate and what was measured
+    # (run.memory_peak: CUDA allocator peak, or live tensor bytes on CPU), and how.
+    estimated_peak_gib: float | None = None
+    measured_peak_gib: float | None = None
+    memory_measure: str | None = None
 
     def eval_text(self) -> str:
         """ "acc 96%, loss 0.037", or "-" when nothing was evaluated."""

@@ -1,0 +1,103 @@
+"""The peak memory a stage's training really used, to set beside the plan's estimate.
+
+CUDA: the caching allocator's own counters (`max_memory_allocated`, `max_memory_reserved`).
+CPU has no allocator statistics, and process RSS mixes in the Python heap, libraries and
+memory the allocator keeps: `LiveTensorBytes` counts tensor storages instead. Every storage
+alive when training starts (weights, quantization constants, ...) is the baseline; a
+`TorchDispatchMode` sees every storage an operator creates afterwards (activations, logits,
+gradients, optimizer state, in the backward pass too) and a weak reference tells when it is
+freed. The peak is the most bytes alive at once.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+GIB = 2**30
+
+
+@dataclass
+class PeakMemory:
+    """What was measured: the peak in GiB, how, and what measuring cost."""
+
+    peak_gib: float = 0.0
+    reserved_gib: float | None = None  # CUDA: the allocator's reserved peak
+    method: str = ""
+    tracking_s: float = 0.0  # time spent in the tracker's own bookkeeping (CPU)
+
+
+class LiveTensorBytes(TorchDispatchMode):
+    """Bytes of live tensor storages, and their peak, while the mode is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self.seen: set[int] = set()
+        self.spent_s = 0.0
+
+    def start(self) -> None:
+        """Every storage alive now is the baseline (weights, buffers, quantization state)."""
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor) and not obj.is_meta:
+                self._add(obj)
+        self.peak = self.live
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        started = time.perf_counter()
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                self._add(leaf)
+        self.spent_s += time.perf_counter() - started
+        return out
+
+    def _add(self, tensor: torch.Tensor) -> None:
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse, nested and similar: no storage
+            return
+        key = id(storage)
+        size = storage.nbytes()
+        if key in self.seen or size == 0 or storage.device.type == "meta":
+            return
+        self.seen.add(key)
+        self.live += size
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(storage, self._free, key, size)
+
+    def _free(self, key: int, size: int) -> None:
+        self.seen.discard(key)
+        self.live -= size
+
+
+@contextmanager
+def peak_memory(device: str) -> Iterator[PeakMemory]:
+    """Measure the peak of the block on `device` (cuda | cpu | mps); filled in on exit."""
+    result = PeakMemory()
+    if device == "cuda" and torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+        yield result
+        result.peak_gib = torch.cuda.max_memory_allocated() / GIB
+        result.reserved_gib = torch.cuda.max_memory_reserved() / GIB
+        result.method = "cuda max_memory_allocated"
+        return
+    tracker = LiveTensorBytes()
+    started = time.perf_counter()
+    tracker.start()
+    baseline_s = time.perf_counter() - started
+    with tracker:
+        yield result
+    result.peak_gib = tracker.peak / GIB
+    result.method = "live tensor bytes (TorchDispatchMode)"
+    result.tracking_s = baseline_s + tracker.spent_s
