@@ -98,7 +98,7 @@ def run_case(case: Case, data: Path) -> dict:
         ]
         if case.overrides[1:2] == ("model=smollm2-135m",):
             args += [
-                f"data.source=local",
+                "data.source=local",
                 f"data.path={data}",
                 "data.name=long",
                 "data.eval_split=null",

@@ -34,6 +34,7 @@ class PeakMemory:
     reserved_gib: float | None = None  # CUDA: the allocator's reserved peak
     method: str = ""
     tracking_s: float = 0.0  # time spent in the tracker's own bookkeeping (CPU)
+    baseline_gib: float = 0.0  # CPU: tensors alive before the first step (weights and more)
 
 
 class LiveTensorBytes(TorchDispatchMode):
@@ -95,6 +96,7 @@ def peak_memory(device: str) -> Iterator[PeakMemory]:
     tracker = LiveTensorBytes()
     started = time.perf_counter()
     tracker.start()
+    result.baseline_gib = tracker.live / GIB
     baseline_s = time.perf_counter() - started
     with tracker:
         yield result
