@@ -33,7 +33,8 @@ def usage() -> str:
     from recipe_engine.config.compose import available
 
     lines = [
-        "usage: python -m recipe_engine [VERB] [key=value ...] [-m] [--config-dir DIR]",
+        "usage: recipe-engine [VERB] [key=value ...] [-m] [--config-dir DIR]",
+        "       (or python -m recipe_engine ...: the same command)",
         "",
         "verbs:",
         *(f"  {verb:<8} {text}" for verb, text in VERBS.items()),

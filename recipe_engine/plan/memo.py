@@ -34,10 +34,29 @@ CODE = {
     "libraries": ("config/library_objects.py", "plan/library_check.py"),
     "models": ("plan/model_files.py",),
 }
+# Distributions of the `report_to` integrations (transformers' is_*_available checks).
+TRACKERS = (
+    "tensorboard",
+    "tensorboardX",
+    "wandb",
+    "mlflow",
+    "comet_ml",
+    "clearml",
+    "dvclive",
+    "swanlab",
+    "trackio",
+    "neptune",
+    "neptune-client",
+    "codecarbon",
+    "dagshub",
+    "azureml-core",
+    "flytekit",
+)
 LIBRARIES_BY_KIND = {
     "policies": ("transformers", "peft", "bitsandbytes"),
     "rows": ("datasets",),
-    "libraries": ("trl", "transformers", "peft", "bitsandbytes", "accelerate"),
+    # The trackers too: whether `report_to` passes depends on which of them are installed.
+    "libraries": ("trl", "transformers", "peft", "bitsandbytes", "accelerate", *TRACKERS),
     "models": ("transformers", "safetensors", "huggingface_hub"),
 }
 
