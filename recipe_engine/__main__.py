@@ -2,7 +2,7 @@
 
 import sys
 
-from recipe_engine.cli.main import main
+from recipe_engine.cli.main import console
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

@@ -1,4 +1,5 @@
-"""Files the engine writes: atomically (never half a file), under a lock when shared."""
+"""Files the engine writes: atomically (never half a file), under a lock when shared, and
+readable by whoever the user's umask lets read them."""
 
 from __future__ import annotations
 
@@ -23,6 +24,34 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, default=str))
+
+
+def current_umask() -> int:
+    """The process umask. Read from /proc where possible: `os.umask` can only read it by
+    setting it, which for a moment changes it for every thread of the process."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def share_as_umask(folder: Path) -> None:
+    """Give `folder` and everything in it the mode a plain `open` / `mkdir` would: files
+    0666 and folders 0777, less the umask (0644 / 0755 under the usual 022).
+
+    safetensors (and mkdtemp, mkstemp) write private 0600 files, so without this a store or
+    cache shared by a group holds weights only their writer can read. Symlinks are left alone:
+    chmod would follow them out of the folder.
+    """
+    mask = current_umask()
+    for path in (folder, *folder.rglob("*")):
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def file_lock(path: Path, timeout: float = -1) -> FileLock:

@@ -3,7 +3,8 @@
 Nothing here touches a model hub. Every artefact is built deterministically on first use into
 ``<cache>/models/<name>-<version>`` or ``<cache>/data/<name>-<version>`` and reused afterwards.
 A build writes into a hidden temporary folder beside the target and renames it into place, so a
-folder at the target path is always complete, and concurrent builders cannot corrupt it.
+folder at the target path is always complete; a lock (``<cache>/locks/``) makes a second process
+wait for the first build instead of repeating it.
 
 Bump the version suffix (``_VERSION``) whenever a change alters what gets built, so stale caches
 are never mistaken for the new artefacts.
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.files import file_lock, share_as_umask
 
 TINY_MODELS: tuple[str, ...] = (
     "tiny-qwen2-vl",
@@ -193,11 +195,16 @@ _SHAPES_SIDE = (0.7, 0.8)
 
 
 def default_cache_dir() -> Path:
-    """``$RECIPE_ENGINE_CACHE`` if set, else ``<repo root>/.cache/recipe-engine``."""
+    """``$RECIPE_ENGINE_CACHE`` if set, else ``$XDG_CACHE_HOME/recipe-engine``, else
+    ``~/.cache/recipe-engine``: the user's cache, never the package's folder (an installed
+    package may be read-only, shared by users, and replaced on upgrade)."""
     env = os.environ.get("RECIPE_ENGINE_CACHE")
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parent.parent / ".cache" / "recipe-engine"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    # The XDG spec: a relative XDG_CACHE_HOME is invalid and ignored.
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "recipe-engine"
 
 
 def build_tiny_model(name: str, cache_dir: Path | None = None) -> Path:
@@ -245,24 +252,29 @@ def _build_once(target: Path, build: Callable[[Path], None]) -> Path:
     # enough to trust it.
     if target.is_dir():
         return target
+    # The lock lives in <cache>/locks/: models/ and data/ hold only complete artefacts.
+    lock = target.parent.parent / "locks" / f"{target.parent.name}-{target.name}.lock"
+    with file_lock(lock):
+        if not target.is_dir():  # else another process built it while this one waited
+            _build_into(target, build)
+    return target
+
+
+def _build_into(target: Path, build: Callable[[Path], None]) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         build(tmp)
-        # mkdtemp and safetensors make private files; the cache may be shared between users.
-        tmp.chmod(0o755)
-        for path in tmp.rglob("*"):
-            path.chmod(0o755 if path.is_dir() else 0o644)
+        share_as_umask(tmp)  # mkdtemp and safetensors make private files; a cache may be shared
         try:
             os.rename(tmp, target)
         except OSError:
-            # Another builder renamed its (identical, complete) folder into place first.
+            # A builder that took no lock (an older engine sharing this cache) came first.
             if not target.is_dir():
                 raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def _init_model(model_cls: Any, config: Any) -> Any:

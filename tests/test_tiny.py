@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -61,8 +63,32 @@ def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     monkeypatch.setenv("RECIPE_ENGINE_CACHE", str(tmp_path))
     assert default_cache_dir() == tmp_path
     monkeypatch.delenv("RECIPE_ENGINE_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "recipe-engine"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # invalid by the XDG spec: ignored
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "recipe-engine"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "recipe-engine"
+    # Never inside the package or the checkout (an installed package may be read-only).
     repo_root = Path(__file__).resolve().parent.parent
-    assert default_cache_dir() == repo_root / ".cache" / "recipe-engine"
+    assert not default_cache_dir().is_relative_to(repo_root)
+
+
+def test_concurrent_builders_build_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    builds: list[int] = []
+
+    def slow(folder: Path) -> None:  # slow enough that the second builder arrives mid-build
+        builds.append(1)
+        time.sleep(0.3)
+        (folder / "train.jsonl").write_text("{}\n")
+
+    monkeypatch.setattr(tiny, "_build_arithmetic", slow)
+    with ThreadPoolExecutor(2) as pool:
+        folders = list(pool.map(lambda _: build_dataset("arithmetic", tmp_path), range(2)))
+    assert folders[0] == folders[1] and (folders[0] / "train.jsonl").is_file()
+    assert len(builds) == 1  # the second waited on the lock, then found the folder complete
+    assert [p.name for p in (tmp_path / "data").iterdir()] == [folders[0].name]
 
 
 @pytest.mark.parametrize("name", VLMS)

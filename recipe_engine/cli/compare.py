@@ -11,7 +11,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.report.compare import compare_run, newest_run
 
 USAGE = """\
-usage: python -m recipe_engine compare [run=RUN_DIR] [probes=FILE] [recipe=NAME] [eval.KEY=V ...]
+usage: recipe-engine compare [run=RUN_DIR] [probes=FILE] [recipe=NAME] [eval.KEY=V ...]
 
 Evaluate the base model and every stage of a run on the same held-out probes with the same
 generation settings: exact match, contains, eval loss. Writes compare.csv, predictions JSONL,

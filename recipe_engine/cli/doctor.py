@@ -7,7 +7,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.report.doctor import doctor_report
 
 USAGE = """\
-usage: python -m recipe_engine doctor [key=value ...]
+usage: recipe-engine doctor [key=value ...]
 
 Print what placement depends on here: library versions, the GPUs this process sees
 (CUDA_VISIBLE_DEVICES, nvidia-smi), the launcher (torchrun / accelerate variables), whether

@@ -8,6 +8,7 @@ traceback.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -33,7 +34,8 @@ def usage() -> str:
     from recipe_engine.config.compose import available
 
     lines = [
-        "usage: python -m recipe_engine [VERB] [key=value ...] [-m] [--config-dir DIR]",
+        "usage: recipe-engine [VERB] [key=value ...] [-m] [--config-dir DIR]",
+        "       (or python -m recipe_engine ...: the same command)",
         "",
         "verbs:",
         *(f"  {verb:<8} {text}" for verb, text in VERBS.items()),
@@ -77,3 +79,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
+
+
+def console() -> int:
+    """The `recipe-engine` script and `python -m recipe_engine`: `main`, quiet when the reader
+    of its output goes away (`recipe-engine runs | head`)."""
+    try:
+        return main()
+    except BrokenPipeError:
+        # Python's documented recipe: stdout to devnull, or the exit's flush raises again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

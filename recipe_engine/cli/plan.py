@@ -8,7 +8,7 @@ from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.render import render_plan
 
 USAGE = """\
-usage: python -m recipe_engine plan [key=value ...] [--config-dir DIR]
+usage: recipe-engine plan [key=value ...] [--config-dir DIR]
 
 Show what each stage of the recipe would load, read, train and where, without loading
 weights: init source, data (format, rows), frozen / trained / LoRA / quantized components,

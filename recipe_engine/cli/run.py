@@ -18,7 +18,12 @@ import hydra
 from omegaconf import DictConfig
 
 from recipe_engine.cli.argv import PRINT_FLAGS, config_dirs, expand_sweep, split_hydra_flags
-from recipe_engine.config.compose import CONFIG_DIR, CONFIG_NAME, compose_config, to_engine_config
+from recipe_engine.config.compose import (
+    CONFIG_NAME,
+    CONFIG_SOURCE,
+    compose_config,
+    to_engine_config,
+)
 from recipe_engine.config.schema import EngineConfig, register_configs
 from recipe_engine.errors import EXIT_INCOMPLETE, EXIT_USER_ERROR, RecipeError, StageFailed
 from recipe_engine.plan.dag import canonical_hash
@@ -33,7 +38,7 @@ from recipe_engine.store.store import Store, check_output_root, mark_engine_fold
 Plans = dict[str, RecipePlan]  # by the hash of the job's config
 
 USAGE = """\
-usage: python -m recipe_engine [run] [key=value ...] [-m] [--config-dir DIR] [--cfg job|all]
+usage: recipe-engine [run] [key=value ...] [-m] [--config-dir DIR] [--cfg job|all]
 
 Train the recipe's stages in order (run is the default verb). Each stage is planned and
 checked first, then reused from the store when an identical stage trained before, resumed
@@ -82,14 +87,14 @@ def main(args: list[str], multirun: bool) -> int:
 
 
 def run_hydra_app(args: list[str], plans: Plans) -> None:
-    """Hydra's entry point with the engine's config folder, running each job's plan."""
+    """Hydra's entry point with the engine's shipped configs, running each job's plan."""
     register_configs()
     sys.argv = [sys.argv[0], *args]
 
     def task(cfg: DictConfig) -> None:
         run_job(cfg, plans)
 
-    hydra.main(config_path=str(CONFIG_DIR), config_name=CONFIG_NAME, version_base="1.3")(task)()
+    hydra.main(config_path=CONFIG_SOURCE, config_name=CONFIG_NAME, version_base="1.3")(task)()
 
 
 def run_job(cfg: DictConfig, plans: Plans) -> None:

@@ -6,11 +6,12 @@ import dataclasses
 import re
 import typing
 from collections.abc import Sequence
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import yaml
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
@@ -19,22 +20,29 @@ from omegaconf.errors import OmegaConfBaseException
 from recipe_engine.config.schema import EngineConfig, StageConfig, register_configs
 from recipe_engine.errors import RecipeError, closest, did_you_mean
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "recipes"
+# The shipped configs live inside the package, so an installed wheel carries them; Hydra reads
+# them through its package source, wherever the package is installed.
+CONFIG_PACKAGE = "recipe_engine.conf"
+CONFIG_SOURCE = f"pkg://{CONFIG_PACKAGE}"
+# The same configs as a folder (the checkout's recipes/ links here), for code that reads files.
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
 CONFIG_NAME = "config"
-# Config groups a recipe is composed from: `group=option` picks a file of recipes/<group>/.
+# Config groups a recipe is composed from: `group=option` picks a file of conf/<group>/.
 GROUPS = ("recipe", "model", "data", "hardware")
 
 
-def available(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
-    """Options of a config group (e.g. the shipped recipes), from the config folder."""
-    folder = config_dir / group
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+def available(group: str, config_dir: Path | None = None) -> list[str]:
+    """Options of a config group: the shipped ones, or those of a user's config folder."""
+    folder = files(CONFIG_PACKAGE).joinpath(group) if config_dir is None else config_dir / group
+    if not folder.is_dir():
+        return []
+    names = (p.name for p in folder.iterdir() if p.is_file())
+    return sorted(n.removesuffix(".yaml") for n in names if n.endswith(".yaml") and n[0] != ".")
 
 
 def compose_config(
     overrides: Sequence[str],
     *,
-    config_dir: Path = CONFIG_DIR,
     extra_dirs: Sequence[str] = (),
     with_hydra: bool = False,
 ) -> DictConfig:
@@ -45,17 +53,17 @@ def compose_config(
     register_configs()
     overrides = list(overrides)
     check_config_dirs(extra_dirs)
-    check_overrides(overrides, config_dir, extra_dirs)
+    check_overrides(overrides, extra_dirs)
     if extra_dirs:
         paths = ",".join(f"file://{Path(d).resolve()}" for d in extra_dirs)
         overrides.append(f"hydra.searchpath=[{paths}]")
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        with initialize_config_module(config_module=CONFIG_PACKAGE, version_base="1.3"):
             cfg = compose(CONFIG_NAME, overrides=overrides, return_hydra_config=with_hydra)
     except (HydraException, OmegaConfBaseException, ValueError) as error:
-        stage = _unknown_stage(error, overrides, config_dir, extra_dirs)
-        raise stage or translate_error(error, config_dir, extra_dirs) from None
+        stage = _unknown_stage(error, overrides, extra_dirs)
+        raise stage or translate_error(error, extra_dirs) from None
     except yaml.YAMLError as error:
         raise yaml_error(error) from None
     finally:
@@ -75,7 +83,7 @@ def check_config_dirs(extra_dirs: Sequence[str]) -> None:
             )
 
 
-def check_overrides(overrides: Sequence[str], config_dir: Path, extra_dirs: Sequence[str]) -> None:
+def check_overrides(overrides: Sequence[str], extra_dirs: Sequence[str]) -> None:
     """The mistakes Hydra reports in its own grammar's words: a missing `=`, an empty or
     unknown config group option."""
     for override in overrides:
@@ -91,15 +99,11 @@ def check_overrides(overrides: Sequence[str], config_dir: Path, extra_dirs: Sequ
                 f"`{override}` has no key before `=`: write key=value (e.g. seed=3).", key=None
             )
         if bare in GROUPS and equals:
-            _check_group_option(bare, value, config_dir, extra_dirs)
+            _check_group_option(bare, value, extra_dirs)
 
 
-def _check_group_option(
-    group: str, value: str, config_dir: Path, extra_dirs: Sequence[str]
-) -> None:
-    options = sorted(
-        {*available(group, config_dir), *(o for d in extra_dirs for o in available(group, Path(d)))}
-    )
+def _check_group_option(group: str, value: str, extra_dirs: Sequence[str]) -> None:
+    options = _options(group, extra_dirs)
     if value in options or ("," in value or "(" in value):  # a sweep is expanded later
         return
     what = f"Unknown {group} `{value}`." if value else f"`{group}=` needs a value."
@@ -108,6 +112,12 @@ def _check_group_option(
         f"Available: {', '.join(options)}. Fix: {group}=<one of those>.",
         key=group,
     )
+
+
+def _options(group: str, extra_dirs: Sequence[str]) -> list[str]:
+    """A group's options: the shipped ones and those of every `--config-dir` folder."""
+    extra = (option for folder in extra_dirs for option in available(group, Path(folder)))
+    return sorted({*available(group), *extra})
 
 
 def yaml_error(error: yaml.YAMLError) -> RecipeError:
@@ -174,7 +184,7 @@ def _dataclass_in(hint: Any) -> tuple[type | None, bool]:
 
 
 def _unknown_stage(
-    error: BaseException, overrides: Sequence[str], config_dir: Path, extra_dirs: Sequence[str]
+    error: BaseException, overrides: Sequence[str], extra_dirs: Sequence[str]
 ) -> RecipeError | None:
     """A key naming a stage the recipe does not have (`stage.lmm.train.x`), with its
     did-you-mean; None when the error is something else."""
@@ -187,7 +197,7 @@ def _unknown_stage(
         return None
     rest = [o for o in overrides if o not in named.values()]
     try:
-        stages = compose_config(rest, config_dir=config_dir, extra_dirs=extra_dirs).stage
+        stages = compose_config(rest, extra_dirs=extra_dirs).stage
     except RecipeError:
         return None
     for name, override in named.items():
@@ -200,9 +210,7 @@ def _unknown_stage(
     return None
 
 
-def translate_error(
-    error: BaseException, config_dir: Path = CONFIG_DIR, extra_dirs: Sequence[str] = ()
-) -> RecipeError:
+def translate_error(error: BaseException, extra_dirs: Sequence[str] = ()) -> RecipeError:
     """One message naming the key, what was wrong and the fix, from a Hydra/OmegaConf error."""
     raised = _raised_by_resolver(error)
     if raised is not None:
@@ -219,12 +227,10 @@ def translate_error(
     missing = re.search(r"Could not find '([\w\-./]+)/([^']+)'", text)
     if isinstance(error, MissingConfigException) and missing:
         group, name = missing.groups()
-        options = available(group, config_dir)
-        for extra in extra_dirs:
-            options += available(group, Path(extra))
+        options = _options(group, extra_dirs)
         return RecipeError(
             f"Unknown {group} `{name}`.{did_you_mean(name, options)} "
-            f"Available: {', '.join(sorted(set(options)))}. Fix: {group}=<one of those>.",
+            f"Available: {', '.join(options)}. Fix: {group}=<one of those>.",
             key=group,
         )
     key = getattr(cause, "full_key", None) or _override_key(text)

@@ -53,6 +53,9 @@ ENGINE_OWNED_TRAIN_KEYS = {
     "fp16": "`stage.<name>.dtype`",
     "resume_from_checkpoint": "`fresh=true` to start over (resuming is automatic)",
 }
+# `train` keys the engine reads itself. logging_dir: where TensorBoard writes the stage's events
+# (default <run folder>/tensorboard/<stage>); SFTConfig lost the field in transformers 5.
+ENGINE_TRAIN_KEYS = {"logging_dir"}
 ENGINE_LORA_KEYS = {"components"}
 ENGINE_QUANT_KEYS = {"components", "on_unsupported"}
 # LoraConfig fields set by the engine (task) or derived from the freeze policy
@@ -179,10 +182,23 @@ def check_train(stage: str, train: Mapping[str, Any]) -> None:
                 f"`{full}` is set by the engine; use {ENGINE_OWNED_TRAIN_KEYS[key]} instead.",
                 key=full,
             )
+        if key in ENGINE_TRAIN_KEYS:
+            _check_folder(full, value)
+            continue
         if key not in fields:
-            raise unknown_key(full, fields, "the trainer settings (SFTConfig fields)")
+            valid = [*fields, *ENGINE_TRAIN_KEYS]
+            raise unknown_key(full, valid, "the trainer settings (SFTConfig fields)")
         check_field(full, value, fields[key], "SFTConfig")
     check_bounds(f"stage.{stage}.train", train, TRAIN_BOUNDS)
+
+
+def _check_folder(key: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise RecipeError(
+            f"`{key}` is {value!r}; expected a folder path ({key}=tb/my-stage), or drop it for "
+            "the default, the run folder's tensorboard/<stage>.",
+            key=key,
+        )
 
 
 def check_field(key: str, value: Any, field: LibraryField, class_name: str) -> None:

@@ -18,6 +18,22 @@ from typing import Any
 DTYPE_KEYS = ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage")
 # What a child process checks: the class name -> how to build it from plain arguments.
 CLASSES = ("SFTConfig", "LoraConfig", "BitsAndBytesConfig")
+# `report_to` integrations the engine offers as extras: pip install 'recipe-engine[<name>]'.
+ENGINE_EXTRAS = ("tensorboard", "wandb", "mlflow")
+# The other integrations transformers knows -> what to pip install for them (transformers'
+# integrations/integration_utils.py, is_*_available).
+INTEGRATION_PACKAGES = {
+    "azure_ml": "azureml-core",
+    "clearml": "clearml",
+    "codecarbon": "codecarbon",
+    "comet_ml": "comet_ml",
+    "dagshub": "dagshub mlflow",
+    "dvclive": "dvclive",
+    "flyte": "flytekit flytekitplugins-deck-standard",
+    "neptune": "neptune",
+    "swanlab": "swanlab",
+    "trackio": "trackio",
+}
 
 
 def sft_config(settings: Mapping[str, Any], output_dir: Path | str) -> Any:
@@ -44,7 +60,8 @@ def bnb_config(arguments: Mapping[str, Any]) -> Any:
 
 
 def judge(stages: list[dict[str, Any]]) -> dict[str, str]:
-    """The first refusal among the stages' settings: {stage, class, error}, or {} if none."""
+    """The first refusal among the stages' settings, or {} if none: {stage, class, error} with
+    a library's own words, or {stage, class, key, message} with the engine's."""
     build = {
         "SFTConfig": lambda a: sft_config(a, Path("unused-output-dir")),
         "LoraConfig": lora_config,
@@ -59,30 +76,54 @@ def judge(stages: list[dict[str, Any]]) -> dict[str, str]:
                 build[class_name](arguments)
             except (ValueError, TypeError, AttributeError, ImportError) as error:
                 return {"stage": stage["stage"], "class": class_name, "error": str(error)}
-        refusal = _reporting_refusal(stage)
+        refusal = reporting_refusal(stage)
         if refusal:
             return refusal
     return {}
 
 
-def _reporting_refusal(stage: dict[str, Any]) -> dict[str, str]:
+def reporting_refusal(stage: dict[str, Any]) -> dict[str, str]:
     """`report_to` names integrations SFTConfig accepts but the Trainer fails on when their
-    package is missing: refuse those here."""
-    from transformers.integrations.integration_utils import get_available_reporting_integrations
-
+    package is missing (after the model has loaded): refuse those here, saying what to install."""
     report_to = (stage.get("SFTConfig") or {}).get("report_to") or "none"
     names = [report_to] if isinstance(report_to, str) else list(report_to)
-    missing = [
-        n for n in names if n not in ("none", "all", *get_available_reporting_integrations())
-    ]
+    available = available_integrations()
+    missing = [n for n in names if n not in ("none", "all", *available)]
     if not missing:
         return {}
+    key = f"stage.{stage['stage']}.train.report_to"
     return {
         "stage": stage["stage"],
         "class": "SFTConfig",
-        "error": f"report_to: the package of the `{missing[0]}` integration is not installed; "
-        f"install it, or remove {missing[0]} from report_to",
+        "key": "report_to",
+        "message": f"`{key}` names {missing[0]}, but {_what_to_install(missing[0])}, or "
+        f"remove {missing[0]} from {key}.",
     }
+
+
+def available_integrations() -> set[str]:
+    """The `report_to` integrations whose package this environment can import."""
+    from transformers.integrations import integration_utils as tracking
+
+    # transformers' own list (what report_to=all means) leaves out flyte, and azure_ml
+    # whenever mlflow is installed, though both callbacks work with their package present.
+    extra = {
+        "flyte": tracking.is_flytekit_available(),
+        "azure_ml": tracking.is_azureml_available(),
+    }
+    listed = tracking.get_available_reporting_integrations()
+    return {*listed, *(name for name, present in extra.items() if present)}
+
+
+def _what_to_install(integration: str) -> str:
+    if integration in ENGINE_EXTRAS:
+        return f"its package is not installed: pip install 'recipe-engine[{integration}]'"
+    if integration == "kubeflow":  # no package: transformers reports only inside a job
+        return (
+            "it reports only inside a Kubeflow Trainer job (KUBEFLOW_TRAINER_SERVER_URL is unset)"
+        )
+    package = INTEGRATION_PACKAGES.get(integration, integration)
+    return f"its package is not installed: pip install {package}"
 
 
 if __name__ == "__main__":  # the planner's child process: JSON stages in, JSON verdict out

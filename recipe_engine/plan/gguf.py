@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.files import share_as_umask
 from recipe_engine.plan import model_files
 
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
@@ -296,7 +297,6 @@ def _write_record(file: Path, into: Path) -> None:
 
 
 def _share(folder: Path) -> None:
-    """mkdtemp and safetensors make private files; the cache may be shared between users."""
-    folder.chmod(0o755)
-    for path in folder.rglob("*"):
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    """mkdtemp and safetensors make private files; the cache may be shared between users, as
+    far as their umask lets it be."""
+    share_as_umask(folder)

@@ -65,6 +65,14 @@ def library_arguments(stage: StagePlan) -> dict[str, Any]:
 
 
 def _judge(payload: list[dict[str, Any]]) -> dict[str, Any]:
+    verdict = _ask_child(payload)
+    if verdict:
+        raise _refusal(verdict, payload)
+    return {"accepted": True}
+
+
+def _ask_child(payload: list[dict[str, Any]]) -> dict[str, str]:
+    """`library_objects.judge(payload)`, run in a clean child process."""
     env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARIABLES.match(k)}
     child = subprocess.run(
         [sys.executable, "-m", "recipe_engine.config.library_objects"],
@@ -80,14 +88,15 @@ def _judge(payload: list[dict[str, Any]]) -> dict[str, Any]:
             f"Could not check the stage settings with the installed libraries ({last}). "
             "Reinstall them with `make install`."
         )
-    verdict = json.loads(child.stdout.strip().splitlines()[-1])
-    if verdict:
-        raise _refusal(verdict, payload)
-    return {"accepted": True}
+    return json.loads(child.stdout.strip().splitlines()[-1])
 
 
 def _refusal(verdict: dict[str, str], payload: list[dict[str, Any]]) -> RecipeError:
     name, class_name = verdict["stage"], verdict["class"]
+    if "message" in verdict:  # the engine's own words, naming the key and the fix
+        return RecipeError(
+            verdict["message"], key=f"stage.{name}.{SECTIONS[class_name]}.{verdict['key']}"
+        )
     detail = verdict["error"].strip().splitlines()[0] if verdict["error"].strip() else ""
     arguments = next(s for s in payload if s["stage"] == name)[class_name] or {}
     named = [k for k in arguments if re.search(rf"\b{re.escape(k)}\b", detail)]

@@ -35,10 +35,29 @@ CODE = {
     "models": ("plan/model_files.py",),
     "lengths": ("plan/memory_inputs.py", "plan/data.py", "plan/data_rows.py"),
 }
+# Distributions of the `report_to` integrations (transformers' is_*_available checks).
+TRACKERS = (
+    "tensorboard",
+    "tensorboardX",
+    "wandb",
+    "mlflow",
+    "comet_ml",
+    "clearml",
+    "dvclive",
+    "swanlab",
+    "trackio",
+    "neptune",
+    "neptune-client",
+    "codecarbon",
+    "dagshub",
+    "azureml-core",
+    "flytekit",
+)
 LIBRARIES_BY_KIND = {
     "policies": ("transformers", "peft", "bitsandbytes"),
     "rows": ("datasets",),
-    "libraries": ("trl", "transformers", "peft", "bitsandbytes", "accelerate"),
+    # The trackers too: whether `report_to` passes depends on which of them are installed.
+    "libraries": ("trl", "transformers", "peft", "bitsandbytes", "accelerate", *TRACKERS),
     "models": ("transformers", "safetensors", "huggingface_hub"),
     "lengths": ("datasets",),
 }

@@ -348,6 +348,22 @@ def _check_adapter_base(
         _check_folder(folder, kind, where, trust_remote_code, allow_pickle)
 
 
+def adapter_base_location(adapter: Path, base: str) -> str:
+    """An adapter's `base_model_name_or_path` as `from_pretrained` should get it.
+
+    The engine names a base in its store relative to the store (`./<key>`, as manifests do),
+    so the store can be moved or copied; adapters live at `<store>/<key>/`, so a relative base
+    found beside the adapter folder is that one. transformers would resolve it against the
+    current directory instead: that is the fallback (a user's own relative path), and a hub
+    id (`org/name`, nothing of that name beside the adapter) is returned as it is.
+    """
+    path = Path(base).expanduser()
+    if path.is_absolute():
+        return str(path)
+    beside = adapter.parent / path
+    return str(beside.resolve()) if beside.exists() else base
+
+
 def _adapter_base(folder: Path, where: _Where) -> tuple[str, str | None]:
     """The base model (folder or hub id) and revision an adapter's config names."""
     try:
@@ -362,7 +378,7 @@ def _adapter_base(folder: Path, where: _Where) -> tuple[str, str | None]:
             "model the adapter applies to is unknown. Re-save the adapter with PEFT's "
             "save_pretrained, or set base_model_name_or_path to the base's hub id or folder.",
         )
-    return base, revision if isinstance(revision, str) else None
+    return adapter_base_location(folder, base), revision if isinstance(revision, str) else None
 
 
 # --------------------------------------------------------------------------- hub ids

@@ -85,7 +85,10 @@ def load_config(model: Mapping[str, Any], local: Path | None = None) -> Any | No
         if adapter.exists():  # a PEFT adapter folder: its base model's config decides
             import json
 
-            location = json.loads(adapter.read_text())["base_model_name_or_path"]
+            from recipe_engine.plan.model_files import adapter_base_location
+
+            base = json.loads(adapter.read_text())["base_model_name_or_path"]
+            location = adapter_base_location(config_root, base)
     try:
         return AutoConfig.from_pretrained(
             location,

@@ -32,6 +32,7 @@ from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
 from recipe_engine.plan import dag, data, data_rows, gguf, memo, memory_inputs, model_files
 from recipe_engine.plan.data import data_identity
 from recipe_engine.plan.hardware import Machine, detect_machine, parse_gpus, profile_gpus
+from recipe_engine.plan.hub_revisions import HubRevisions
 from recipe_engine.plan.library_check import check_with_libraries
 from recipe_engine.plan.models import check_model_entry, model_location
 from recipe_engine.plan.placement import (
@@ -82,9 +83,12 @@ def plan_recipe(cfg: EngineConfig, machine: Machine) -> RecipePlan:
             _check_stage_name(name, stages, key)
     planned: dict[str, StagePlan] = {}
     datas: dict[tuple[str, str], DataPlan] = {}
+    revisions = HubRevisions.of_store(cfg.output_root)  # read only: `run` pins
     for name in graph.order:
         parent = planned[graph.parents[name]] if graph.parents[name] else None
-        planned[name] = _plan_stage(cfg, machine, name, stages[name], parent, graph, datas)
+        planned[name] = _plan_stage(
+            cfg, machine, name, stages[name], parent, graph, datas, revisions
+        )
     _set_fingerprints(cfg, graph, planned)
     check_with_libraries(list(planned.values()))
     return RecipePlan(cfg.recipe.name, cfg, graph, planned, machine, cfg.hardware.name)
@@ -98,9 +102,10 @@ def _plan_stage(
     parent: StagePlan | None,
     graph: dag.StageGraph,
     datas: dict[tuple[str, str], DataPlan],
+    revisions: HubRevisions,
 ) -> StagePlan:
     _check_stage_settings(name, stage)
-    init, model = resolve_init(name, stage, cfg.model, parent)
+    init, model = resolve_init(name, stage, cfg.model, parent, revisions)
     if stage.evaluate_only:
         policy = evaluation_policy(name, stage, graph.children(name))
     else:
@@ -189,9 +194,14 @@ def _check_stage_name(name: str, stages: Mapping[str, Any], key: str) -> None:
 
 
 def resolve_init(
-    name: str, stage: StageConfig, recipe_model: ModelConfig, parent: StagePlan | None
+    name: str,
+    stage: StageConfig,
+    recipe_model: ModelConfig,
+    parent: StagePlan | None,
+    revisions: HubRevisions | None = None,
 ) -> tuple[InitSource, ModelConfig]:
-    """Where a stage's weights come from, and the model entry they descend from."""
+    """Where a stage's weights come from, and the model entry they descend from (a hub
+    model's at the commit `revisions` resolves its revision to)."""
     if parent is not None:
         description = f"stage `{parent.name}` output"
         return InitSource(PARENT, description, parent=parent.name), parent.model
@@ -211,20 +221,37 @@ def resolve_init(
         return _gguf_source(model, key), model
     if model.source == LOCAL:
         return _local_source(model.id, key, model), model
-    unavailable = _check_hub_files(model, key) if model.source == HUB else None
+    if model.source == HUB:
+        return _hub_source(model, key, revisions or HubRevisions())
     identity = {"source": model.source, "id": model.id, "revision": model.revision}
     location = model_location(dataclasses.asdict(model))
-    return (
-        InitSource(
-            model.source,
-            f"{model.source} model {model.id}",
-            location,
-            model.revision,
-            identity=identity,
-            unavailable=unavailable,
-        ),
-        model,
+    description = f"{model.source} model {model.id}"
+    return InitSource(model.source, description, location, model.revision, identity=identity), model
+
+
+def _hub_source(
+    model: ModelConfig, key: str, revisions: HubRevisions
+) -> tuple[InitSource, ModelConfig]:
+    """A hub id at the commit its revision resolves to (given, pinned or resolved now). The
+    commit replaces the entry's revision, so it enters the key, the checks, `run`'s
+    from_pretrained and the manifest alike; unresolved (neither cached nor reachable), the
+    entry stays as written and `run` refuses it here."""
+    revision = revisions.resolve(model.id, model.revision)
+    if revision is not None:
+        model = dataclasses.replace(model, revision=revision.commit)
+    unavailable = _check_hub_files(model, key)
+    identity = {"source": HUB, "id": model.id, "revision": model.revision}
+    at = f" at {revision.commit[:12]}" if revision else ""
+    init = InitSource(
+        HUB,
+        f"hub model {model.id}{at}",
+        model.id,
+        model.revision,
+        identity=identity,
+        unavailable=unavailable,
+        hub_revision=revision,
     )
+    return init, model
 
 
 def _local_source(given: str, key: str, model: ModelConfig) -> InitSource:

@@ -16,6 +16,7 @@ from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, S
 from recipe_engine.plan import data
 from recipe_engine.plan.dag import StageGraph
 from recipe_engine.plan.hardware import Machine
+from recipe_engine.plan.hub_revisions import HubRevision
 from recipe_engine.plan.memory import StageMemory
 from recipe_engine.plan.placement import PlacementPlan
 
@@ -30,11 +31,12 @@ class InitSource:
     kind: str  # HUB | TINY | LOCAL | PARENT
     description: str  # in words, as `plan` and the run table print it
     location: str | None = None  # what from_pretrained gets; None for a parent stage
-    revision: str | None = None
+    revision: str | None = None  # a hub model's: the resolved commit when one is known
     parent: str | None = None  # the parent stage's name (PARENT only)
     adapter: bool = False  # a local PEFT adapter folder: merged into its base before loading
     unavailable: str | None = None  # a hub model that cannot be had here: why (plan only)
     identity: Any = None  # what the stage key hashes (a parent is hashed through its key)
+    hub_revision: HubRevision | None = None  # a hub model's commit and how it was chosen
 
 
 @dataclass

@@ -22,6 +22,7 @@ def _stage_lines(index: int, stage: StagePlan) -> list[str]:
     return [
         f"[{index}] stage {stage.name}  key {short(stage.fingerprint)}{parent}",
         f"    init:      {stage.init.description}",
+        *_revision_lines(stage),
         f"    data:      {stage.data.describe()}",
         f"    layout:    {policy.layout.name if policy.layout else '(read when the model loads)'}",
         f"    frozen:    {_frozen_text(stage)}",
@@ -33,6 +34,12 @@ def _stage_lines(index: int, stage: StagePlan) -> list[str]:
         *(f"    {line}" for line in _memory_lines(stage)),
         *(f"    note: {note}" for note in stage.notes),
     ]
+
+
+def _revision_lines(stage: StagePlan) -> list[str]:
+    """A hub model's commit, and whether it is pinned, given or resolved now."""
+    revision = stage.init.hub_revision
+    return [f"    revision:  {revision.describe()}"] if revision else []
 
 
 def _frozen_text(stage: StagePlan) -> str:

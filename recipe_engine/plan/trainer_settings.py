@@ -1,9 +1,10 @@
 """A stage's `SFTConfig` arguments: the recipe's `train` keys plus what the engine owns.
 
-Decided in the plan (run only adds `output_dir`, the store's folder for the stage), so the
-trainer that runs is the trainer `plan` printed. The loss flags follow the data (`choose_loss`):
-templates set no `assistant_only_loss` / `completion_only_loss`, because only the resolved row
-format (and the model's chat template) says which one can apply.
+Decided in the plan, so the trainer that runs is the trainer `plan` printed. Run adds only
+what belongs to one run, not to the stage's weights: `output_dir` (the store's folder for the
+stage) and the trackers' defaults (`run.tracking`). The loss flags follow the data
+(`choose_loss`): templates set no `assistant_only_loss` / `completion_only_loss`, because only
+the resolved row format (and the model's chat template) says which one can apply.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.config.library_keys import ENGINE_TRAIN_KEYS
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.data_rows import is_prompt_completion
@@ -59,7 +61,7 @@ def trainer_settings(
         "per_device_eval_batch_size": train.get("per_device_train_batch_size", 8),
         "eval_strategy": "no",  # the engine evaluates once at the end of the stage
         "ddp_find_unused_parameters": False,  # frozen parts have no grads by design
-        **train,
+        **{k: v for k, v in train.items() if k not in ENGINE_TRAIN_KEYS},  # not SFTConfig's
         "seed": seed,
         "data_seed": seed,
         "use_cpu": placement.use_cpu,

@@ -155,7 +155,7 @@ def _answer_all(
 
 def _metric_bars(run_dir: Path, metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, Path]:
     """A bar chart per metric every model has."""
-    return {
+    charts = {
         metric: write_metric_bars(
             run_dir / f"compare_{metric}.png",
             {name: values[metric] for name, values in metrics.items()},
@@ -164,6 +164,7 @@ def _metric_bars(run_dir: Path, metrics: Mapping[str, Mapping[str, Any]]) -> dic
         for metric, (title, _) in METRICS.items()
         if all(values.get(metric) is not None for values in metrics.values())
     }
+    return {metric: chart for metric, chart in charts.items() if chart is not None}
 
 
 def task_metrics(answers: Sequence[str], references: Sequence[str]) -> dict[str, float]:
@@ -550,7 +551,8 @@ def _write_report(
     lines = [
         f"# Compare: recipe `{recipe}`",
         "",
-        f"Run folder: `{run_dir}`  ",
+        # Named by recipe and time, not by absolute path: the report travels with its folder.
+        f"Run folder: `{run_dir.parent.name}/{run_dir.name}`  ",
         "Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()),
         "",
         "## Metrics",

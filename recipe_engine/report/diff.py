@@ -19,7 +19,7 @@ from recipe_engine.config.schema import without_empty_sections
 from recipe_engine.plan.dag import NON_WEIGHT_STAGE_KEYS, build_graph
 
 USAGE = """\
-usage: python -m recipe_engine diff RECIPE_A RECIPE_B [key=value ...] [--all]
+usage: recipe-engine diff RECIPE_A RECIPE_B [key=value ...] [--all]
 
   key=value     Hydra overrides applied to both recipes (e.g. model=qwen2-vl-7b)
   a.key=value   an override for RECIPE_A only (b.key=value: RECIPE_B only)

@@ -24,11 +24,12 @@ from recipe_engine.config.components import (
     report_layout,
 )
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
+from recipe_engine.plan.model_files import adapter_base_location
 from recipe_engine.store.records import ADAPTER, MANIFEST_FILE, SUMMARY_FILE, Manifest, RunSummary
 from recipe_engine.tables import text_table
 
 USAGE = """\
-usage: python -m recipe_engine inspect TARGET [TARGET] [key=value ...]
+usage: recipe-engine inspect TARGET [TARGET] [key=value ...]
 
 TARGET is one of
   STORE_DIR        a stage output (outputs/store/<key>/): full weights, or a PEFT adapter
@@ -148,9 +149,9 @@ def resolve_target(text: str, *, extra_dirs: Sequence[str] = ()) -> Target:
     run, sep, stage = text.rpartition(":")
     if sep and run and Path(run).expanduser().is_dir():
         return _run_stage(Path(run).expanduser(), stage, text)
-    from recipe_engine.config.compose import CONFIG_DIR, available
+    from recipe_engine.config.compose import available
 
-    entries = available("model", CONFIG_DIR) + [
+    entries = available("model") + [
         name for d in extra_dirs for name in available("model", Path(d))
     ]
     if text in entries:
@@ -206,7 +207,7 @@ def _folder_target(path: Path, label: str) -> Target:
                 f"{path} is a {fmt} stage output without {needed}: it is corrupt or incomplete. "
                 "Rerun the stage with force=[STAGE]."
             )
-        base = manifest.base_path(path.parent)
+        base = manifest.loadable_base(path.parent)
         if fmt == ADAPTER and not (base and Path(base).is_dir()):
             raise RecipeError(
                 f"{path} is a LoRA adapter on {base}, which no longer "
@@ -221,6 +222,8 @@ def _folder_target(path: Path, label: str) -> Target:
             base = json.loads((path / "adapter_config.json").read_text())["base_model_name_or_path"]
         except (ValueError, KeyError) as error:
             raise RecipeError(f"{path}/adapter_config.json is unreadable ({error}).") from None
+        # A base the engine names relative to the store (`./<key>`) resolves beside the adapter.
+        base = adapter_base_location(path, base)
         return Target(label, "adapter", path, _local_entry(Path(base), path))
     raise RecipeError(
         f"{path} is not a model folder: no config.json (nor adapter_config.json, manifest.json "
@@ -360,7 +363,7 @@ def _stage_base(target: Target) -> str | None:
     """A stage output's recorded base (store-relative in new manifests) as a loadable path."""
     if target.manifest is None or target.path is None:
         return None
-    return target.manifest.base_path(target.path.parent)  # entries live at <store>/<key>/
+    return target.manifest.loadable_base(target.path.parent)  # entries live at <store>/<key>/
 
 
 def _stage_summary(manifest: Manifest) -> str:

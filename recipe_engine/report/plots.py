@@ -6,6 +6,7 @@ plotting needs no display, leaves no global figure state behind and works from a
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 from collections.abc import Sequence
@@ -31,6 +32,14 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         if isinstance(record, dict) and isinstance(record.get("step"), (int, float)):
             records.append(record)
     return records
+
+
+# matplotlib is the `plots` extra: without it the runs and reports go on without their charts.
+MISSING = "skipped: matplotlib is not installed (pip install 'recipe-engine[plots]')"
+
+
+def can_plot() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _figure(width: float, height: float) -> Any:
@@ -84,13 +93,16 @@ def loss_series(stages: Sequence[tuple[str, Path]]) -> list[StageSeries]:
     return series
 
 
-def write_loss_plot(run_dir: Path, stages: Sequence[tuple[str, Path]]) -> Path:
-    """Plot train and eval loss of every stage on one step axis; returns run_dir/loss.png.
+def write_loss_plot(run_dir: Path, stages: Sequence[tuple[str, Path]]) -> Path | None:
+    """Plot train and eval loss of every stage on one step axis; returns run_dir/loss.png
+    (None without matplotlib).
 
     `stages` are (stage name, metrics.jsonl) in run order. Stage k's steps are drawn after
     stage k-1's last step; a dashed line and the stage's name mark where each stage starts.
     Cached stages read their stored metrics.jsonl and are drawn the same way.
     """
+    if not can_plot():
+        return None
     figure = _figure(8, 4.5)
     axes = figure.add_subplot(1, 1, 1)
     series = loss_series(stages)
@@ -141,8 +153,11 @@ def write_loss_plot(run_dir: Path, stages: Sequence[tuple[str, Path]]) -> Path:
     return _save(figure, Path(run_dir) / LOSS_PLOT)
 
 
-def write_metric_bars(path: Path, metric: dict[str, float], title: str) -> Path:
-    """A bar chart of one metric per model (in the dict's order), value printed on each bar."""
+def write_metric_bars(path: Path, metric: dict[str, float], title: str) -> Path | None:
+    """A bar chart of one metric per model (in the dict's order), value printed on each bar
+    (None without matplotlib)."""
+    if not can_plot():
+        return None
     figure = _figure(max(4.0, 1.2 * len(metric) + 2), 3.5)
     axes = figure.add_subplot(1, 1, 1)
     names = list(metric)

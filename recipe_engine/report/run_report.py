@@ -17,10 +17,10 @@ COLUMNS = ("stage", "status", "key", "init", "trained", "steps", "loss", "eval",
 def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> list[str]:
     """Print the run's table, plot and comparison; return what could not be reported."""
     print(run_table(plan, results, run_dir))
-    from recipe_engine.report.plots import write_loss_plot
+    from recipe_engine.report.plots import MISSING, write_loss_plot
 
     plot = write_loss_plot(run_dir, [(r.name, r.output / "metrics.jsonl") for r in results])
-    print(f"loss plot: {plot}")
+    print(f"loss plot: {plot or MISSING}")
     settings = plan.config.eval
     if not (results and settings.enabled and settings.compare):
         return []

@@ -1,9 +1,10 @@
 """The sweep table: a Hydra callback that records every multirun job and tabulates the sweep.
 
-Registered in `recipes/config.yaml` under `hydra.callbacks`. After each job it appends one JSON
-line to `<sweep dir>/jobs.jsonl` (overrides, per-stage status / key / metrics, read from the
-job's `summary.json` and the stages' manifests); when the sweep ends it writes `sweep.md` and
-`sweep.csv` next to it and prints the table. Single runs are left alone.
+Registered in `recipe_engine/conf/config.yaml` under `hydra.callbacks`. After each job it appends
+one JSON line to `<sweep dir>/jobs.jsonl` (overrides, per-stage status / key / metrics, read from
+the job's `summary.json` and the stages' manifests); when the sweep ends it writes `sweep.md` and
+`sweep.csv` next to it and prints the table. Single runs are left alone. Paths in `jobs.jsonl`
+are relative to the sweep folder, like those of `summary.json`, so outputs/ can be moved.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from recipe_engine.store.records import (
     RunSummary,
     StageMetrics,
     StageRow,
+    relative_to,
 )
 from recipe_engine.tables import markdown_table
 
@@ -84,12 +86,13 @@ def sweep_dir_of(config: DictConfig) -> Path:
 def job_record(config: DictConfig, job_return: JobReturn) -> dict[str, Any]:
     """One job: number, overrides, status and each stage's status, key and metrics."""
     output_dir = Path(str(config.hydra.runtime.output_dir))
+    sweep_dir = sweep_dir_of(config)
     failed = job_return.status == JobStatus.FAILED
     record: dict[str, Any] = {
         "job": int(config.hydra.job.num),
         "overrides": list(job_return.overrides or []),
         "status": "failed" if failed else "completed",
-        "output_dir": str(output_dir),
+        "output_dir": relative_to(output_dir, sweep_dir),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
         "pid": os.getpid(),
         "stages": [],
@@ -101,12 +104,13 @@ def job_record(config: DictConfig, job_return: JobReturn) -> dict[str, Any]:
         return record
     summary = RunSummary.load(output_dir)
     record["recipe"] = summary.recipe
-    record["stages"] = [stage_record(row, output_dir) for row in summary.stages]
+    record["stages"] = [stage_record(row, output_dir, sweep_dir) for row in summary.stages]
     return record
 
 
-def stage_record(row: StageRow, run_dir: Path) -> dict[str, Any]:
-    """A summary.json stage row plus the numeric metrics of its store manifest."""
+def stage_record(row: StageRow, run_dir: Path, sweep_dir: Path) -> dict[str, Any]:
+    """A summary.json stage row plus the numeric metrics of its store manifest; its store
+    entry relative to `sweep_dir`, where jobs.jsonl lives."""
     output = row.output_path(run_dir)
     metrics = StageMetrics()
     if (output / MANIFEST_FILE).is_file():
@@ -117,7 +121,7 @@ def stage_record(row: StageRow, run_dir: Path) -> dict[str, Any]:
         "status": row.status,
         "key": row.key,
         "entry": output.name,
-        "output": str(output),
+        "output": relative_to(output, sweep_dir),
         "steps": metrics.steps,
         "train_loss": losses[-1] if losses else None,
         "eval_loss": metrics.eval_loss,

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.files import atomic_write_text, share_as_umask
 from recipe_engine.plan.dag import canonical_hash
 from recipe_engine.plan.models import auto_model_class
 from recipe_engine.plan.recipe_plan import PARENT, RecipePlan, StagePlan
@@ -41,6 +42,32 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def is_adapter_folder(folder: Path) -> bool:
     return (folder / "adapter_config.json").is_file()
+
+
+def name_adapter_base(folder: Path, base: str, revision: str | None) -> None:
+    """Name `base` (with its hub revision) as the base of the adapter saved in `folder`.
+
+    PEFT records the path the base was loaded from, so an adapter on a parent stage named an
+    absolute path into this store and no longer loaded once outputs/ was moved or copied.
+    `base` is what the manifest records: a hub id, `./<key>` or `./<key>.merged-<dtype>`
+    relative to the store, or a folder outside the store (a user's path; the machine-local
+    cache of a tiny model or converted GGUF file, which `Manifest.loadable_base` rebuilds).
+    transformers and PEFT resolve a relative path against the current directory, so
+    `AutoPeftModel*.from_pretrained("<key>")` works from the store folder; the engine's readers
+    resolve it against the adapter's store first (`plan.model_files.adapter_base_location`);
+    `PeftModel.from_pretrained(base, folder)` uses the base it is given. The model card's
+    `base_model` metadata, written from the same path, names the same base.
+    """
+    config_file = folder / "adapter_config.json"
+    config = json.loads(config_file.read_text())
+    recorded = config.get("base_model_name_or_path")
+    config["base_model_name_or_path"] = base
+    if revision is not None:  # AutoPeftModel loads the base at this revision
+        config["revision"] = revision
+    atomic_write_text(config_file, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    card = folder / "README.md"
+    if isinstance(recorded, str) and recorded and recorded != base and card.is_file():
+        atomic_write_text(card, card.read_text().replace(recorded, base))
 
 
 def load_processor(location: str, kind: str, model_entry: dict[str, Any]) -> Any:
@@ -114,7 +141,7 @@ def merge_adapter_parent(parent: Path, dtype: str, into: Path) -> tuple[Path, di
 
     manifest = Manifest.load(parent)
     entry = manifest.model_entry
-    base_location = manifest.base_path(parent.parent)
+    base_location = manifest.loadable_base(parent.parent)
     base = load_pretrained(base_location, entry, dtype=dtype, device_map={"": "cpu"})
     merged = PeftModel.from_pretrained(base, str(parent)).merge_and_unload()
     expected = handoff_checksums(merged, manifest.trained_parameters)
@@ -124,6 +151,7 @@ def merge_adapter_parent(parent: Path, dtype: str, into: Path) -> tuple[Path, di
     merged.save_pretrained(tmp, safe_serialization=True)
     load_processor(str(parent), entry["kind"], entry).save_pretrained(tmp)
     (tmp / HANDOFF).write_text(json.dumps(expected))
+    share_as_umask(tmp)  # safetensors writes 0600: children of a shared store load it too
     try:
         os.rename(tmp, into)
     except OSError:  # another process merged it first: use theirs

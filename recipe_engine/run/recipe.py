@@ -14,6 +14,7 @@ from pathlib import Path
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.dag import short
 from recipe_engine.plan.hardware import is_main_process
+from recipe_engine.plan.hub_revisions import pin_revisions, pins_path
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.store.records import Manifest, RunSummary, StageRow, relative_to
 from recipe_engine.store.store import Store
@@ -32,7 +33,10 @@ class StageResult:
 def run_recipe(plan: RecipePlan, run_dir: Path) -> list[StageResult]:
     """Every stage this run covers, in order; rank 0 then writes the run summary."""
     store = Store(plan.config.output_root)
-    results = [run_or_reuse(plan, plan.stages[name], store) for name in stages_to_run(plan, store)]
+    names = stages_to_run(plan, store)
+    if is_main_process():
+        pin_hub_revisions(plan, names)
+    results = [run_or_reuse(plan, plan.stages[name], store, run_dir=run_dir) for name in names]
     if is_main_process():
         run_summary(plan, results, run_dir).save(run_dir)
     return results
@@ -47,6 +51,16 @@ def stages_to_run(plan: RecipePlan, store: Store) -> list[str]:
         if unavailable and not store.is_complete(plan.stages[name].fingerprint):
             raise RecipeError(unavailable, key=f"stage.{name}.init")
     return names
+
+
+def pin_hub_revisions(plan: RecipePlan, names: list[str]) -> None:
+    """Pin the commits this run loads hub models at (those without a revision, resolved by
+    the plan), before any stage trains: a later plan keys and loads the same commit even if
+    the branch moves, so an interrupted stage resumes and a finished one is reused."""
+    revisions = [plan.stages[n].init.hub_revision for n in names]
+    root = plan.config.output_root
+    for pin in pin_revisions(root, [r for r in revisions if r is not None]):
+        log.info("pinned hub model %s at %s (%s)", pin.model_id, pin.commit, pins_path(root))
 
 
 def _selected(plan: RecipePlan, store: Store) -> list[str]:
@@ -70,8 +84,9 @@ def _selected(plan: RecipePlan, store: Store) -> list[str]:
     ]
 
 
-def run_or_reuse(plan: RecipePlan, stage: StagePlan, store: Store) -> StageResult:
-    """A stored stage is reused unless forced; otherwise it trains (or evaluates) now."""
+def run_or_reuse(plan: RecipePlan, stage: StagePlan, store: Store, *, run_dir: Path) -> StageResult:
+    """A stored stage is reused unless forced; otherwise it trains (or evaluates) now, its
+    trackers logging into `run_dir` (the run's folder)."""
     # A concurrent job training the same stage finishes first. Ranks of one job train
     # together, so only rank 0 takes the lock.
     force = stage.name in plan.config.force
@@ -87,7 +102,7 @@ def run_or_reuse(plan: RecipePlan, stage: StagePlan, store: Store) -> StageResul
             manifest = EvaluationRecipe(plan, stage, store).run()
             return StageResult(stage.name, "evaluated", entry, manifest)
         fresh = plan.config.fresh or force
-        manifest = StageRecipe(plan, stage, store, fresh=fresh).run()
+        manifest = StageRecipe(plan, stage, store, fresh=fresh, run_dir=run_dir).run()
         return StageResult(stage.name, "trained", entry, manifest)
 
 

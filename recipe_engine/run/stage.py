@@ -19,7 +19,7 @@ from recipe_engine.config.components import report_layout
 from recipe_engine.plan.hardware import is_main_process
 from recipe_engine.plan.policy import decide_policy, model_inventory
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
-from recipe_engine.run import evaluation
+from recipe_engine.run import evaluation, tracking
 from recipe_engine.run.census import census, format_report, trainable_report
 from recipe_engine.run.loading import (
     Weights,
@@ -27,6 +27,7 @@ from recipe_engine.run.loading import (
     handoff_checksums,
     load_pretrained,
     load_processor,
+    name_adapter_base,
     torch_dtype,
     weights_to_load,
 )
@@ -55,8 +56,11 @@ log = logging.getLogger("recipe_engine")
 class StageRecipe:
     """Trains one stage: load -> policies -> trainer -> guard -> train -> commit -> evaluate."""
 
-    def __init__(self, plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool) -> None:
+    def __init__(
+        self, plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool, run_dir: Path
+    ) -> None:
         self.plan, self.stage, self.store, self.fresh = plan, stage, store, fresh
+        self.run_dir = run_dir  # this run's folder: trackers' logs outlive the work folder
         self.main_process = is_main_process()
         self.work = store.work_dir(stage.fingerprint)
         self.metrics = StageMetrics(train_samples=stage.data.train_rows)
@@ -125,20 +129,21 @@ class StageRecipe:
     def build_trainer(self) -> None:
         from trl import SFTTrainer
 
-        splits = self.stage.data.splits()
-        self.args = build_args(
-            self.stage.trainer, output_dir=self.store.checkpoints(self.stage.fingerprint)
-        )
+        splits, name = self.stage.data.splits(), self.stage.name
+        settings = tracking.with_run_name(self.stage.trainer, self.plan.recipe, name)
+        self.args = build_args(settings, output_dir=self.store.checkpoints(self.stage.fingerprint))
         apply_guard(self.args, self.stage.placement)
-        self.metrics_log = MetricsLogger(self.work / "metrics.jsonl", self.stage.name)
-        self.trainer = SFTTrainer(
-            model=self.model,
-            args=self.args,
-            train_dataset=splits.train,
-            eval_dataset=splits.eval,
-            processing_class=self.processor,
-            callbacks=[self.metrics_log],
-        )
+        self.metrics_log = MetricsLogger(self.work / "metrics.jsonl", name)
+        events = tracking.tensorboard_dir(self.run_dir, name, self.stage.config.train)
+        with tracking.tensorboard_logging_dir(events):
+            self.trainer = SFTTrainer(
+                model=self.model,
+                args=self.args,
+                train_dataset=splits.train,
+                eval_dataset=splits.eval,
+                processing_class=self.processor,
+                callbacks=[self.metrics_log],
+            )
         if not self.args.bf16:  # TRL casts trainable weights of k-bit models to bf16
             align_trainable_dtype(self.trainer.model, torch_dtype(self.stage.dtype))
 
@@ -193,6 +198,8 @@ class StageRecipe:
             shutil.rmtree(final, ignore_errors=True)
         self.trainer.save_model(str(final))  # the Trainer writes on the main process only
         if self.main_process:
+            if self.policy.lora is not None:  # PEFT named the base by its absolute path
+                name_adapter_base(final, self._base_location(), self.stage.init.revision)
             self.processor.save_pretrained(str(final))
             self.manifest = self._manifest()
             self.manifest.save(final)
@@ -250,6 +257,10 @@ class StageRecipe:
         inventory = model_inventory(self.stage.model)
         return decide_policy(self.stage.name, self.stage.config, inventory)
 
+    def _base_location(self) -> str:
+        """What the stage loaded, as records name it: a store folder relative to the store."""
+        return relative_in_store(self.weights.location, self.store)
+
     def _accuracy(self, model: Any, processor: Any) -> float:
         return _exact_match(self.plan, self.stage, model, processor)["accuracy"]
 
@@ -261,7 +272,7 @@ class StageRecipe:
             format=ADAPTER if policy.lora is not None else FULL,
             model_entry=_model_entry(self.stage),
             dtype=stage.dtype,
-            base_location=relative_in_store(self.weights.location, self.store),
+            base_location=self._base_location(),
             architecture=policy.layout.name if policy.layout else None,
             config=asdict(stage.config),
             data=asdict(stage.data.config),

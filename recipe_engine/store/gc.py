@@ -29,7 +29,7 @@ from recipe_engine.store.store import COMPLETE, ENGINE_MARKER, KEY_LENGTH, is_en
 from recipe_engine.tables import text_table
 
 USAGE = """\
-usage: python -m recipe_engine runs [ACTION] [output_root=DIR] [--dry-run]
+usage: recipe-engine runs [ACTION] [output_root=DIR] [--dry-run]
 
 actions
   list (default)        runs (recipe, time, stages with status, key, metrics) and store entries

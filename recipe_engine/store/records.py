@@ -4,7 +4,9 @@ Every writer and reader goes through these classes, so a field has one name and 
 Both are versioned (`schema_version`); files written before versioning read as version 0.
 Paths inside them are relative to the folder that holds the record's owner (the store for a
 manifest's `base_location`, the run folder for a summary's `output`), so a store or run folder
-can be moved or copied; a path the user gave stays absolute.
+can be moved or copied; a path the user gave stays absolute, and so does the machine-local
+cache folder of a tiny model or converted GGUF base (`Manifest.loadable_base` rebuilds it where
+it is missing).
 """
 
 from __future__ import annotations
@@ -106,6 +108,31 @@ class Manifest:
     def base_path(self, store_root: Path) -> str | None:
         """`base_location` as `from_pretrained` takes it: store-relative paths made absolute."""
         return _resolve(self.base_location, store_root)
+
+    def loadable_base(self, store_root: Path) -> str | None:
+        """`base_path`, or where this machine builds the base when the recorded folder is gone
+        and is one the engine makes from the model entry (a tiny model, a converted GGUF file):
+        those live in a machine-local cache, so a store copied to another machine (or a cleared
+        cache) would otherwise lose the base of every root adapter stage. Builds it if needed."""
+        location = self.base_path(store_root)
+        if not (location and Path(location).is_absolute() and not Path(location).exists()):
+            return location
+        if not self._base_is_built_from_entry():
+            return location
+        from recipe_engine.plan.models import model_location
+
+        built = model_location(self.model_entry)
+        # A tiny model of another build version has other weights: the adapter fits it no more.
+        same = self.model_entry.get("source") != "tiny" or Path(built).name == Path(location).name
+        return built if same else location
+
+    def _base_is_built_from_entry(self) -> bool:
+        """A root stage that started from its model entry (not from `init.path`), and that
+        entry is built into the engine's cache rather than read where the user keeps it."""
+        init = self.config.get("init") or {}
+        entry = self.model_entry
+        built = entry.get("source") == "tiny" or bool(entry.get("gguf_file"))
+        return self.parent is None and not init.get("path") and built
 
     def save(self, folder: Path) -> None:
         atomic_write_json(folder / MANIFEST_FILE, dataclasses.asdict(self))

@@ -16,7 +16,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.files import file_lock
+from recipe_engine.files import file_lock, share_as_umask
 from recipe_engine.store.records import Manifest
 
 COMPLETE = "COMPLETE"
@@ -72,6 +72,7 @@ class Store:
             os.replace(target, stale)
             _remove(stale)
         mark_engine_folder(built)
+        share_as_umask(built)  # safetensors writes 0600: a store shared by a group could not load
         os.replace(built, target)
         marker = target / COMPLETE
         marker.write_text(json.dumps({"fingerprint": fingerprint}))
@@ -150,7 +151,11 @@ def _fsync_dir(path: Path) -> None:
 
 
 def relative_in_store(location: str, store: Store) -> str:
-    """A path inside the store as `./<entry>` (relative to the store); anything else as is."""
+    """A path inside the store as `./<entry>` (relative to the store); anything else as is.
+
+    What records and adapter configs name a parent stage (or a merged parent) by, so a store
+    that is moved or copied elsewhere still finds it: readers resolve it against the store.
+    """
     path = Path(location)
     if path.is_absolute() and path.resolve().is_relative_to(store.root):
         return "./" + path.resolve().relative_to(store.root).as_posix()

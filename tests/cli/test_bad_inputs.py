@@ -113,7 +113,8 @@ CONFIG = {
         "stage.llm.train.report_to=wandbb", expect=("stage.llm.train.report_to", "`wandb`")
     ),
     "report_to an integration that is not installed": case(
-        "stage.llm.train.report_to=wandb", expect=("stage.llm.train.report_to", "not installed")
+        "stage.llm.train.report_to=wandb",
+        expect=("stage.llm.train.report_to", "not installed", "pip install 'recipe-engine[wandb]'"),
     ),
     "unknown eval_strategy": case(
         "stage.llm.train.eval_strategy=stepz", expect=("eval_strategy", "Did you mean `steps`")

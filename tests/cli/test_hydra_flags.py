@@ -20,7 +20,7 @@ def test_cfg_and_info_take_their_values_as_flags_not_overrides():
     [
         (["--cfg", "job"], "name: text-lora"),
         (["--cfg", "all", "--resolve"], "hydra:"),
-        (["--info", "searchpath"], "file://"),
+        (["--info", "searchpath"], "pkg://recipe_engine.conf"),  # the shipped configs
         (["--info"], "Hydra"),
     ],
 )
@@ -41,5 +41,5 @@ def test_every_verb_has_its_own_help(verb, capsys):
     general = capsys.readouterr().out
     assert main([verb, "--help"]) == 0
     own = capsys.readouterr().out
-    assert own != general and own.startswith("usage: python -m recipe_engine")
+    assert own != general and own.startswith("usage: recipe-engine")
     assert verb in own.splitlines()[0] or verb == "run"

@@ -67,6 +67,25 @@ def test_ddp_and_single_process_are_different_stages(single_and_ddp):
     assert one["fingerprint"] != two["fingerprint"], "world size changes the effective batch"
 
 
+def test_accelerate_launch_trains_the_same_stage_as_torchrun(single_and_ddp, tmp_path):
+    """`accelerate launch` with two CPU processes: `--multi_gpu` is accelerate's name for its
+    torch.distributed launcher (without it, `--cpu` would start one process); the stage is the
+    one the engine's own torchrun launch trained, split the same way."""
+    root, _, _ = single_and_ddp
+    launch = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--multi_gpu", "--num_processes=2", "--num_machines=1",
+        "--mixed_precision=no", "--dynamo_backend=no", f"--main_process_port={free_port()}",
+        "-m", "recipe_engine", *SMALL, "parallel=ddp", f"output_root={tmp_path / 'out'}",
+    ]  # fmt: skip
+    done = subprocess.run(launch, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [accelerated], [torchrun] = manifests(tmp_path / "out"), manifests(root / "ddp")
+    assert accelerated["world_size"] == 2
+    assert accelerated["metrics"]["steps"] == torchrun["metrics"]["steps"]
+    assert accelerated["fingerprint"] == torchrun["fingerprint"]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

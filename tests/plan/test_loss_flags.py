@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from machines import CPU_ONLY
 
-from recipe_engine.config.compose import compose_config
+from recipe_engine.config.compose import CONFIG_DIR, compose_config
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.trainer_settings import (
@@ -23,7 +23,7 @@ from recipe_engine.plan.trainer_settings import (
     template_support,
 )
 
-STAGES = Path(__file__).resolve().parents[2] / "stages"
+STAGES = CONFIG_DIR / "stages"
 
 
 def plan(*overrides: str):

@@ -367,7 +367,10 @@ def go_online(monkeypatch: pytest.MonkeyPatch, answer: Exception | None) -> None
 
 
 def hub_refusal(error: type[Exception]) -> Exception:
-    import httpx2 as httpx  # huggingface_hub 2 ships its HTTP client under this name
+    try:
+        import httpx2 as httpx  # huggingface_hub 2 ships its HTTP client under this name
+    except ImportError:  # huggingface_hub 1.x (the floor pyproject.toml admits) uses httpx
+        import httpx
 
     request = httpx.Request("GET", "https://huggingface.co/api/models/x")
     return error("refused", response=httpx.Response(404, request=request))

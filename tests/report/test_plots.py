@@ -57,3 +57,21 @@ def test_metric_bars(tmp_path):
     path = write_metric_bars(tmp_path / "bars.png", {"base": 0.0, "vision": 0.5, "llm": 1.0}, "EM")
     assert is_png(path)
     assert is_png(write_metric_bars(tmp_path / "loss.png", {"base": 5.8, "llm": 4.9}, "loss"))
+
+
+def test_without_matplotlib_the_charts_are_skipped_not_failed(tmp_path, monkeypatch):
+    """matplotlib is the `plots` extra: a run without it reports no chart and writes none."""
+    import importlib.util
+
+    from recipe_engine.report import plots
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a),
+    )
+    metrics = write_metrics(tmp_path / "a" / "metrics.jsonl", stage_records(3, 5.0))
+    assert plots.write_loss_plot(tmp_path, [("a", metrics)]) is None
+    assert plots.write_metric_bars(tmp_path / "bars.png", {"base": 0.5}, "EM") is None
+    assert not list(tmp_path.glob("*.png"))
