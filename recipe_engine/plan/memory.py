@@ -17,7 +17,7 @@ Widths follow what the libraries do (transformers 5.x, PEFT, TRL, bitsandbytes, 
 PEFT keeps LoRA weights in fp32 (`autocast_adapter_dtype`), `prepare_model_for_kbit_training`
 upcasts every non-quantized weight of a k-bit model to fp32, TRL casts a k-bit model's
 trainable weights to bf16 when training in bf16, torch optimizers keep their state in the
-parameter's dtype, and the HF causal-LM loss upcasts the logits to fp32.
+parameter's dtype, and TRL's fused LM head never materializes the logits (see VOCAB_TILE).
 """
 
 from __future__ import annotations
@@ -41,10 +41,17 @@ INT8_BYTES = 1.0
 # only pass through saves no linear inputs: the element-wise ops keep 4h + 3I.
 TRAINED_H, TRAINED_I = 6, 4
 PASS_H, PASS_I = 4, 3
-# Logits: the lm_head output (compute width), and in fp32 the upcast copy (freed once the
-# log-softmax has consumed it), the saved log-softmax and, at the start of the backward
-# pass, the gradients of the loss and of the log-softmax: 12 fp32 bytes beyond the output.
-LOGIT_FP32_BUFFERS = 3
+# Logits are never materialized: TRL's SFTTrainer (>= 1.16) patches the model with a fused
+# LM head (trl/kernels/chunked_logprob.py) that projects at most TOKEN_TILE tokens at a time
+# onto one VOCAB_TILE-wide buffer, whatever the vocabulary (trl/trainer/utils.py
+# _CHUNKED_LOGPROB_CHUNK_SIZE). Its backward pass, at the top of the peak, holds that buffer
+# again, fp32 gradients of the hidden states (and of lm_head's weight when it is trained) and,
+# without Triton (CPU), `_backward_tile`'s element-wise arrays over the tile's used width. At
+# their most: y, z, log_p, p, grad and two temporaries of the target term in fp32 plus the
+# bool target mask (29 bytes per element), and a fp32 copy of a tile kept in 16 bits.
+TOKEN_TILE = 4096
+VOCAB_TILE = 32768
+CPU_TILE_BYTES = 7 * 4 + 1
 # Runtime memory outside tensors (CUDA context, cuBLAS workspace, allocator fragmentation).
 # CPU peaks are measured from live tensor bytes: nothing to add there.
 CUDA_OVERHEAD_GIB = 0.8
@@ -465,9 +472,15 @@ def _stack(
 
 
 def _logits(req: MemoryRequest) -> float:
-    elements = _tokens(req) * req.shape.vocab_size
-    width = WIDTH[req.dtype]
-    return elements * (width + 4 * LOGIT_FP32_BUFFERS)
+    """TRL's fused LM head at the start of the backward pass (see VOCAB_TILE)."""
+    tokens, shape = _tokens(req), req.shape
+    rows, width = min(tokens, TOKEN_TILE), WIDTH[req.dtype]
+    tile = rows * VOCAB_TILE * width
+    per_element = 0 if req.accelerated else CPU_TILE_BYTES + (4 if width != 4 else 0)
+    element_wise = per_element * rows * min(shape.vocab_size, VOCAB_TILE)
+    grad_hidden = tokens * shape.hidden_size * 4
+    grad_weight = shape.vocab_size * shape.hidden_size * 4 if "lm_head" in req.trained else 0
+    return tile + element_wise + grad_hidden + grad_weight
 
 
 # --------------------------------------------------------------------------- text

@@ -109,7 +109,7 @@ def _plan_stage(
     if stage.evaluate_only:
         policy = evaluation_policy(name, stage, graph.children(name))
     else:
-        policy = plan_policy(name, stage, model, readable=init.unavailable is None)
+        policy = plan_policy(name, stage, model, readable=_readable(init, model, parent))
     rows = plan_data(stage_data(name, cfg.data, stage.data), model.kind, cfg.seed, datas)
     placement = _place(name, cfg, machine, stage, policy, model, rows)
     if placement.quantization == "none":  # skipped where bitsandbytes cannot run (recorded)
@@ -441,6 +441,13 @@ def _memory(
         capacity or None,
         zero_stage(name, stage.train) if deepspeed else None,
     )
+
+
+def _readable(init: InitSource, model: ModelConfig, parent: StagePlan | None) -> bool:
+    """Whether the model's config can be read here. A child of a stage whose hub config could
+    not be read cannot read it either: asking again would import transformers for nothing."""
+    unreadable_parent = parent is not None and parent.policy.deferred and parent.model == model
+    return init.unavailable is None and not unreadable_parent
 
 
 def _require(package: str, why: str) -> None:

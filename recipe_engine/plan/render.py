@@ -77,7 +77,10 @@ def _memory_lines(stage: StagePlan) -> list[str]:
     if stage.evaluate_only:
         return []
     if memory is None:
-        return ["memory:    (not estimated: the model's config is not readable here)"]
+        return [
+            "memory:    (not estimated: the model's config is not readable here, and no shipped "
+            "config snapshot of it fits this stage's policy)"
+        ]
     lines = [f"memory:    {memory.describe()}"]
     advice = memory.advice()
     if advice:

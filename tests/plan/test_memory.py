@@ -103,9 +103,20 @@ def test_activations_grow_with_batch_and_sequence_and_shrink_with_checkpointing(
     assert checkpointed < estimate_memory(request(**lora)).activations / 5
 
 
-def test_logits_are_batch_by_sequence_by_vocabulary() -> None:
-    estimate = estimate_memory(request(lora_components=("language_model",), lora_params=1))
-    assert estimate.logits == pytest.approx(2 * 512 * 152064 * (2 + 12) / GIB)
+def test_logits_are_trls_fused_head_tile_not_batch_by_sequence_by_vocabulary() -> None:
+    """TRL's fused LM head projects onto one 32768-wide tile of at most 4096 tokens; the
+    backward pass adds fp32 gradients of the hidden states (and of a trained lm_head)."""
+    lora = {"lora_components": ("language_model",), "lora_params": 1}
+    tokens, hidden, vocab = 2 * 512, 3584, 152064
+    tile_and_grad = tokens * 32768 * 2 + tokens * hidden * 4
+    assert estimate_memory(request(**lora)).logits == pytest.approx(tile_and_grad / GIB)
+    trained_head = estimate_memory(request(**lora, trained=("lm_head",))).logits
+    assert trained_head == pytest.approx((tile_and_grad + vocab * hidden * 4) / GIB)
+    long = estimate_memory(request(**lora, batch=16)).logits  # 8192 tokens: the tile stops at 4096
+    assert long == pytest.approx((4096 * 32768 * 2 + 8192 * hidden * 4) / GIB)
+    on_cpu = estimate_memory(request(**lora, accelerated=False, dtype="float32")).logits
+    element_wise = 29 * tokens * 32768  # torch's fold of the tile (no Triton): 7 fp32 + 1 bool
+    assert on_cpu == pytest.approx((tokens * 32768 * 4 + element_wise + tokens * hidden * 4) / GIB)
 
 
 def test_sharding_splits_state_per_device() -> None:

@@ -84,6 +84,20 @@ def test_hub_model_plans_offline_with_checks_waiting_for_load_time():
     assert "HF_HUB_OFFLINE=1 is set" in stage.init.unavailable
 
 
+def test_a_child_of_an_unreadable_hub_stage_does_not_ask_for_the_config_again(monkeypatch):
+    """The root stage already knows the hub model cannot be had here; asking again for the
+    child imports transformers and, with a network that does not answer, waits for the
+    hub's timeouts (26 s for r3 on a 7B entry)."""
+    from recipe_engine.plan import policy
+
+    asked = []
+    real = policy.load_config
+    monkeypatch.setattr(policy, "load_config", lambda m, *a: asked.append(m["id"]) or real(m, *a))
+    result = plan("recipe=r3-two-stage", "model=qwen2-vl-7b")
+    assert all(stage.policy.deferred for stage in result.stages.values())
+    assert asked == []
+
+
 def test_the_zero_stage_comes_from_the_stages_deepspeed_config(tmp_path):
     from recipe_engine.errors import RecipeError
     from recipe_engine.plan.trainer_settings import zero_stage

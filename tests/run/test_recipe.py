@@ -70,6 +70,10 @@ def test_recipe_runs_end_to_end_and_outputs_load(recipe, outputs):
         assert (result.output / "COMPLETE").is_file()
         assert manifest.trainable_report["total"]["trainable"] > 0
         assert any(p.numel() for p in model.parameters())
+        if result.status == "trained":  # the plan's memory estimate beside the measured peak
+            memory = manifest.metrics
+            assert memory.estimated_peak_gib > 0 and memory.measured_peak_gib > 0
+            assert memory.memory_measure.startswith("live tensor bytes")
     summary = json.loads((outputs / "runs" / recipe / "summary.json").read_text())
     assert [row["stage"] for row in summary["stages"]] == list(results)
 
