@@ -14,8 +14,11 @@ USAGE = """\
 usage: recipe-engine compare [run=RUN_DIR] [probes=FILE] [recipe=NAME] [eval.KEY=V ...]
 
 Evaluate the base model and every stage of a run on the same held-out probes with the same
-generation settings: exact match, contains, eval loss. Writes compare.csv, predictions JSONL,
-compare.md and plots in the run folder and prints the table.
+generation settings: exact match, contains, eval loss. Every model is measured on the
+full-precision base; the table also shows the run's own accuracy, labelled with the base
+precision it was measured on (4-bit for a QLoRA stage). Writes compare.csv, predictions JSONL,
+compare.md and plots in the run folder and prints the table; with probes=FILE the files are
+compare-<file stem>.* instead, beside the run's own report.
 
 options:
   run=RUN_DIR        the run to compare (default: the newest run of recipe=NAME)

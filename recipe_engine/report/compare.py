@@ -8,7 +8,10 @@ Probes are the recipe's held-out split, or `probes=FILE`: rows in any of the dat
 (JSONL/JSON/CSV/parquet, image paths relative to the file) or a `.txt` file of one prompt per
 line (no references, so no task metrics). Every model answers the same probes with the same
 generation settings; the run folder gets compare.csv, compare.jsonl, compare_metrics.json,
-compare.md (side-by-side table, metrics, bar charts, loss plot) and the PNGs.
+compare.md (side-by-side table, metrics, bar charts, loss plot) and the PNGs. With
+`probes=FILE` the files are named compare-<file stem>.* instead: the run's own report stays.
+Every model is measured on the full-precision base; the table also shows the accuracy the run
+measured itself, labelled with its base precision (4-bit for a QLoRA stage).
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ import gc
 import json
 import logging
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import atomic_write_text
-from recipe_engine.report.plots import write_loss_plot, write_metric_bars
+from recipe_engine.report.plots import PlotStage, write_loss_plot, write_metric_bars
 from recipe_engine.run.evaluation import (
     GENERATION_KEYS,
     generate_answers,
@@ -33,6 +37,7 @@ from recipe_engine.run.evaluation import (
     reference_text,
     scored_texts,
 )
+from recipe_engine.run.recipe import accuracy_text
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
 from recipe_engine.tables import markdown_table, text_table
 
@@ -92,13 +97,17 @@ def compare_run(
     rows, source = _probe_set(probes, root[2], seed, held_out, evaluation.get("max_samples"))
     generation = {k: evaluation[k] for k in GENERATION_KEYS if k in evaluation}
     outputs, metrics = _answer_all(_loaders(stages, root), rows, root[2].kind, seed, generation)
+    _label_precision(metrics, stages, root)
 
-    written = _write_outputs(run_dir, rows, outputs, metrics)
+    stem = report_name(probes)
+    written = _write_outputs(run_dir, stem, rows, outputs, metrics)
     loss_plot = _loss_plot(run_dir, stages)
-    bars = _metric_bars(run_dir, metrics)
+    bars = _metric_bars(run_dir, stem, metrics)
     table = metrics_table(metrics)
     shown = {"probes": source, "seed": seed, **generation}
-    report = _write_report(run_dir, summary.recipe, rows, outputs, table, bars, loss_plot, shown)
+    report = _write_report(
+        run_dir, stem, summary.recipe, rows, outputs, table, bars, loss_plot, shown
+    )
     return {
         "run_dir": run_dir,
         "probes": len(rows),
@@ -111,6 +120,28 @@ def compare_run(
         "plots": bars,
         **written,
     }
+
+
+def report_name(probes: str | Path | None) -> str:
+    """The stem of the report's files: `compare` for the run's held-out split, which the run
+    itself writes; `compare-<probe file stem>` for other probes, so they never replace it."""
+    if probes is None:
+        return "compare"
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(probes).stem) or "probes"
+    return f"compare-{stem}"
+
+
+def _label_precision(metrics: dict[str, dict[str, Any]], stages: list[Stage], root: Stage) -> None:
+    """Each model's row says what compare measured it on (always the full-precision base:
+    adapters are applied to the unquantized model) next to the run's own held-out accuracy,
+    which a 4/8-bit stage measured on its quantized base (labelled so)."""
+    base_name = next(iter(metrics))  # the base model answers first
+    base = root[2].metrics.base_accuracy  # measured by the root stage, unquantized
+    for name, values in metrics.items():
+        values["base_precision"] = "full"
+        values["run_accuracy"] = f"{base:.0%}" if name == base_name and base is not None else None
+    for name, _, manifest in stages:
+        metrics[name]["run_accuracy"] = accuracy_text(manifest)
 
 
 Loader = tuple[str, Callable[[], tuple[Any, Any]]]  # model name, loads (model, processor)
@@ -153,11 +184,13 @@ def _answer_all(
     return outputs, metrics
 
 
-def _metric_bars(run_dir: Path, metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, Path]:
+def _metric_bars(
+    run_dir: Path, stem: str, metrics: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Path]:
     """A bar chart per metric every model has."""
     charts = {
         metric: write_metric_bars(
-            run_dir / f"compare_{metric}.png",
+            run_dir / f"{stem}_{metric}.png",
             {name: values[metric] for name, values in metrics.items()},
             title,
         )
@@ -177,11 +210,19 @@ def task_metrics(answers: Sequence[str], references: Sequence[str]) -> dict[str,
     }
 
 
+# Label columns of the table: the base precision compare measured on, and the accuracy the
+# run itself measured (on a quantized base for 4/8-bit stages), so neither is mistaken for
+# the other.
+LABELS = {"base_precision": "base precision", "run_accuracy": "run's own acc"}
+
+
 def metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
     """A plain-text table, one row per model (also used in the Markdown report)."""
-    columns = ["model", "n", *(m for m in METRICS if any(m in v for v in metrics.values()))]
-    rows = [[name, *(_fmt(values.get(c)) for c in columns[1:])] for name, values in metrics.items()]
-    return "\n".join(text_table(rows, header=columns))
+    present = [*METRICS, *LABELS]
+    columns = ["n", *(m for m in present if any(m in v for v in metrics.values()))]
+    rows = [[name, *(_fmt(values.get(c)) for c in columns)] for name, values in metrics.items()]
+    header = ["model", *(LABELS.get(c, c) for c in columns)]
+    return "\n".join(text_table(rows, header=header))
 
 
 def _fmt(value: Any) -> str:
@@ -488,14 +529,15 @@ def _encode(processor: Any, tokenizer: Any, text: str, images: list[Any]) -> Any
 
 def _write_outputs(
     run_dir: Path,
+    stem: str,
     rows: list[dict[str, Any]],
     outputs: dict[str, list[str]],
     metrics: dict[str, dict[str, Any]],
 ) -> dict[str, Path]:
     paths = {
-        "csv": run_dir / "compare.csv",
-        "jsonl": run_dir / "compare.jsonl",
-        "metrics_path": run_dir / "compare_metrics.json",
+        "csv": run_dir / f"{stem}.csv",
+        "jsonl": run_dir / f"{stem}.jsonl",
+        "metrics_path": run_dir / f"{stem}_metrics.json",
     }
     with paths["csv"].open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -525,8 +567,10 @@ def _write_outputs(
 
 
 def _loss_plot(run_dir: Path, stages: list[Stage]) -> Path | None:
-    metrics = [(name, folder / "metrics.jsonl") for name, folder, _ in stages]
-    if not any(path.is_file() for _, path in metrics):
+    metrics = [
+        PlotStage(n, manifest.parent, folder / "metrics.jsonl") for n, folder, manifest in stages
+    ]
+    if not any(stage.metrics.is_file() for stage in metrics):
         return None
     return write_loss_plot(run_dir, metrics)
 
@@ -540,6 +584,7 @@ def _cell(value: Any, limit: int = 120) -> str:
 
 def _write_report(
     run_dir: Path,
+    stem: str,
     recipe: str,
     rows: list[dict[str, Any]],
     outputs: dict[str, list[str]],
@@ -563,7 +608,9 @@ def _write_report(
         "",
         "exact_match: answer equals the reference after stripping whitespace; contains: the "
         "reference occurs in the answer (case-insensitive); eval_loss: mean token loss of the "
-        "reference answers. Adapter stages are evaluated on their base in full precision.",
+        "reference answers. Every model is measured here on the full-precision base (adapters "
+        "applied to the unquantized model); `run's own acc` is the accuracy the run measured "
+        "when the stage was trained, on a 4/8-bit base where the stage was quantized (labelled).",
         "",
     ]
     lines += [f"![{metric}]({path.name})" for metric, path in bars.items()]
@@ -571,8 +618,8 @@ def _write_report(
         lines += ["", "## Loss over the run", "", f"![loss]({loss_plot.name})"]
     lines += ["", "## Side by side", "", *_side_by_side(rows, outputs)]
     if len(rows) > MD_ROWS:
-        lines += ["", f"First {MD_ROWS} of {len(rows)} probes; all are in compare.csv."]
-    path = run_dir / "compare.md"
+        lines += ["", f"First {MD_ROWS} of {len(rows)} probes; all are in {stem}.csv."]
+    path = run_dir / f"{stem}.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
 

@@ -59,46 +59,62 @@ def _save(figure: Any, path: Path) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class PlotStage:
+    """A stage as the loss plot needs it: its name, its parent and its metrics.jsonl."""
+
+    name: str
+    parent: str | None  # the stage it starts from; None: a root, drawn from step 0
+    metrics: Path
+
+
 @dataclass
 class StageSeries:
-    """One stage's loss points on the run's step axis: x = steps of earlier stages + step."""
+    """One stage's loss points on the run's step axis: x = its parent's end + step."""
 
     name: str
     start: float
     end: float
     train: list[tuple[float, float]] = field(default_factory=list)
     eval: list[tuple[float, float]] = field(default_factory=list)
+    depth: int = 0  # stages between it and its root: siblings share a start, not a depth row
 
 
-def loss_series(stages: Sequence[tuple[str, Path]]) -> list[StageSeries]:
-    """Per stage, its train/eval loss points shifted to start where the previous stage ended."""
-    series, offset = [], 0.0
-    for name, metrics_path in stages:
-        records = read_metrics(Path(metrics_path))
+def loss_series(stages: Sequence[PlotStage]) -> list[StageSeries]:
+    """Per stage (parents listed before children), its train/eval loss points shifted to
+    start where its parent ended: a fan-out draws branches, not one stage after another."""
+    series: list[StageSeries] = []
+    ends: dict[str, tuple[float, int]] = {}  # stage -> (its last step on the axis, its depth)
+    for stage in stages:
+        # A parent outside the list (e.g. not part of an `only=` run) counts as a root.
+        parent_end, parent_depth = ends.get(stage.parent or "", (0.0, -1))
+        records = read_metrics(Path(stage.metrics))
         last = max((float(r["step"]) for r in records), default=0.0)
         series.append(
             StageSeries(
-                name,
-                offset,
-                offset + last,
-                [(offset + r["step"], r["loss"]) for r in records if _number(r.get("loss"))],
-                [
-                    (offset + r["step"], r["eval_loss"])
-                    for r in records
-                    if _number(r.get("eval_loss"))
-                ],
+                stage.name,
+                parent_end,
+                parent_end + last,
+                _points(records, "loss", parent_end),
+                _points(records, "eval_loss", parent_end),
+                parent_depth + 1,
             )
         )
-        offset += last
+        ends[stage.name] = (parent_end + last, parent_depth + 1)
     return series
 
 
-def write_loss_plot(run_dir: Path, stages: Sequence[tuple[str, Path]]) -> Path | None:
+def _points(records: list[dict[str, Any]], key: str, offset: float) -> list[tuple[float, float]]:
+    return [(offset + r["step"], r[key]) for r in records if _number(r.get(key))]
+
+
+def write_loss_plot(run_dir: Path, stages: Sequence[PlotStage]) -> Path | None:
     """Plot train and eval loss of every stage on one step axis; returns run_dir/loss.png
     (None without matplotlib).
 
-    `stages` are (stage name, metrics.jsonl) in run order. Stage k's steps are drawn after
-    stage k-1's last step; a dashed line and the stage's name mark where each stage starts.
+    `stages` are listed parents first. Each stage's steps are drawn after its parent's last
+    step, so the children of one parent overlap as branches; each stage has its own colour
+    (solid: train loss, dots: eval loss), and a dashed line and its name mark where it starts.
     Cached stages read their stored metrics.jsonl and are drawn the same way.
     """
     if not can_plot():
@@ -106,51 +122,58 @@ def write_loss_plot(run_dir: Path, stages: Sequence[tuple[str, Path]]) -> Path |
     figure = _figure(8, 4.5)
     axes = figure.add_subplot(1, 1, 1)
     series = loss_series(stages)
-    legend: set[str] = set()
+    drawn = False
     for index, stage in enumerate(series):
-        for points, label, color, marker in (
-            (stage.train, "train loss", "tab:blue", "."),
-            (stage.eval, "eval loss", "tab:orange", "o"),
-        ):
-            if points:
-                xs, ys = zip(*points, strict=True)
-                # One legend entry per series, not per stage: colours stay fixed across stages.
-                shown = label if label not in legend else "_nolegend_"
-                legend.add(label)
-                axes.plot(xs, ys, color=color, marker=marker, linewidth=1.5, label=shown)
-        if index > 0:
-            axes.axvline(stage.start, color="grey", linestyle="--", linewidth=1)
-    drawn = bool(legend)
-    offset = series[-1].end if series else 0.0
-    spans = [(s.name, s.start, s.end) for s in series]
-    for index, (name, start, end) in enumerate(spans):
-        if index % 2 and end > start:
-            axes.axvspan(start, end, color="grey", alpha=0.08, linewidth=0)
-        # Names sit at the top of each stage's span, in axes coordinates vertically.
+        drawn = _draw_stage(axes, stage, f"C{index % 10}") or drawn
+    _label_stages(axes, series)
+    if not drawn:
+        axes.text(0.5, 0.5, "no loss records", transform=axes.transAxes, ha="center")
+    axes.margins(y=0.2)  # headroom for the stage names at the top
+    right = max((s.end for s in series), default=0.0)
+    if right > 0:
+        axes.set_xlim(0, right * 1.02)  # step 0 is each root's start: show it
+    axes.set_xlabel("step (each stage from its parent's last step)")
+    axes.set_ylabel("loss")
+    axes.set_title(f"loss over {len(stages)} stage(s)")
+    axes.grid(True, alpha=0.3)
+    handles, _ = axes.get_legend_handles_labels()
+    if handles:
+        axes.legend(loc="upper right", bbox_to_anchor=(1.0, 0.85), fontsize=8)
+    figure.tight_layout()
+    return _save(figure, Path(run_dir) / LOSS_PLOT)
+
+
+def _draw_stage(axes: Any, stage: StageSeries, color: str) -> bool:
+    """A stage's train line and eval dots in its colour; True when it had any points."""
+    if stage.train:
+        xs, ys = zip(*stage.train, strict=True)
+        axes.plot(xs, ys, color=color, marker=".", linewidth=1.5, label=f"{stage.name} train")
+    if stage.eval:
+        xs, ys = zip(*stage.eval, strict=True)
+        axes.plot(xs, ys, color=color, marker="o", linestyle="none", label=f"{stage.name} eval")
+    if stage.start > 0:
+        axes.axvline(stage.start, color="grey", linestyle="--", linewidth=1)
+    return bool(stage.train or stage.eval)
+
+
+def _label_stages(axes: Any, series: list[StageSeries]) -> None:
+    """Each stage's name at the top of its span; branches (same start) stack downwards."""
+    starts: dict[float, int] = {}
+    for stage in series:
+        row = starts.get(stage.start, 0)
+        starts[stage.start] = row + 1
+        if stage.depth % 2 and stage.end > stage.start and row == 0:
+            axes.axvspan(stage.start, stage.end, color="grey", alpha=0.08, linewidth=0)
         axes.text(
-            (start + end) / 2 if end > start else start,
-            0.98,
-            name,
+            (stage.start + stage.end) / 2 if stage.end > stage.start else stage.start,
+            0.98 - 0.08 * row,  # axes coordinates vertically
+            stage.name,
             transform=axes.get_xaxis_transform(),
             ha="center",
             va="top",
             fontsize=9,
             bbox={"facecolor": "white", "edgecolor": "grey", "alpha": 0.8},
         )
-    if not drawn:
-        axes.text(0.5, 0.5, "no loss records", transform=axes.transAxes, ha="center")
-    axes.margins(y=0.2)  # headroom for the stage names at the top
-    if offset > 0:
-        axes.set_xlim(0, offset * 1.02)  # step 0 is each stage's start: show it
-    axes.set_xlabel("step (all stages, run order)")
-    axes.set_ylabel("loss")
-    axes.set_title(f"loss over {len(stages)} stage(s)")
-    axes.grid(True, alpha=0.3)
-    handles, labels = axes.get_legend_handles_labels()
-    if handles:
-        axes.legend(loc="upper right", bbox_to_anchor=(1.0, 0.9))
-    figure.tight_layout()
-    return _save(figure, Path(run_dir) / LOSS_PLOT)
 
 
 def write_metric_bars(path: Path, metric: dict[str, float], title: str) -> Path | None:
@@ -180,6 +203,7 @@ def _number(value: Any) -> bool:
 
 __all__ = [
     "LOSS_PLOT",
+    "PlotStage",
     "StageSeries",
     "loss_series",
     "read_metrics",

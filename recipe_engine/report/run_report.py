@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.plan.recipe_plan import RecipePlan
-from recipe_engine.run.recipe import StageResult, run_summary
+from recipe_engine.report.plots import PlotStage
+from recipe_engine.run.recipe import StageResult, accuracy_text, run_summary
 from recipe_engine.tables import text_table
 
 # The summary's columns the table prints (the store paths are in summary.json).
@@ -19,7 +20,7 @@ def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> l
     print(run_table(plan, results, run_dir))
     from recipe_engine.report.plots import MISSING, write_loss_plot
 
-    plot = write_loss_plot(run_dir, [(r.name, r.output / "metrics.jsonl") for r in results])
+    plot = write_loss_plot(run_dir, plot_stages(plan, results))
     print(f"loss plot: {plot or MISSING}")
     settings = plan.config.eval
     if not (results and settings.enabled and settings.compare):
@@ -56,15 +57,35 @@ def run_table(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> st
     lines = [f"recipe {plan.recipe}: run folder {run_dir}"]
     if rows:
         lines += text_table([[str(row[c]) for c in COLUMNS] for row in rows], header=COLUMNS)
-    lines += _accuracy_line(results)
+    lines += _accuracy_line(plan, results)
     return "\n".join(lines)
 
 
-def _accuracy_line(results: list[StageResult]) -> list[str]:
+def plot_stages(plan: RecipePlan, results: list[StageResult]) -> list[PlotStage]:
+    """The run's stages for the loss plot, each with the parent it branches from."""
+    return [
+        PlotStage(r.name, plan.stages[r.name].parent, r.output / "metrics.jsonl") for r in results
+    ]
+
+
+def sinks(plan: RecipePlan, results: list[StageResult]) -> list[StageResult]:
+    """The stages the run exists for: the recipe's `targets`, else the stages no other stage
+    of this run starts from (every child of a fan-out, not just the last one run)."""
+    ran = {r.name for r in results}
+    targets = [r for r in results if r.name in plan.config.recipe.targets]
+    leaves = [r for r in results if not ran.intersection(plan.graph.children(r.name))]
+    return targets or leaves
+
+
+def _accuracy_line(plan: RecipePlan, results: list[StageResult]) -> list[str]:
     metrics: list[Any] = [r.manifest.metrics for r in results if r.manifest]
     base = next((m.base_accuracy for m in metrics if m.base_accuracy is not None), None)
-    final = metrics[-1].eval_accuracy if metrics else None
-    if base is None or final is None:
+    scored = [(r.name, accuracy_text(r.manifest)) for r in sinks(plan, results) if r.manifest]
+    scored = [(name, text) for name, text in scored if text is not None]
+    if base is None or not scored:
         return []
-    name = results[-1].name
-    return [f"held-out exact match: base {base:.0%} -> final stage `{name}` {final:.0%}"]
+    if len(scored) == 1:
+        name, text = scored[0]
+        return [f"held-out exact match: base {base:.0%} -> final stage `{name}` {text}"]
+    finals = ", ".join(f"{name} {text}" for name, text in scored)
+    return [f"held-out exact match: base {base:.0%} -> {finals}"]

@@ -120,6 +120,34 @@ def incomplete(results: list[StageResult]) -> list[str]:
     ]
 
 
+def base_precision(manifest: Manifest) -> str:
+    """The precision of the base a stage trained and evaluated on: "4-bit", "8-bit" or
+    "full" (a quantized stage's own accuracy is measured on its quantized base)."""
+    bits = manifest.bits
+    return "full" if bits == "none" else bits.replace("bit", "-bit")
+
+
+def accuracy_text(manifest: Manifest) -> str | None:
+    """ "96%", or "96% (4-bit base)" for a stage trained on a quantized base: `compare`
+    measures every stage on the full-precision base, so the two must not be confused."""
+    accuracy = manifest.metrics.eval_accuracy
+    if accuracy is None:
+        return None
+    precision = base_precision(manifest)
+    return f"{accuracy:.0%}" + ("" if precision == "full" else f" ({precision} base)")
+
+
+def eval_text(manifest: Manifest) -> str:
+    """The run table's `eval` cell: the stage's held-out metrics, accuracy labelled."""
+    metrics = manifest.metrics
+    accuracy = accuracy_text(manifest)
+    if accuracy is None:
+        return metrics.eval_text()
+    # StageMetrics.eval_text writes "acc NN%" first; only the label is added to it here.
+    plain = f"acc {metrics.eval_accuracy:.0%}"
+    return metrics.eval_text().replace(plain, f"acc {accuracy}", 1)
+
+
 def run_summary(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> RunSummary:
     return RunSummary(plan.recipe, [_row(plan, result, run_dir) for result in results])
 
@@ -136,6 +164,6 @@ def _row(plan: RecipePlan, result: StageResult, run_dir: Path) -> StageRow:
         trained=", ".join(manifest.trained_components if manifest else []) or "-",
         steps=metrics.steps if metrics and metrics.steps is not None else "-",
         loss=metrics.loss_text() if metrics else "-",
-        eval=metrics.eval_text() if metrics else "-",
+        eval=eval_text(manifest) if manifest else "-",
         time_s=round(manifest.timings.get("total_s", 0.0), 1) if manifest else 0.0,
     )

@@ -17,7 +17,7 @@ from recipe_engine.cli.main import main
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.planner import plan_from_config
-from recipe_engine.report.compare import compare_run, task_metrics
+from recipe_engine.report.compare import compare_run, report_name, task_metrics
 from recipe_engine.run.recipe import run_recipe
 from recipe_engine.store.records import Manifest, RunSummary
 
@@ -83,6 +83,20 @@ def test_writes_table_report_and_plots(compared):
     assert "](compare_exact_match.png)" in report
 
 
+def test_each_accuracy_says_which_base_precision_it_was_measured_on(compared, outputs):
+    """compare measures every model on the full-precision base; the run's own accuracy of
+    the QLoRA stage was measured on its 4-bit base, and the table says so."""
+    run_dir = outputs / "runs" / RECIPE / "t1"
+    llm = Manifest.load(RunSummary.load(run_dir).stages[1].output_path(run_dir))
+    assert llm.bits == "4bit" and llm.metrics.eval_accuracy is not None
+    header = compared["table"].splitlines()[0]
+    assert "base precision" in header and "run's own acc" in header
+    assert {m["base_precision"] for m in compared["metrics"].values()} == {"full"}
+    own = compared["metrics"]["llm"]["run_accuracy"]
+    assert own == f"{llm.metrics.eval_accuracy:.0%} (4-bit base)" and own in compared["table"]
+    assert not compared["metrics"]["vision"]["run_accuracy"].endswith("base)")  # full stage
+
+
 def test_metrics_match_a_recomputation_from_the_csv(compared):
     rows = read_csv(compared["run_dir"] / "compare.csv")
     saved = json.loads((compared["run_dir"] / "compare_metrics.json").read_text())
@@ -107,6 +121,11 @@ def test_eval_loss_matches_the_stage_evaluation(compared, outputs):
     assert compared["metrics"]["vision"]["eval_loss"] == pytest.approx(recorded, rel=1e-3)
 
 
+def test_a_probe_file_names_its_own_report():
+    assert report_name(None) == "compare"  # the run's own report
+    assert report_name("data/my probes.v2.jsonl") == "compare-my_probes.v2"
+
+
 def test_task_metrics():
     assert task_metrics(
         ["red circle ", "a Red Square!", "x"], ["red circle", "red square", "y"]
@@ -118,6 +137,9 @@ def test_task_metrics():
 
 def test_cli_newest_run_with_a_probe_file(outputs, compared, capsys):
     run_dir = copy_run(outputs, "t2")  # newer than t1: the verb must pick it
+    own_report = {n: f"the run's own {n}\n" for n in ("compare.md", "compare.csv", "compare.jsonl")}
+    for name, text in own_report.items():
+        (run_dir / name).write_text(text)
     image = Path(read_csv(compared["run_dir"] / "compare.csv")[0]["image"])
     shutil.copy(image, outputs / "probe.png")
     probes = outputs / "probes.jsonl"
@@ -140,12 +162,16 @@ def test_cli_newest_run_with_a_probe_file(outputs, compared, capsys):
     )
     assert code == 0
     printed = capsys.readouterr().out
-    assert "exact_match" in printed and str(run_dir / "compare.md") in printed
+    assert "exact_match" in printed and str(run_dir / "compare-probes.md") in printed
     assert str(run_dir / "loss.png") in printed
-    rows = read_csv(run_dir / "compare.csv")
+    rows = read_csv(run_dir / "compare-probes.csv")
     assert len(rows) == 1 and rows[0]["reference"] == "green circle"
     assert rows[0]["image"] == str((outputs / "probe.png").resolve())
-    assert "max_new_tokens=3" in (run_dir / "compare.md").read_text()
+    assert "max_new_tokens=3" in (run_dir / "compare-probes.md").read_text()
+    for name in ("compare-probes.jsonl", "compare-probes_metrics.json"):
+        assert (run_dir / name).is_file(), name
+    # Its own report beside the run's, never over it.
+    assert {n: (run_dir / n).read_text() for n in own_report} == own_report
 
 
 def test_prompt_file_without_references(outputs):
@@ -154,8 +180,11 @@ def test_prompt_file_without_references(outputs):
     prompts.write_text("Say hello.\n\nName a colour.\n")
     result = compare_run(run_dir, probes=prompts, settings={"max_new_tokens": 2})
     assert result["probes"] == 2 and result["plots"] == {}
-    assert result["metrics"]["llm"] == {"n": 2}  # no references: no task metrics
-    assert [r["reference"] for r in read_csv(run_dir / "compare.csv")] == ["", ""]
+    assert result["metrics"]["llm"]["n"] == 2
+    assert "exact_match" not in result["metrics"]["llm"]  # no references: no task metrics
+    assert result["report"] == run_dir / "compare-prompts.md"
+    assert [r["reference"] for r in read_csv(run_dir / "compare-prompts.csv")] == ["", ""]
+    assert not (run_dir / "compare.csv").exists()
 
 
 def test_missing_run_is_a_user_error(outputs, tmp_path, capsys):

@@ -18,8 +18,8 @@ from recipe_engine.config.compose import available, compose_config
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.run.loading import merge_adapter_parent
-from recipe_engine.run.recipe import run_recipe
-from recipe_engine.store.records import Manifest, RunSummary
+from recipe_engine.run.recipe import accuracy_text, eval_text, run_recipe
+from recipe_engine.store.records import Manifest, RunSummary, StageMetrics
 
 SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1}
 
@@ -249,3 +249,15 @@ def test_a_checkpoint_written_after_divergence_is_never_resumed_from(tmp_path, c
     assert "its weights hold NaN or infinity" in caplog.text
     resumed = [r.getMessage() for r in caplog.records if "resuming from" in r.getMessage()]
     assert all(checkpoint_is_finite(Path(m.split("resuming from ")[1])) for m in resumed)
+
+
+@pytest.mark.parametrize(
+    ("bits", "text"), [(None, "96%"), ("4bit", "96% (4-bit base)"), ("8bit", "96% (8-bit base)")]
+)
+def test_a_stage_accuracy_names_the_base_precision_it_was_measured_on(bits, text):
+    metrics = StageMetrics(eval_accuracy=0.96, eval_loss=0.037)
+    quantization = {"bits": bits} if bits else {}
+    manifest = Manifest("llm", "r", "k", "full", {}, "float32", quantization=quantization)
+    manifest.metrics = metrics
+    assert accuracy_text(manifest) == text
+    assert eval_text(manifest) == f"acc {text}, loss 0.037"
