@@ -169,7 +169,10 @@ def _problem(check: MergeCheck, missing: list[str], changed: list[str]) -> str |
     if missing:
         return f"{len(missing)} tensor(s) of the base are missing from it, e.g. {missing[:3]}"
     if changed:
-        return f"{len(changed)} tensor(s) the adapter does not touch changed, e.g. {changed[:3]}"
+        return (
+            f"{len(changed)} tensor(s) the adapter does not touch changed (or were left out of "
+            f"the saved folder and re-initialised on load), e.g. {changed[:3]}"
+        )
     if check.adapter_effect > 0 and check.changed_as_expected == 0:
         return (
             "the adapter was not merged: none of the weights it targets changed, and the "

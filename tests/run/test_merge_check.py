@@ -13,8 +13,10 @@ import pytest
 import torch
 from peft.tuners.tuners_utils import BaseTuner
 from test_recipe import run  # the quick-run helper (tests/run is on the path)
+from transformers import PreTrainedModel
 
 from recipe_engine.errors import StageFailed
+from recipe_engine.run.loading import merge_adapter_parent
 from recipe_engine.run.merge_check import MERGE_CHECK, Reference, tensor_problems
 from recipe_engine.store.records import Manifest
 
@@ -87,3 +89,21 @@ def test_a_tensor_missing_from_the_merge_or_changed_without_an_adapter_is_named(
     ref = Reference(logits, logits, checksums, frozenset({"a"}), frozenset({"head"}))
     merged = {"a": "9", "head": "8", "norm": "7"}
     assert tensor_problems(ref, merged) == (["vision.b"], ["norm"], 1)
+
+
+def test_a_merge_saved_without_its_vision_tower_is_refused(tmp_path, monkeypatch):
+    """ms-swift #9187: the merged VLM saved without `visual.*`; the child would load a
+    re-initialised vision tower. Every vision tensor then differs from the base's."""
+    adapter = run("r1-llm-only", tmp_path)["llm"].output
+    save = PreTrainedModel.save_pretrained
+
+    def without_vision(model, folder, **kwargs):
+        state = {k: v for k, v in model.state_dict().items() if ".visual." not in f".{k}"}
+        return save(model, folder, state_dict=state, **kwargs)
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", without_vision)
+    into = tmp_path / "merged"
+    with pytest.raises(StageFailed) as refused:
+        merge_adapter_parent(adapter, "float32", into, "llm")
+    assert "stage `llm`" in str(refused.value) and "visual" in str(refused.value)
+    assert not into.exists() and (adapter / "adapter_model.safetensors").is_file()
