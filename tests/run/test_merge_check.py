@@ -7,6 +7,7 @@ check that the child is refused, nothing of it is stored, and the parent is kept
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,7 @@ def refuse(outputs: Path, monkeypatch, tamper) -> str:
     """Run the chain again with the merge re-done through `tamper`; the refusal's message."""
     parent = run(RECIPE, outputs)["first"].output
     for folder in merged_folders(outputs) + stage_entries(outputs, "second"):
-        _remove(folder)
+        shutil.rmtree(folder)
     merge = BaseTuner.merge_and_unload
     monkeypatch.setattr(BaseTuner, "merge_and_unload", lambda self, **kw: tamper(self, merge))
     with pytest.raises(StageFailed) as refused:
@@ -59,12 +60,6 @@ def refuse(outputs: Path, monkeypatch, tamper) -> str:
     assert merged_folders(outputs) == [], "the bad merge is not left to be reused"
     assert stage_entries(outputs, "second") == [], "no child was trained"
     return str(refused.value)
-
-
-def _remove(folder: Path) -> None:
-    import shutil
-
-    shutil.rmtree(folder)
 
 
 def test_a_merge_that_ignores_the_adapter_is_refused(outputs, monkeypatch):
