@@ -19,11 +19,12 @@ from typing import Any
 
 import torch
 
-from recipe_engine.errors import RecipeError
+from recipe_engine.errors import RecipeError, StageFailed
 from recipe_engine.files import atomic_write_text, share_as_umask
 from recipe_engine.plan.dag import canonical_hash
 from recipe_engine.plan.models import auto_model_class
 from recipe_engine.plan.recipe_plan import PARENT, RecipePlan, StagePlan
+from recipe_engine.run.merge_check import MERGE_CHECK, check_merge, reference
 from recipe_engine.store.records import Manifest
 from recipe_engine.store.store import Store, make_engine_folder
 
@@ -127,16 +128,34 @@ def load_pretrained(
         ) from None
 
 
-def merge_adapter_parent(parent: Path, dtype: str, into: Path) -> tuple[Path, dict]:
-    """Merge a parent stage's LoRA adapter into its base in the compute dtype and save it.
+@dataclass(frozen=True)
+class MergedParent:
+    """An adapter merged into its base: the folder, what it trained, how the merge checked."""
+
+    folder: Path
+    expected: dict[str, dict[str, str]]  # checksums of every weight the adapter changed
+    check: dict[str, Any]  # `MergeCheck` fields, as `merge_check.json` records them
+
+
+def merge_adapter_parent(
+    parent: Path, dtype: str, into: Path, stage: str | None = None
+) -> MergedParent:
+    """Merge a parent stage's LoRA adapter into its base in the compute dtype, save it, and
+    verify it (`merge_check`) before any child uses it.
 
     The merged folder is kept (it is the base a child adapter applies to) and reused by
     later children; `handoff.json` beside the weights holds the checksums of every weight
-    the adapter changed. Written aside and renamed into place, like a stage output.
+    the adapter changed, `merge_check.json` what the verification measured. A folder without
+    the latter (an older engine's, or one whose writer died) is verified on first use.
     """
-    record = into / HANDOFF
-    if record.is_file():
-        return into, json.loads(record.read_text())
+    if not (into / HANDOFF).is_file():
+        _merge(parent, dtype, into)
+    expected = json.loads((into / HANDOFF).read_text())
+    return MergedParent(into, expected, _verified(parent, dtype, into, stage or str(parent)))
+
+
+def _merge(parent: Path, dtype: str, into: Path) -> None:
+    """Written aside and renamed into place, like a stage output."""
     from peft import PeftModel
 
     manifest = Manifest.load(parent)
@@ -156,7 +175,43 @@ def merge_adapter_parent(parent: Path, dtype: str, into: Path) -> tuple[Path, di
         os.rename(tmp, into)
     except OSError:  # another process merged it first: use theirs
         shutil.rmtree(tmp, ignore_errors=True)
-    return into, expected
+
+
+def _verified(parent: Path, dtype: str, into: Path, stage: str) -> dict[str, Any]:
+    """The merge check of `into`, run once and recorded in the folder; a failing merge is
+    set aside (never reused as if valid) and refused. The parent's adapter is untouched."""
+    record = into / MERGE_CHECK
+    if record.is_file():
+        return json.loads(record.read_text())
+    from peft import PeftModel
+
+    manifest = Manifest.load(parent)
+    entry, cpu = manifest.model_entry, {"": "cpu"}
+    base = load_pretrained(
+        manifest.loadable_base(parent.parent), entry, dtype=dtype, device_map=cpu
+    )
+    ref = reference(base, lambda model: PeftModel.from_pretrained(model, str(parent)))
+    del base  # one model in memory at a time: the merged one loads next
+    merged = load_pretrained(str(into), entry, dtype=dtype, device_map=cpu)
+    try:
+        check = check_merge(ref, merged, dtype, stage)
+    except StageFailed:
+        _set_aside(into)
+        raise
+    atomic_write_text(record, json.dumps(check.to_json(), indent=2) + "\n")
+    log.info("merge of %s verified: %s", stage, check)
+    return check.to_json()
+
+
+def _set_aside(folder: Path) -> None:
+    """Remove a merged folder that failed its check, by way of a `.stale` name (what gc
+    cleans up should the removal itself be interrupted)."""
+    stale = folder.with_name(f"{folder.name}.{os.getpid()}.stale")
+    try:
+        os.rename(folder, stale)
+    except OSError:  # another process set it aside first
+        return
+    shutil.rmtree(stale, ignore_errors=True)
 
 
 def is_quantized_param(param: torch.nn.Parameter) -> bool:
@@ -221,6 +276,7 @@ class Weights:
     location: str
     parent: str | None = None
     expected: dict[str, dict[str, str]] | None = None  # checksums of the parent's training
+    merge_check: dict[str, Any] | None = None  # an adapter parent's merge, as verified
 
 
 def weights_to_load(plan: RecipePlan, stage: StagePlan, store: Store) -> Weights:
@@ -232,11 +288,12 @@ def weights_to_load(plan: RecipePlan, stage: StagePlan, store: Store) -> Weights
         folder = store.entry(parent.fingerprint)
         if is_adapter_folder(folder):
             into = store.merged_dir(parent.fingerprint, stage.dtype)
-            merged, expected = merge_adapter_parent(folder, stage.dtype, into)
-            return Weights(str(merged), parent.name, expected)
+            merged = merge_adapter_parent(folder, stage.dtype, into, parent.name)
+            return Weights(str(merged.folder), parent.name, merged.expected, merged.check)
         checksums = Manifest.load(folder, stage=parent.name).trained_checksums
         return Weights(str(folder), parent.name, checksums)
     if init.adapter:
         into = store.merged_dir(canonical_hash(init.identity), stage.dtype)
-        return Weights(str(merge_adapter_parent(Path(str(init.location)), stage.dtype, into)[0]))
+        merged = merge_adapter_parent(Path(str(init.location)), stage.dtype, into)
+        return Weights(str(merged.folder), merge_check=merged.check)
     return Weights(str(init.location))

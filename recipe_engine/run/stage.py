@@ -99,6 +99,8 @@ class StageRecipe:
             expected = self.weights.expected or {}
             self.handoff = check_handoff(self.model, expected, self.weights.parent)
             log.info("stage %s: handoff verified %s", self.stage.name, self.handoff)
+        if self.weights.merge_check is not None:  # the adapter parent's merge, as verified
+            self.handoff["merge_check"] = self.weights.merge_check
 
     def apply_policies(self) -> None:
         """Freeze, LoRA, gradient checkpointing; then every parameter where the plan put it."""
@@ -330,6 +332,7 @@ class EvaluationRecipe:
             config=asdict(self.stage.config),
             data=asdict(self.stage.data.config),
             eval_settings=asdict(self.plan.config.eval),
+            handoff={"merge_check": weights.merge_check} if weights.merge_check else {},
             metrics=StageMetrics(eval_accuracy=accuracy, eval_samples=rows),
             timings={"total_s": seconds},
             versions=_versions(),

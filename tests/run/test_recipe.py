@@ -110,7 +110,8 @@ def test_adapter_parent_is_merged_parameter_by_parameter(outputs, tmp_path):
     adapter_dir = run("r1-llm-only", outputs)["llm"].output
     manifest = Manifest.load(adapter_dir)
     base_location = manifest.base_path(adapter_dir.parent)
-    merged_dir, expected = merge_adapter_parent(adapter_dir, "float32", tmp_path / "merged")
+    result = merge_adapter_parent(adapter_dir, "float32", tmp_path / "merged")
+    merged_dir, expected = result.folder, result.expected
     merged = dict(AutoModelForImageTextToText.from_pretrained(merged_dir).named_parameters())
     base = dict(AutoModelForImageTextToText.from_pretrained(base_location).named_parameters())
     adapter = PeftModel.from_pretrained(
