@@ -165,7 +165,7 @@ class StageRecipe:
         if self.main_process:  # drop what an interrupted attempt logged past its checkpoint
             self.metrics_log.resume_from(int(resume.name.split("-")[-1]) if resume else 0)
         started = time.time()
-        with peak_memory(self.stage.placement.device) as peak:
+        with peak_memory(self.stage.placement.device, self.trainer) as peak:
             self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         self.timings["train_s"] = time.time() - started
         self._record_memory(peak)
