@@ -18,7 +18,7 @@ from recipe_engine.plan.planner import plan_from_config
 TRACKER_ONLY = {
     "report_to": "tensorboard",
     "run_name": "my-run",
-    "logging_dir": "/tmp/elsewhere/tb",
+    "logging_dir": "elsewhere/tb",
     "logging_steps": 1,
     "logging_first_step": False,
     "project": "my-project",
