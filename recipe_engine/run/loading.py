@@ -8,7 +8,6 @@ parameter trained upstream is checked against the parent's recorded checksums.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -24,7 +23,7 @@ from recipe_engine.files import atomic_write_text, share_as_umask
 from recipe_engine.plan.dag import canonical_hash
 from recipe_engine.plan.models import auto_model_class
 from recipe_engine.plan.recipe_plan import PARENT, RecipePlan, StagePlan
-from recipe_engine.run.merge_check import MERGE_CHECK, check_merge, reference
+from recipe_engine.run.merge_check import MERGE_CHECK, check_merge, reference, tensor_bytes_hash
 from recipe_engine.store.records import Manifest
 from recipe_engine.store.store import Store, make_engine_folder
 
@@ -222,8 +221,7 @@ CHECKSUM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def tensor_checksum(tensor: torch.Tensor, dtype: torch.dtype) -> str:
-    data = tensor.detach().to("cpu", dtype).contiguous().flatten().view(torch.uint8)
-    return hashlib.sha256(data.numpy().tobytes()).hexdigest()[:16]
+    return tensor_bytes_hash(tensor.detach().to("cpu", dtype))
 
 
 def handoff_checksums(model: Any, names: list[str]) -> dict[str, dict[str, str]]:

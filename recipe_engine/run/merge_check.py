@@ -90,6 +90,7 @@ def probe_logits(model: Any, ids: torch.Tensor) -> torch.Tensor:
 
 
 def tensor_bytes_hash(tensor: torch.Tensor) -> str:
+    """sha256 (16 hex digits) of the tensor's bytes as stored: its dtype is part of it."""
     data = tensor.detach().to("cpu").contiguous().flatten().view(torch.uint8)
     return hashlib.sha256(data.numpy().tobytes()).hexdigest()[:16]
 
