@@ -15,7 +15,7 @@ CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 FLOOR_VENV ?= /tmp/recipe-engine-floor
 
-.PHONY: install run test bench bench-memory lint clean floor-test constraints
+.PHONY: install run test bench bench-memory gpu-check lint clean floor-test constraints
 
 install: $(STAMP)
 
@@ -63,3 +63,9 @@ clean:
 # Estimated vs measured peak memory, 9 CPU configurations (a few minutes): `make bench-memory`.
 bench-memory: install
 	$(PY) -m recipe_engine.bench_memory
+
+# What only a CUDA machine can show (bf16 autocast, 4-bit kernels, the guard on a real GPU, FSDP,
+# the preflight, resume after a kill, the memory estimate): not part of `make test`.
+# docs/gpu/README.md says how to run it where no package index is reachable.
+gpu-check: install
+	$(PY) -m recipe_engine.gpu_check --out docs/gpu/gpu-check-$$(date +%F).md

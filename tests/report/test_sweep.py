@@ -41,7 +41,13 @@ def sweep(output_root: Path, *args: str) -> tuple[subprocess.CompletedProcess, P
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+        env={
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            # Launchers that start fresh interpreters (submitit) import this checkout too.
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        },
         timeout=400,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -106,6 +112,26 @@ def test_joblib_jobs_share_an_uncached_parent_through_the_store_lock(tmp_path):
     assert store_stages(tmp_path).count("vision") == 1
     assert sorted(status_of(j, "vision") for j in jobs) == ["cached", "trained"]
     assert len({key_of(j, "llm") for j in jobs}) == 2
+    assert (folder / "sweep.md").is_file() and (folder / "sweep.csv").is_file()
+
+
+def test_submitit_jobs_train_the_shared_parent_once(tmp_path):
+    """Three jobs as a scheduler runs them (submitit's local executor: one process each, all
+    at once): the per-stage lock lets one train the vision stage, the others reuse it."""
+    _, folder = sweep(
+        tmp_path,
+        "stage.llm.train.learning_rate=1e-3,2e-3,3e-3",
+        "hydra/launcher=recipe-submitit-local",
+        "device=cpu",  # asks submitit for no GPU
+        "eval.enabled=false",
+    )
+    jobs = read_jobs(folder / JOBS_FILE)
+    assert len(jobs) == 3 and len({j["pid"] for j in jobs}) == 3
+    assert all(j["status"] == "completed" for j in jobs)
+    assert store_stages(tmp_path).count("vision") == 1
+    assert sorted(status_of(j, "vision") for j in jobs) == ["cached", "cached", "trained"]
+    assert len({key_of(j, "llm") for j in jobs}) == 3
+    assert (folder / ".submitit").is_dir()  # really submitit's executor
     assert (folder / "sweep.md").is_file() and (folder / "sweep.csv").is_file()
 
 

@@ -35,6 +35,10 @@ def _lease_once(lock_dir) -> int:
         ([0, 1], "ddp", "joblib", None),  # a DDP job needs all of its GPUs
         ([3], "auto", "joblib", None),
         (None, "auto", "joblib", None),
+        # A scheduler assigns each job its GPUs (CUDA_VISIBLE_DEVICES): nothing to lease.
+        ([0, 1], "auto", "submitit_slurm", None),
+        ([0, 1], "auto", "submitit_local", None),
+        ([0, 1], "auto", "recipe-submitit-slurm", None),
     ],
 )
 def test_which_sweeps_lease_one_gpu_per_job(gpus, parallel, launcher, pool):
