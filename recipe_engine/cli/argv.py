@@ -18,7 +18,7 @@ VERBS: dict[str, str] = {
     "doctor": "print what placement depends on here: libraries, devices, launcher, bitsandbytes",
     "inspect": "per-component parameters, dtypes, devices, trainable share, quantization, LoRA",
     "diff": "the resolved settings that differ between two recipes, stage by stage",
-    "compare": "base vs every stage on the held-out probes: CSV, JSONL, report, plots",
+    "compare": "base vs every stage on the held-out probes; recipes=[A,B]: recipe vs recipe",
     "runs": "list runs and store entries; `runs rm RUN_DIR`, `runs gc` free disk",
 }
 MULTIRUN_FLAGS = ("-m", "--multirun")

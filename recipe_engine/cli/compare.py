@@ -1,4 +1,5 @@
-"""`compare`: the base and every stage of a run on the same held-out probes."""
+"""`compare`: the base and every stage of a run on the same held-out probes; with
+`recipes=[A,B]`, recipes side by side (cli/experiment.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from recipe_engine.report.compare import compare_run, newest_run
 
 USAGE = """\
 usage: recipe-engine compare [run=RUN_DIR] [probes=FILE] [recipe=NAME] [eval.KEY=V ...]
+       recipe-engine compare recipes=[A,B,...] [seeds=[0,1,2]] [key=value ...]
 
 Evaluate the base model and every stage of a run on the same held-out probes with the same
 generation settings: exact match, contains, eval loss. Every model is measured on the
@@ -20,22 +22,41 @@ precision it was measured on (4-bit for a QLoRA stage). Writes compare.csv, pred
 compare.md and plots in the run folder and prints the table; with probes=FILE the files are
 compare-<file stem>.* instead, beside the run's own report.
 
+With recipes=[A,B,...] it compares recipes instead: every recipe (per seed) is planned first,
+then trained or reused from the store exactly as `run` does (each gets its run folder), and
+each recipe's final stage and the shared base are scored on the same held-out probes with the
+same settings (stored evaluations reused, only missing ones measured). It writes
+experiment.md, experiment.csv and bar charts under <output_root>/experiments/<A-vs-B>/<time>/,
+prints the table (over seeds: mean [min..max]) and ends with one `answer:` line. Exit codes:
+0 done, 1 a stage failed, 2 bad input (nothing written).
+
 options:
   run=RUN_DIR        the run to compare (default: the newest run of recipe=NAME)
   probes=FILE        your own probe rows (the run's held-out split by default)
   eval.max_new_tokens=N eval.batch_size=N eval.max_samples=N   generation settings
+  recipes=[A,B]      recipe vs recipe (same model and data; other overrides apply to all)
+  seeds=[0,1,2]      train and score every recipe with each seed (default: the config's seed)
 
 examples:
   python -m recipe_engine compare recipe=r3-two-stage
   python -m recipe_engine compare run=outputs/runs/r3-two-stage/2026-11-22_13-31-12
+  python -m recipe_engine compare recipes=[r1-llm-only,r3-two-stage] seeds=[0,1,2]
 """
 
 
 def main(args: list[str], multirun: bool) -> int:
-    """The `compare` verb: find the run, compare, print the metrics and the report's path."""
+    """The `compare` verb: find the run, compare, print the metrics and the report's path;
+    with `recipes=`, the recipe-vs-recipe experiment."""
     if multirun:
-        raise RecipeError("`compare` looks at one run; drop -m/--multirun and pass run=PATH.")
+        raise RecipeError(
+            "`compare` looks at one run (or recipes=[A,B]); drop -m/--multirun and pass "
+            "run=PATH, or seeds=[...] to repeat an experiment."
+        )
     overrides, flags = split_hydra_flags(args)
+    if any(item.partition("=")[0] == "recipes" for item in overrides):
+        from recipe_engine.cli import experiment
+
+        return experiment.main(overrides, flags)
     own: dict[str, str] = {}
     rest: list[str] = []
     for item in overrides:

@@ -59,6 +59,7 @@ def usage() -> str:
         "  python -m recipe_engine recipe=r3-two-stage gpus=6,7",
         "  python -m recipe_engine plan recipe=r3-two-stage gpus=6,7 hardware=2x-rtx6000-ada",
         "  python -m recipe_engine -m recipe=r1-llm-only stage.llm.train.learning_rate=1e-4,2e-4",
+        "  python -m recipe_engine compare recipes=[r1-llm-only,r3-two-stage]   # recipe vs recipe",
     ]
     return "\n".join(lines)
 

@@ -85,7 +85,7 @@ def main(args: list[str], multirun: bool) -> int:
             return relaunch(args, plans[0])
     if int(os.environ.get("RANK", "0")) > 0:
         args = [*args, "hydra.output_subdir=null"]  # rank 0 writes the run folder's config
-    run_hydra_app(args, {_config_key(plan.config): plan for plan in plans})
+    run_hydra_app(args, {config_key(plan.config): plan for plan in plans})
     return 0
 
 
@@ -147,7 +147,7 @@ def run_job(cfg: DictConfig, plans: Plans) -> None:
 
 def _plan_of(cfg: DictConfig, plans: Plans) -> RecipePlan:
     config = to_engine_config(cfg)
-    return plans.get(_config_key(config)) or plan_from_config(config)
+    return plans.get(config_key(config)) or plan_from_config(config)
 
 
 def _plan_on_this_node(cfg: DictConfig) -> RecipePlan:
@@ -159,7 +159,7 @@ def _plan_on_this_node(cfg: DictConfig) -> RecipePlan:
     return plan_from_config(config)
 
 
-def _config_key(config: EngineConfig) -> str:
+def config_key(config: EngineConfig) -> str:
     return canonical_hash(dataclasses.asdict(config))
 
 

@@ -31,6 +31,7 @@ from recipe_engine.files import atomic_write_text
 from recipe_engine.report.plots import PlotStage, write_loss_plot, write_metric_bars
 from recipe_engine.run.evaluation import (
     GENERATION_KEYS,
+    contains_reference,
     generate_answers,
     is_exact_match,
     message_text,
@@ -122,6 +123,20 @@ def compare_run(
     }
 
 
+def evaluate_models(
+    run_dir: Path, models: Sequence[str], *, settings: Mapping[str, Any], seed: int
+) -> dict[str, dict[str, Any]]:
+    """Metrics of some models of a finished run (`BASE` and/or stage names) on the run's
+    held-out probes, measured as `compare_run` measures them (full-precision base), writing
+    nothing: for a caller that has the others' metrics stored already."""
+    stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
+    root = _root(stages)
+    rows, _ = _probe_set(None, root[2], seed, None, settings.get("max_samples"))
+    generation = {k: settings[k] for k in GENERATION_KEYS if k in settings}
+    wanted = [(name, load) for name, load in _loaders(stages, root) if name in models]
+    return _answer_all(wanted, rows, root[2].kind, seed, generation)[1]
+
+
 def report_name(probes: str | Path | None) -> str:
     """The stem of the report's files: `compare` for the run's held-out split, which the run
     itself writes; `compare-<probe file stem>` for other probes, so they never replace it."""
@@ -206,7 +221,7 @@ def task_metrics(answers: Sequence[str], references: Sequence[str]) -> dict[str,
     n = max(len(pairs), 1)
     return {
         "exact_match": sum(is_exact_match(a, r) for a, r in pairs) / n,
-        "contains": sum(r.strip().lower() in a.strip().lower() for a, r in pairs) / n,
+        "contains": sum(contains_reference(a, r) for a, r in pairs) / n,
     }
 
 
@@ -636,4 +651,4 @@ def _side_by_side(rows: list[dict[str, Any]], outputs: dict[str, list[str]]) -> 
     return markdown_table(table, header=header)
 
 
-__all__ = ["compare_run", "metrics_table", "newest_run", "task_metrics"]
+__all__ = ["compare_run", "evaluate_models", "metrics_table", "newest_run", "task_metrics"]

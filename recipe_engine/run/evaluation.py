@@ -19,6 +19,11 @@ def is_exact_match(answer: str, reference: str) -> bool:
     return answer.strip() == reference.strip()
 
 
+def contains_reference(answer: str, reference: str) -> bool:
+    """The looser score: the reference occurs in the answer, in any case."""
+    return reference.strip().lower() in answer.strip().lower()
+
+
 def generation_settings(settings: EvalConfig) -> dict[str, Any]:
     return {key: getattr(settings, key) for key in GENERATION_KEYS}
 
@@ -130,9 +135,12 @@ def exact_match(model: Any, processor: Any, rows: Any, kind: str, **kwargs: Any)
     """Share of held-out rows whose answer equals the reference exactly (kwargs: generation)."""
     answers = generate_answers(model, processor, rows, kind, **kwargs)
     references = [reference_text(rows[i]).strip() for i in range(len(rows))]
-    hits = [is_exact_match(a, r) for a, r in zip(answers, references, strict=True)]
+    pairs = list(zip(answers, references, strict=True))
+    hits = [is_exact_match(a, r) for a, r in pairs]
+    contained = [contains_reference(a, r) for a, r in pairs]
     return {
         "accuracy": sum(hits) / len(hits) if hits else 0.0,
+        "contains": sum(contained) / len(contained) if contained else 0.0,
         "predictions": [
             {"reference": r, "answer": a} for a, r in zip(answers, references, strict=True)
         ],

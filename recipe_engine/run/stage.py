@@ -232,10 +232,11 @@ class StageRecipe:
         self.metrics.eval_loss = self.trainer.evaluate(held_out)["eval_loss"]
         self.metrics.eval_samples = len(held_out)
         if self.main_process:
-            self.metrics.eval_accuracy = self._accuracy(self.trainer.model, self.processor)
+            scores = self._scores(self.trainer.model)
+            self.metrics.eval_accuracy, self.metrics.eval_contains = scores
             if self.stage.parent is None:  # the untrained base, on the same rows
                 base = _load_model(self.stage, self.weights, None)
-                self.metrics.base_accuracy = self._accuracy(base, self.processor)
+                self.metrics.base_accuracy, self.metrics.base_contains = self._scores(base)
         self.timings["eval_s"] = time.time() - started
 
     def record(self) -> Manifest | None:
@@ -263,8 +264,10 @@ class StageRecipe:
         """What the stage loaded, as records name it: a store folder relative to the store."""
         return relative_in_store(self.weights.location, self.store)
 
-    def _accuracy(self, model: Any, processor: Any) -> float:
-        return _exact_match(self.plan, self.stage, model, processor)["accuracy"]
+    def _scores(self, model: Any) -> tuple[float, float]:
+        """(exact match, contains) on the held-out rows."""
+        result = _exact_match(self.plan, self.stage, model, self.processor)
+        return result["accuracy"], result["contains"]
 
     def _manifest(self) -> Manifest:
         stage, policy = self.stage, self.policy
@@ -292,6 +295,7 @@ class StageRecipe:
             trained_checksums={} if policy.lora else handoff_checksums(self.model, trained),
             handoff=self.handoff,
             metrics=self.metrics,
+            eval_settings=asdict(self.plan.config.eval),
             world_size=self.args.world_size,
             versions=_versions(),
         )
@@ -315,14 +319,18 @@ class EvaluationRecipe:
         shutil.rmtree(final, ignore_errors=True)
         final.mkdir(parents=True)
         evaluation.write_predictions(final, result["predictions"])
-        rows = len(result["predictions"])
-        manifest = self._manifest(weights, result["accuracy"], rows, time.time() - started)
+        manifest = self._manifest(weights, result, time.time() - started)
         manifest.save(final)
         self.store.commit(self.stage.fingerprint, final)
         shutil.rmtree(self.store.work_dir(self.stage.fingerprint), ignore_errors=True)
         return manifest
 
-    def _manifest(self, weights: Weights, accuracy: float, rows: int, seconds: float) -> Manifest:
+    def _manifest(self, weights: Weights, result: dict[str, Any], seconds: float) -> Manifest:
+        metrics = StageMetrics(
+            eval_accuracy=result["accuracy"],
+            eval_contains=result["contains"],
+            eval_samples=len(result["predictions"]),
+        )
         return Manifest(
             **_identity(self.plan, self.stage),
             format=EVALUATION,
@@ -333,7 +341,7 @@ class EvaluationRecipe:
             data=asdict(self.stage.data.config),
             eval_settings=asdict(self.plan.config.eval),
             handoff={"merge_check": weights.merge_check} if weights.merge_check else {},
-            metrics=StageMetrics(eval_accuracy=accuracy, eval_samples=rows),
+            metrics=metrics,
             timings={"total_s": seconds},
             versions=_versions(),
         )

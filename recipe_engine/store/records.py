@@ -43,7 +43,9 @@ class StageMetrics:
     eval_loss: float | None = None
     eval_samples: int | None = None
     eval_accuracy: float | None = None
+    eval_contains: float | None = None  # share of answers that contain their reference
     base_accuracy: float | None = None  # the untrained base, on the same rows (root stages)
+    base_contains: float | None = None
     evaluation_error: str | None = None  # the evaluation failed; the weights are committed
     # Peak memory of training on one device, in GiB: the plan's estimate and what was measured
     # (run.memory_peak: CUDA allocator peak, or live tensor bytes on CPU), and how.
@@ -91,7 +93,9 @@ class Manifest:
     trained_checksums: dict[str, dict[str, str]] = field(default_factory=dict)
     handoff: dict[str, Any] = field(default_factory=dict)
     metrics: StageMetrics = field(default_factory=StageMetrics)
-    eval_settings: dict[str, Any] | None = None  # evaluation stages: how they generated
+    # How the held-out evaluation generated (EvalConfig): a stage's key leaves these out, so a
+    # reused stage's numbers are comparable with another's only when these match.
+    eval_settings: dict[str, Any] | None = None
     world_size: int = 1
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str | None] = field(default_factory=dict)

@@ -1,0 +1,384 @@
+"""`compare recipes=[A,B] [seeds=[0,1,2]]`: recipes side by side on one base and one data set.
+
+Every (recipe, seed) job is composed and planned first, so bad input writes nothing. Each job
+then runs exactly as the `run` verb runs it (Hydra's entry point, its own run folder, stages
+reused from the store), without the per-run compare report: the experiment needs only each
+recipe's final stage and the base, and takes their scores from the stages' stored held-out
+evaluations where those used the experiment's settings, measuring only what is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recipe_engine.cli.argv import config_dirs
+from recipe_engine.cli.run import config_key, run_hydra_app
+from recipe_engine.config.compose import available, compose_config
+from recipe_engine.errors import EXIT_INCOMPLETE, RecipeError, did_you_mean
+from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.plan.recipe_plan import RecipePlan
+from recipe_engine.report.diff import diff_recipes, render_diff
+from recipe_engine.report.experiment import (
+    BASE,
+    Experiment,
+    RecipeRun,
+    Score,
+    spread_sentence,
+    stored_base_score,
+    stored_score,
+    summarize,
+    write_experiment,
+)
+from recipe_engine.report.plots import MISSING
+from recipe_engine.run.recipe import stages_to_run
+from recipe_engine.store.records import Manifest
+from recipe_engine.store.store import Store, check_output_root
+
+# The experiment's own keys; every other override goes to each recipe.
+OWN_KEYS = ("recipes", "seeds")
+# The per-run base-vs-stages report loads every model again; the experiment does not need it.
+NO_RUN_COMPARE = "eval.compare=false"
+
+
+@dataclass
+class Job:
+    """One recipe with one seed, planned."""
+
+    recipe: str
+    seed: int
+    overrides: list[str]
+    plan: RecipePlan
+    run_dir: Path
+
+
+@dataclass
+class Request:
+    recipes: list[str]
+    seeds: list[int] | None  # None: the config's seed (default or `seed=N`)
+    overrides: list[str]  # applied to every recipe
+    extra_dirs: list[str]
+
+
+def main(overrides: list[str], flags: list[str]) -> int:
+    """Plan every job, train or reuse each, then write and print the comparison."""
+    request = parse_request(overrides, flags)
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    jobs = plan_jobs(request, stamp)
+    for job in jobs:
+        code = train(job)
+        if code:
+            print(f"error: recipe `{job.recipe}` did not finish: no comparison.", file=sys.stderr)
+            return code
+    runs = [collect(job) for job in jobs]
+    root = Path(jobs[0].plan.config.output_root)
+    folder = root / "experiments" / "-vs-".join(request.recipes) / stamp
+    settings = _eval_settings(jobs[0])
+    experiment = Experiment(runs, settings, differences(request, jobs), _probes(runs))
+    written = write_experiment(folder, experiment)
+    _print(written, runs)
+    return 0
+
+
+# --------------------------------------------------------------------------- input
+
+
+def parse_request(overrides: list[str], flags: list[str]) -> Request:
+    """The experiment's recipes and seeds, and the overrides every recipe gets."""
+    own: dict[str, str] = {}
+    rest: list[str] = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key in OWN_KEYS:
+            own[key] = value
+        else:
+            rest.append(item)
+    extra_dirs = config_dirs(flags)
+    recipes = _recipes(own["recipes"], extra_dirs)
+    seeds = _seeds(own["seeds"]) if "seeds" in own else None
+    for item in rest:
+        key = item.partition("=")[0].lstrip("+~")
+        if key == "recipe":
+            raise RecipeError("`recipes=` names the recipes; drop `recipe=`.", key="recipe")
+        if key == "seed" and seeds is not None:
+            raise RecipeError("Pass `seeds=[...]` or `seed=N`, not both.", key="seed")
+    return Request(recipes, seeds, rest, extra_dirs)
+
+
+def _names(value: str) -> list[str]:
+    """`[a,b]`, `a,b` or `a`: Hydra's list syntax, read without Hydra (nothing is swept)."""
+    inner = value.strip().removeprefix("[").removesuffix("]")
+    return [part.strip().strip("'\"") for part in inner.split(",") if part.strip()]
+
+
+def _recipes(value: str, extra_dirs: list[str]) -> list[str]:
+    names = list(dict.fromkeys(_names(value)))  # a recipe listed twice is compared once
+    options = sorted({*available("recipe"), *(o for d in extra_dirs for o in _extra(d))})
+    for name in names:
+        if name not in options:
+            raise RecipeError(
+                f"Unknown recipe `{name}` in recipes=.{did_you_mean(name, options)} "
+                f"Available: {', '.join(options)}.",
+                key="recipes",
+            )
+    if len(names) < 2:
+        raise RecipeError(
+            f"`recipes={value}` names {len(names)} recipe(s); a comparison needs two or more, "
+            "e.g. recipes=[r1-llm-only,r3-two-stage] (one run's stages: compare recipe=NAME).",
+            key="recipes",
+        )
+    return names
+
+
+def _extra(folder: str) -> list[str]:
+    return available("recipe", Path(folder).expanduser())
+
+
+def _seeds(value: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in _names(value)]
+    except ValueError:
+        raise RecipeError(
+            f"`seeds={value}` must be a list of integers, e.g. seeds=[0,1,2].", key="seeds"
+        ) from None
+    if not seeds:
+        raise RecipeError("`seeds=` is empty: e.g. seeds=[0,1,2].", key="seeds")
+    return list(dict.fromkeys(seeds))
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def plan_jobs(request: Request, stamp: str) -> list[Job]:
+    """Every (recipe, seed) composed and planned, refused as a whole before anything runs."""
+    stages = {recipe: _stage_names(recipe, request) for recipe in request.recipes}
+    _check_stage_overrides(request.overrides, stages)
+    jobs = [
+        _job(request, recipe, stages[recipe], seed, stamp)
+        for seed in (request.seeds or [None])
+        for recipe in request.recipes
+    ]
+    _check_shared_base(jobs)
+    for job in jobs:  # as `run` checks before any folder is made
+        check_output_root(job.plan.config.output_root)
+        stages_to_run(job.plan, Store(job.plan.config.output_root))
+        final_stage(job.plan)
+        if job.plan.launcher_processes:
+            raise RecipeError(
+                "An experiment runs its recipes in this process; a launcher (torchrun) is "
+                f"planned for `{job.recipe}`. Run each recipe with `run` instead.",
+                key="parallel",
+            )
+    visible = jobs[0].plan.cuda_visible_devices
+    if visible is not None:  # before anything initialises CUDA, as `run` does
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    return jobs
+
+
+def _stage_names(recipe: str, request: Request) -> set[str]:
+    cfg = compose_config([f"recipe={recipe}"], extra_dirs=request.extra_dirs)
+    return set(cfg.stage)
+
+
+def _override_stage(override: str) -> str | None:
+    """The stage a `stage.NAME.KEY=V` override sets (None for any other override)."""
+    key = override.partition("=")[0].lstrip("+~")
+    return key.split(".")[1] if key.startswith("stage.") and key.count(".") >= 2 else None
+
+
+def _check_stage_overrides(overrides: list[str], stages: dict[str, set[str]]) -> None:
+    """A stage override applies to the recipes that have that stage; one no recipe has is a
+    mistake (a typo would otherwise change nothing, silently)."""
+    known = set().union(*stages.values())
+    for override in overrides:
+        name = _override_stage(override)
+        if name is not None and name not in known:
+            raise RecipeError(
+                f"`{override}` names stage `{name}`, which none of the recipes has."
+                f"{did_you_mean(name, known)} Stages: {', '.join(sorted(known))}.",
+                key=override.partition("=")[0].lstrip("+~"),
+            )
+
+
+def _job(request: Request, recipe: str, stages: set[str], seed: int | None, stamp: str) -> Job:
+    seeded = [] if seed is None else [f"seed={seed}"]
+    # Stage overrides go to the recipes that have the stage (stage.vision.* skips r1).
+    common = [o for o in request.overrides if _override_stage(o) in (None, *stages)]
+    overrides = [f"recipe={recipe}", *common, *seeded, NO_RUN_COMPARE]
+    plan = plan_from_config(compose_config(overrides, extra_dirs=request.extra_dirs))
+    # One time stamp for the experiment's run folders; a seed of several gets its own folder.
+    name = stamp if seed is None else f"{stamp}-seed{seed}"
+    run_dir = Path(plan.config.output_root) / "runs" / plan.recipe / name
+    return Job(recipe, plan.config.seed, overrides, plan, run_dir)
+
+
+def final_stage(plan: RecipePlan) -> str:
+    """The stage a recipe exists for: its one target, else its one stage no other starts from."""
+    targets = list(plan.config.recipe.targets)
+    finals = targets or [n for n in plan.graph.order if not plan.graph.children(n)]
+    if len(finals) != 1:
+        raise RecipeError(
+            f"Recipe `{plan.recipe}` ends in {len(finals)} stages ({', '.join(finals)}); an "
+            "experiment compares one final stage per recipe. Fix: name it with "
+            "recipe.targets=[STAGE] in the recipe.",
+            key="recipe.targets",
+        )
+    return finals[0]
+
+
+def root_stage(plan: RecipePlan) -> str:
+    """The stage that starts from the base (it measured the base on its held-out rows)."""
+    return next(n for n in plan.graph.order if plan.stages[n].parent is None)
+
+
+def _check_shared_base(jobs: list[Job]) -> None:
+    """Every recipe starts from one base model and is scored on one data set: otherwise the
+    comparison is not of recipes."""
+    first = jobs[0]
+    for job in jobs[1:]:
+        for key, (mine, theirs) in _base_and_data(first.plan, job.plan).items():
+            if mine != theirs:
+                raise RecipeError(
+                    f"Recipes `{first.recipe}` and `{job.recipe}` use a different {key} "
+                    f"({_name(mine)} vs {_name(theirs)}): a comparison needs one base model "
+                    f"and one data set. Fix: set it for all, e.g. {key}={_name(mine)}.",
+                    key=key,
+                )
+
+
+def _base_and_data(a: RecipePlan, b: RecipePlan) -> dict[str, tuple[Any, Any]]:
+    def entries(plan: RecipePlan) -> tuple[Any, Any]:
+        root, final = plan.stages[root_stage(plan)], plan.stages[final_stage(plan)]
+        return dataclasses.asdict(root.model), dataclasses.asdict(final.data.config)
+
+    (model_a, data_a), (model_b, data_b) = entries(a), entries(b)
+    return {"model": (model_a, model_b), "data": (data_a, data_b)}
+
+
+def _name(entry: dict[str, Any]) -> str:
+    return str(entry.get("name") or entry.get("id") or entry.get("path"))
+
+
+# --------------------------------------------------------------------------- running
+
+
+def train(job: Job) -> int:
+    """Run the job as `run` does (its exit code): Hydra's entry point, the job's plan."""
+    args = [*job.overrides, f"hydra.run.dir={job.run_dir}"]
+    try:
+        run_hydra_app(args, {config_key(job.plan.config): job.plan})
+    except SystemExit as stop:  # the job printed why; its code says stage failed or bad input
+        return stop.code if isinstance(stop.code, int) else EXIT_INCOMPLETE
+    return 0
+
+
+def collect(job: Job) -> RecipeRun:
+    """The job's final stage and base scores (stored, else measured now) and its costs."""
+    store, settings = Store(job.plan.config.output_root), _eval_settings(job)
+    manifests = {n: _manifest(store, job.plan, n) for n in job.plan.graph.order}
+    final = final_stage(job.plan)
+    score = stored_score(manifests[final], settings)
+    base = stored_base_score(manifests[root_stage(job.plan)], settings)
+    missing = [name for name, found in ((final, score), (BASE, base)) if found is None]
+    if missing:
+        measured = _measure(job, missing, settings)
+        score, base = score or measured[final], base or measured[BASE]
+    trained = [m for m in manifests.values() if m.trained_components]
+    peaks = [m.metrics.measured_peak_gib for m in manifests.values()]
+    return RecipeRun(
+        recipe=job.recipe,
+        seed=job.seed,
+        run_dir=job.run_dir,
+        final_stage=final,
+        score=score,
+        base=base,
+        trained="; ".join(f"{m.stage}: {', '.join(m.trained_components)}" for m in trained),
+        steps=sum(m.metrics.steps or 0 for m in manifests.values()),
+        wall_s=sum(m.timings.get("total_s", 0.0) for m in manifests.values()),
+        peak_gib=max((p for p in peaks if p is not None), default=None),
+        memory_measure=next((m.metrics.memory_measure for m in trained), None),
+    )
+
+
+def _manifest(store: Store, plan: RecipePlan, name: str) -> Manifest:
+    return Manifest.load(store.entry(plan.stages[name].fingerprint), stage=name)
+
+
+def _measure(job: Job, models: list[str], settings: dict[str, Any]) -> dict[str, Score | None]:
+    """Scores the stored evaluations cannot give, measured as `compare` measures them."""
+    from recipe_engine.report.compare import evaluate_models
+
+    print(f"experiment: evaluating {', '.join(models)} of `{job.recipe}` (seed {job.seed})")
+    metrics = evaluate_models(job.run_dir, models, settings=settings, seed=job.seed)
+    return {name: _score(metrics.get(name)) for name in models}
+
+
+def _score(values: dict[str, Any] | None) -> Score | None:
+    if values is None:
+        return None
+    return Score(
+        values.get("exact_match"),
+        values.get("contains"),
+        values.get("eval_loss"),
+        values.get("n"),
+        source="evaluated",
+    )
+
+
+def _eval_settings(job: Job) -> dict[str, Any]:
+    return dataclasses.asdict(job.plan.config.eval)
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def differences(request: Request, jobs: list[Job]) -> str:
+    """The settings that differ between the first recipe and each other one, as `diff`
+    prints them (with the overrides each recipe got)."""
+    stages = {job.recipe: set(job.plan.stages) for job in jobs}
+    first, others = request.recipes[0], request.recipes[1:]
+    texts = []
+    for other in others:
+        overrides = _diff_overrides(request.overrides, stages[first], stages[other])
+        diff = diff_recipes(first, other, overrides, extra_dirs=request.extra_dirs)
+        texts.append(render_diff(diff))
+    return "\n\n".join(texts)
+
+
+def _diff_overrides(overrides: list[str], stages_a: set[str], stages_b: set[str]) -> list[str]:
+    """The overrides in `diff`'s terms: a stage override only one side has goes to that side
+    (`a.` / `b.`), as the experiment applied it."""
+    result = []
+    for override in overrides:
+        name = _override_stage(override)
+        body = override.lstrip("+~")
+        marks = override[: len(override) - len(body)]
+        if name is None or (name in stages_a and name in stages_b):
+            result.append(override)
+        elif name in stages_a or name in stages_b:
+            result.append(f"{marks}{'a' if name in stages_a else 'b'}.{body}")
+    return result
+
+
+def _probes(runs: list[RecipeRun]) -> str:
+    samples = next((run.score.samples for run in runs if run.score and run.score.samples), None)
+    rows = f" ({samples} rows)" if samples else ""
+    return f"the held-out split of the shared data{rows}"
+
+
+def _print(written: dict[str, Any], runs: list[RecipeRun]) -> None:
+    recipes = list(dict.fromkeys(run.recipe for run in runs))
+    seeds = sorted({run.seed for run in runs})
+    print(f"\nexperiment: {' vs '.join(recipes)} (seed {', '.join(map(str, seeds))})")
+    print(written["table"])
+    print(spread_sentence(summarize(runs)))
+    print(f"report: {written['report']}")
+    print(f"table:  {written['csv']}")
+    charts = [str(path) for path in written["plots"].values() if path is not None]
+    print(f"charts: {', '.join(charts) if charts else MISSING if written['plots'] else '-'}")
+    print(written["answer"])  # last: the line that answers the question

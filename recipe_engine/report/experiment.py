@@ -1,0 +1,486 @@
+"""Recipes side by side: each recipe's final stage and the shared base on the same probes.
+
+`recipe-engine compare recipes=[A,B] [seeds=[0,1,2]]` trains or reuses every recipe (per seed)
+and hands this module one `RecipeRun` per (recipe, seed): the scores of its final stage and of
+the base, read from the stages' own stored evaluations where those were made with the
+experiment's evaluation settings (`stored_score`), else measured by the caller. This module
+aggregates over seeds (mean and min..max), renders the table and the one-line answer, and
+writes experiment.md / experiment.csv / bar charts. It imports no torch.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recipe_engine.files import atomic_write_text
+from recipe_engine.report.plots import MISSING, write_metric_bars
+from recipe_engine.run.recipe import base_precision
+from recipe_engine.store.records import Manifest, relative_to
+from recipe_engine.tables import markdown_table, text_table
+
+BASE = "base"
+METRICS = {  # metric -> (title, higher is better)
+    "exact_match": ("Held-out exact match", True),
+    "contains": ("Held-out contains (reference in answer)", True),
+    "eval_loss": ("Held-out eval loss (lower is better)", False),
+}
+ANSWER_METRIC = "exact_match"
+# EvalConfig switches that decide whether an evaluation runs, not what it measures.
+EVAL_SWITCHES = ("enabled", "compare")
+COLUMNS = (
+    "recipe",
+    "final stage",
+    "exact match",
+    "contains",
+    "eval loss",
+    "trained",
+    "steps",
+    "wall s",
+    "peak GiB",
+)
+
+
+@dataclass(frozen=True)
+class Score:
+    """One model's held-out metrics and the base precision it was measured on."""
+
+    exact_match: float | None
+    contains: float | None
+    eval_loss: float | None
+    samples: int | None
+    precision: str = "full"  # "full" | "4-bit" | "8-bit"
+    source: str = "stored"  # "stored": the stage's own evaluation; "evaluated": measured now
+
+
+@dataclass
+class RecipeRun:
+    """One recipe trained (or reused) with one seed: its final stage's score and its costs."""
+
+    recipe: str
+    seed: int
+    run_dir: Path
+    final_stage: str
+    score: Score | None
+    base: Score | None  # the untrained base on the same probes
+    trained: str  # "vision: vision_tower, projector; llm: lm_head"
+    steps: int
+    wall_s: float  # training wall time of all its stages, as recorded when they trained
+    peak_gib: float | None  # the largest measured peak of its stages
+    memory_measure: str | None = None
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A metric over seeds: mean and min..max."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Spread | None:
+        known = [float(v) for v in values if v is not None]
+        if not known or len(known) < len(values):
+            return None  # a seed without the metric: no fair mean
+        return cls(statistics.fmean(known), min(known), max(known), len(known))
+
+    def overlaps(self, other: Spread) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+
+@dataclass
+class RecipeSummary:
+    """A recipe's row of the table: its runs aggregated over seeds."""
+
+    recipe: str
+    final_stage: str
+    seeds: list[int]
+    metrics: dict[str, Spread | None]
+    precision: str
+    trained: str = "-"
+    steps: Spread | None = None
+    wall_s: Spread | None = None
+    peak_gib: float | None = None
+    runs: list[RecipeRun] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- stored scores
+
+
+def measurement(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The evaluation settings that decide what is measured (generation, row cap)."""
+    return {k: v for k, v in settings.items() if k not in EVAL_SWITCHES}
+
+
+def stored_score(manifest: Manifest, settings: Mapping[str, Any]) -> Score | None:
+    """The stage's own held-out evaluation, when it was made with these settings (the probes
+    are the stage's held-out rows: its key fixes data and seed); None when it must be made."""
+    metrics = manifest.metrics
+    if not _same_measurement(manifest, settings) or metrics.evaluation_error:
+        return None
+    if metrics.eval_accuracy is None or metrics.eval_contains is None:
+        return None
+    return Score(
+        metrics.eval_accuracy,
+        metrics.eval_contains,
+        metrics.eval_loss,
+        metrics.eval_samples,
+        precision=base_precision(manifest),
+    )
+
+
+def stored_base_score(root: Manifest, settings: Mapping[str, Any]) -> Score | None:
+    """The untrained base as the root stage measured it (full precision, no eval loss)."""
+    metrics = root.metrics
+    if not _same_measurement(root, settings) or metrics.base_accuracy is None:
+        return None
+    if metrics.base_contains is None:
+        return None
+    return Score(metrics.base_accuracy, metrics.base_contains, None, metrics.eval_samples)
+
+
+def _same_measurement(manifest: Manifest, settings: Mapping[str, Any]) -> bool:
+    recorded = manifest.eval_settings
+    return recorded is not None and measurement(recorded) == measurement(settings)
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def summarize(runs: Sequence[RecipeRun]) -> list[RecipeSummary]:
+    """One summary per recipe, in the order the recipes were given."""
+    recipes = list(dict.fromkeys(run.recipe for run in runs))
+    return [_summary(name, [r for r in runs if r.recipe == name]) for name in recipes]
+
+
+def _summary(recipe: str, runs: list[RecipeRun]) -> RecipeSummary:
+    scores = [run.score for run in runs]
+    peaks = [run.peak_gib for run in runs if run.peak_gib is not None]
+    return RecipeSummary(
+        recipe=recipe,
+        final_stage=runs[0].final_stage,
+        seeds=[run.seed for run in runs],
+        metrics=_metric_spreads(scores),
+        precision=_precision(scores),
+        trained=runs[0].trained,
+        steps=Spread.of([run.steps for run in runs]),
+        wall_s=Spread.of([run.wall_s for run in runs]),
+        peak_gib=max(peaks) if peaks else None,
+        runs=list(runs),
+    )
+
+
+def _base_per_seed(runs: Sequence[RecipeRun]) -> dict[int, tuple[RecipeRun, Score]]:
+    """The base's score per seed, from the first recipe run that measured it."""
+    found: dict[int, tuple[RecipeRun, Score]] = {}
+    for run in runs:
+        if run.base is not None:
+            found.setdefault(run.seed, (run, run.base))
+    return found
+
+
+def base_summary(runs: Sequence[RecipeRun]) -> RecipeSummary | None:
+    """The shared base, once per seed (every recipe measured it on the same probes)."""
+    per_seed = _base_per_seed(runs)
+    if not per_seed:
+        return None
+    seeds = sorted({run.seed for run in runs})
+    scores = [per_seed[seed][1] if seed in per_seed else None for seed in seeds]
+    return RecipeSummary(BASE, "-", seeds, _metric_spreads(scores), _precision(scores))
+
+
+def _metric_spreads(scores: Sequence[Score | None]) -> dict[str, Spread | None]:
+    return {m: Spread.of([getattr(s, m) if s else None for s in scores]) for m in METRICS}
+
+
+def _precision(scores: Sequence[Score | None]) -> str:
+    found = list(dict.fromkeys(s.precision for s in scores if s is not None))
+    return "/".join(found) or "-"
+
+
+# --------------------------------------------------------------------------- the answer
+
+
+def answer_line(summaries: Sequence[RecipeSummary]) -> str:
+    """One line: which recipe is best on held-out exact match, by how much, and whether the
+    difference is larger than the spread over seeds."""
+    title = "held-out exact match"
+    missing = [s.recipe for s in summaries if s.metrics[ANSWER_METRIC] is None]
+    if missing:
+        return f"answer: cannot tell: no {title} for {', '.join(missing)} (no evaluation)"
+    ranked = sorted(summaries, key=lambda s: -_mean(s))  # stable: ties keep the given order
+    best, runner = ranked[0], ranked[1]
+    gap = round((_mean(best) - _mean(runner)) * 100)
+    values = " vs ".join(f"{_mean(s):.0%}" for s in ranked)
+    others = ", ".join(s.recipe for s in ranked[1:])
+    detail = _answer_detail(ranked, len(best.seeds))
+    if gap == 0:
+        tied = [s.recipe for s in ranked if round((_mean(best) - _mean(s)) * 100) == 0]
+        return f"answer: no difference between {', '.join(tied)} on {title}: {values} ({detail})"
+    spread_a, spread_b = best.metrics[ANSWER_METRIC], runner.metrics[ANSWER_METRIC]
+    if len(best.seeds) > 1 and spread_a and spread_b and spread_a.overlaps(spread_b):
+        return (
+            f"answer: {best.recipe} leads {others} on {title}: {values} (+{gap} points), but "
+            f"within the spread of {len(best.seeds)} seeds (min..max overlap): no clear winner"
+        )
+    return f"answer: {best.recipe} beats {others} on {title}: {values} (+{gap} points; {detail})"
+
+
+def _mean(summary: RecipeSummary) -> float:
+    spread = summary.metrics[ANSWER_METRIC]
+    return spread.mean if spread else float("nan")
+
+
+def _answer_detail(ranked: Sequence[RecipeSummary], seeds: int) -> str:
+    """ "1 seed" or "mean of 3 seeds, beyond their min..max spread", and the base precisions
+    when the recipes' final stages were measured on different ones."""
+    detail = "1 seed" if seeds == 1 else f"mean of {seeds} seeds, beyond their min..max spread"
+    precisions = [s.precision for s in ranked]
+    if len(set(precisions)) > 1:
+        detail += "; measured on " + " vs ".join(precisions) + " base"
+    return detail
+
+
+def spread_sentence(summaries: Sequence[RecipeSummary]) -> str:
+    """Whether each recipe's difference from the best is within the spread over seeds."""
+    seeds = max(len(s.seeds) for s in summaries)
+    if seeds < 2:
+        return (
+            "One seed per recipe: no spread measured; seeds=[0,1,2] shows whether the "
+            "difference holds."
+        )
+    scored = [s for s in summaries if s.metrics[ANSWER_METRIC] is not None]
+    if len(scored) < 2:
+        return f"Spread: min..max over {seeds} seeds."
+    best = max(scored, key=_mean)
+    parts = [_versus(best, other) for other in scored if other is not best]
+    return f"Spread: min..max over {seeds} seeds. " + " ".join(parts)
+
+
+def _versus(best: RecipeSummary, other: RecipeSummary) -> str:
+    a, b = best.metrics[ANSWER_METRIC], other.metrics[ANSWER_METRIC]
+    assert a is not None and b is not None
+    where = "within" if a.overlaps(b) else "beyond"
+    gap = round((a.mean - b.mean) * 100)
+    return (
+        f"{best.recipe} vs {other.recipe}: {gap:+d} points, {where} the spread "
+        f"({_range(a, True)} vs {_range(b, True)})."
+    )
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def table_rows(summaries: Sequence[RecipeSummary], base: RecipeSummary | None) -> list[list[str]]:
+    """The base first, then one row per recipe (cells as the report prints them)."""
+    rows = [_row(base)] if base is not None else []
+    return rows + [_row(summary) for summary in summaries]
+
+
+def _row(summary: RecipeSummary) -> list[str]:
+    metrics = summary.metrics
+    label = "" if summary.precision in ("full", "-") else f" ({summary.precision} base)"
+    accuracy = _cell(metrics["exact_match"], True)
+    return [
+        summary.recipe,
+        summary.final_stage,
+        accuracy + (label if accuracy != "-" else ""),
+        _cell(metrics["contains"], True),
+        _cell(metrics["eval_loss"], False),
+        summary.trained,
+        _cell(summary.steps, None),
+        _cell(summary.wall_s, None),
+        "-" if summary.peak_gib is None else f"{summary.peak_gib:.3f}",
+    ]
+
+
+def _cell(spread: Spread | None, percent: bool | None) -> str:
+    """ "92%", or "92% [88..96%]" over several seeds; `percent=None`: a plain count."""
+    if spread is None:
+        return "-"
+    text = _number(spread.mean, percent)
+    if spread.n < 2 or spread.low == spread.high:
+        return text
+    return f"{text} [{_range(spread, percent)}]"
+
+
+def _range(spread: Spread, percent: bool | None) -> str:
+    if percent:
+        return f"{spread.low * 100:.0f}..{spread.high:.0%}"
+    return f"{_number(spread.low, percent)}..{_number(spread.high, percent)}"
+
+
+def _number(value: float, percent: bool | None) -> str:
+    if percent:
+        return f"{value:.0%}"
+    return f"{value:.3f}" if percent is False else f"{value:.1f}".removesuffix(".0")
+
+
+def experiment_table(summaries: Sequence[RecipeSummary], base: RecipeSummary | None) -> str:
+    """The plain-text table the command prints."""
+    return "\n".join(text_table(table_rows(summaries, base), header=COLUMNS))
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@dataclass
+class Experiment:
+    """Everything the report shows."""
+
+    runs: list[RecipeRun]
+    settings: dict[str, Any]  # the evaluation settings every model was measured with
+    differences: str  # the rendered settings diff between the recipes
+    probes: str = "the held-out split of the shared data"
+
+    @property
+    def recipes(self) -> list[str]:
+        return list(dict.fromkeys(run.recipe for run in self.runs))
+
+
+def write_experiment(folder: Path, experiment: Experiment) -> dict[str, Any]:
+    """experiment.md, experiment.csv and a bar chart per metric in `folder`; returns the
+    paths, the printed table and the answer line."""
+    folder.mkdir(parents=True, exist_ok=True)
+    summaries = summarize(experiment.runs)
+    base = base_summary(experiment.runs)
+    table = experiment_table(summaries, base)
+    answer = answer_line(summaries)
+    csv_path = _write_csv(folder / "experiment.csv", experiment.runs)
+    charts = _write_bars(folder, [*([base] if base else []), *summaries])
+    lines = _report_lines(folder, experiment, summaries, base, answer, charts)
+    report = folder / "experiment.md"
+    atomic_write_text(report, "\n".join(lines) + "\n")
+    return {"report": report, "csv": csv_path, "plots": charts, "table": table, "answer": answer}
+
+
+CSV_FIELDS = (
+    "recipe",
+    "seed",
+    "model",
+    "exact_match",
+    "contains",
+    "eval_loss",
+    "samples",
+    "base_precision",
+    "source",
+    "trained",
+    "steps",
+    "wall_s",
+    "peak_gib",
+    "run_dir",
+)
+
+
+def _write_csv(path: Path, runs: Sequence[RecipeRun]) -> Path:
+    """One row per (recipe, seed) for its final stage, and one per seed for the base."""
+    rows = [
+        _csv_row(run.recipe, run, run.final_stage, run.score, costs=path.parent) for run in runs
+    ]
+    rows += [_csv_row(BASE, run, BASE, score) for run, score in _base_per_seed(runs).values()]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _csv_row(
+    recipe: str, run: RecipeRun, model: str, score: Score | None, *, costs: Path | None = None
+) -> dict[str, Any]:
+    """A CSV row; `costs`: the report folder, for a recipe's row (its costs and run folder,
+    relative to the report like every path the engine records)."""
+    row: dict[str, Any] = {"recipe": recipe, "seed": run.seed, "model": model}
+    if score is not None:
+        row |= {m: getattr(score, m) for m in METRICS}
+        row |= {"samples": score.samples, "base_precision": score.precision}
+        row["source"] = score.source
+    if costs is not None:
+        row |= {"trained": run.trained, "steps": run.steps, "wall_s": round(run.wall_s, 1)}
+        row |= {"peak_gib": run.peak_gib, "run_dir": relative_to(run.run_dir, costs)}
+    return row
+
+
+def _write_bars(folder: Path, summaries: Sequence[RecipeSummary]) -> dict[str, Path | None]:
+    """A bar chart of each metric's mean per model (models without the metric left out);
+    None where matplotlib is missing."""
+    charts: dict[str, Path | None] = {}
+    for metric, (title, _) in METRICS.items():
+        values = {s.recipe: s.metrics[metric] for s in summaries}
+        means = {name: spread.mean for name, spread in values.items() if spread is not None}
+        if len(means) >= 2:
+            charts[metric] = write_metric_bars(folder / f"experiment_{metric}.png", means, title)
+    return charts
+
+
+def _report_lines(
+    folder: Path,
+    experiment: Experiment,
+    summaries: Sequence[RecipeSummary],
+    base: RecipeSummary | None,
+    answer: str,
+    charts: Mapping[str, Path | None],
+) -> list[str]:
+    seeds = ", ".join(str(s) for s in summaries[0].seeds)
+    settings = ", ".join(f"{k}={v}" for k, v in measurement(experiment.settings).items())
+    lines = [
+        f"# Experiment: {' vs '.join(experiment.recipes)}",
+        "",
+        f"Seeds: {seeds}  ",
+        f"Probes: {experiment.probes}; the same for every model  ",
+        f"Evaluation: {settings}",
+        "",
+        "## Results",
+        "",
+        *markdown_table(table_rows(summaries, base), header=COLUMNS),
+        "",
+        _legend(experiment.runs),
+        "",
+        spread_sentence(summaries),
+        "",
+        f"**{answer}**",
+        "",
+        "## Bar charts",
+        "",
+    ]
+    lines += [_chart_line(metric, path) for metric, path in charts.items()] or ["(none)"]
+    lines += ["", "## Settings that differ", "", "```", experiment.differences, "```", ""]
+    return lines + ["## Runs", "", *_run_lines(folder, experiment.runs)]
+
+
+def _legend(runs: Sequence[RecipeRun]) -> str:
+    measured = sorted({run.memory_measure for run in runs if run.memory_measure})
+    evaluated = sorted({run.recipe for run in runs if run.score and run.score.source != "stored"})
+    lines = [
+        "Each recipe's final stage and the untrained base, on the same held-out probes with "
+        "the same generation settings. An accuracy without a label was measured on the "
+        "full-precision base; `(4-bit base)`: a QLoRA stage measured on the 4-bit base it "
+        "trained on. Over several seeds a cell reads `mean [min..max]`. `steps`, `wall s` "
+        "(training wall time, as recorded when each stage trained) and `peak GiB` (the "
+        "largest measured peak of its stages) cover all of a recipe's stages; the base has "
+        "no eval loss of its own (stages record theirs while training).",
+    ]
+    if measured:
+        lines.append(f"Peak memory measured by: {'; '.join(measured)}.")
+    if evaluated:
+        lines.append(
+            f"Measured by this experiment (their stored evaluation used other settings): "
+            f"{', '.join(evaluated)}."
+        )
+    return " ".join(lines)
+
+
+def _chart_line(metric: str, path: Path | None) -> str:
+    return f"![{metric}]({path.name})" if path is not None else f"{metric}: {MISSING}"
+
+
+def _run_lines(folder: Path, runs: Sequence[RecipeRun]) -> list[str]:
+    return [
+        f"- {run.recipe}, seed {run.seed}: `{relative_to(run.run_dir, folder)}`" for run in runs
+    ]

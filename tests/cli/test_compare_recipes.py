@@ -1,0 +1,100 @@
+"""`compare recipes=[A,B]` end to end: both recipes trained as `run` trains them, one report,
+the answer last; a second invocation reuses every stage and every stored evaluation."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recipe_engine.cli.main import main
+
+RECIPES = ("r1-llm-only", "r3-two-stage")
+SHORT = (
+    "output_root=out",
+    "data.max_samples=16",
+    "eval.max_samples=4",
+    "++stage.llm.train.max_steps=2",
+    "++stage.vision.train.max_steps=2",
+)
+
+
+def compare_recipes(cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "recipe_engine",
+            "compare",
+            f"recipes=[{','.join(RECIPES)}]",
+            *SHORT,
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def statuses(run_dir: Path) -> list[str]:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return [stage["status"] for stage in summary["stages"]]
+
+
+def newest(folder: Path) -> Path:
+    return max(folder.iterdir())
+
+
+def test_two_recipes_are_trained_compared_and_reused(tmp_path):
+    first = compare_recipes(tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    out = tmp_path / "out"
+    assert statuses(newest(out / "runs" / "r1-llm-only")) == ["trained"]
+    assert statuses(newest(out / "runs" / "r3-two-stage")) == ["trained", "trained"]
+    lines = first.stdout.splitlines()
+    assert lines[-1].startswith("answer: ") and "held-out exact match" in lines[-1]
+    assert "(+" in lines[-1] or "no difference" in lines[-1]
+    for name in ("base", *RECIPES):
+        assert any(line.startswith(f"{name} ") for line in lines), name
+    assert "(4-bit base)" in first.stdout  # both final stages are QLoRA stages
+    assert "compare report" not in first.stdout  # no per-run base-vs-stages report
+
+    report = newest(out / "experiments" / "r1-llm-only-vs-r3-two-stage")
+    text = (report / "experiment.md").read_text()
+    assert "## Settings that differ" in text and "stage vision: only in B" in text
+    assert lines[-1] in text
+    with (report / "experiment.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["recipe"], r["model"]) for r in rows] == [
+        (*RECIPES[:1], "llm"),
+        (RECIPES[1], "llm"),
+        ("base", "base"),
+    ]
+    assert {r["source"] for r in rows} == {"stored"}  # the stages' own evaluations, reused
+
+    again = compare_recipes(tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert statuses(newest(out / "runs" / "r1-llm-only")) == ["cached"]
+    assert statuses(newest(out / "runs" / "r3-two-stage")) == ["cached", "cached"]
+    assert "experiment: evaluating" not in again.stdout  # nothing measured again
+    assert again.stdout.splitlines()[-1] == lines[-1]
+
+
+@pytest.mark.parametrize(
+    "arguments, named",
+    [
+        (["recipes=[r1-llm-only,r3-two-stag]"], "Did you mean `r3-two-stage`?"),
+        (["recipes=[r1-llm-only]"], "needs two or more"),
+        (["recipes=[r1-llm-only,text-lora]"], "use a different model"),
+        (["recipes=[r1-llm-only,r3-two-stage]", "seeds=[x]"], "seeds=[0,1,2]"),
+    ],
+)
+def test_bad_input_is_one_message_exit_2_and_writes_nothing(tmp_path, capsys, arguments, named):
+    code = main(["compare", *arguments, f"output_root={tmp_path / 'out'}"])
+    error = capsys.readouterr().err
+    assert code == 2 and named in error and error.count("error:") == 1
+    assert not (tmp_path / "out").exists()

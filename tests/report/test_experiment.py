@@ -1,0 +1,183 @@
+"""Recipes side by side: seeds aggregated, the answer line, the table, reused evaluations."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from recipe_engine.report.experiment import (
+    Experiment,
+    RecipeRun,
+    Score,
+    Spread,
+    answer_line,
+    base_summary,
+    experiment_table,
+    spread_sentence,
+    stored_base_score,
+    stored_score,
+    summarize,
+    write_experiment,
+)
+from recipe_engine.store.records import Manifest, StageMetrics
+
+SETTINGS = {"enabled": True, "compare": True, "max_new_tokens": 8, "max_samples": None}
+
+
+def run(recipe: str, exact: float, seed: int = 0, *, precision: str = "4-bit") -> RecipeRun:
+    return RecipeRun(
+        recipe=recipe,
+        seed=seed,
+        run_dir=Path(f"/out/runs/{recipe}/t-{seed}"),
+        final_stage="llm",
+        score=Score(exact, exact, 0.5, 48, precision=precision),
+        base=Score(0.0, 0.0, None, 48, precision="full"),
+        trained="llm: lm_head, language_model",
+        steps=240,
+        wall_s=8.0,
+        peak_gib=0.05,
+    )
+
+
+def manifest(*, bits: str = "4bit", settings: dict | None = None, **metrics) -> Manifest:
+    return Manifest(
+        stage="llm",
+        recipe="r1-llm-only",
+        fingerprint="f" * 64,
+        format="peft_adapter",
+        model_entry={"kind": "vlm"},
+        dtype="float32",
+        quantization={"bits": bits},
+        metrics=StageMetrics(**metrics),
+        eval_settings=SETTINGS if settings is None else settings,
+    )
+
+
+# --------------------------------------------------------------------------- the answer
+
+
+def test_one_seed_names_the_winner_and_the_margin_in_points():
+    summaries = summarize([run("r1-llm-only", 0.54), run("r3-two-stage", 0.92)])
+    assert answer_line(summaries) == (
+        "answer: r3-two-stage beats r1-llm-only on held-out exact match: 92% vs 54% "
+        "(+38 points; 1 seed)"
+    )
+
+
+def test_equal_accuracy_is_no_difference():
+    summaries = summarize([run("r1-llm-only", 0.5), run("r3-two-stage", 0.5)])
+    answer = answer_line(summaries)
+    assert answer.startswith("answer: no difference between r1-llm-only, r3-two-stage")
+
+
+def test_seeds_whose_ranges_overlap_are_within_the_spread():
+    runs = [run("a", v, seed) for seed, v in enumerate((0.5, 0.7, 0.6))]
+    runs += [run("b", v, seed) for seed, v in enumerate((0.55, 0.65, 0.75))]
+    summaries = summarize(runs)
+    assert "within the spread of 3 seeds" in answer_line(summaries)
+    assert "b vs a: +5 points, within the spread (55..75% vs 50..70%)." in spread_sentence(
+        summaries
+    )
+
+
+def test_seeds_whose_ranges_do_not_overlap_are_a_clear_win():
+    runs = [run("a", v, seed) for seed, v in enumerate((0.1, 0.2, 0.3))]
+    runs += [run("b", v, seed) for seed, v in enumerate((0.8, 0.9, 0.7))]
+    answer = answer_line(summarize(runs))
+    assert answer == (
+        "answer: b beats a on held-out exact match: 80% vs 20% "
+        "(+60 points; mean of 3 seeds, beyond their min..max spread)"
+    )
+
+
+def test_several_recipes_rank_best_first_and_name_different_base_precisions():
+    runs = [run("r1", 0.5), run("r2", 0.1, precision="full"), run("r3", 0.9)]
+    answer = answer_line(summarize(runs))
+    assert answer.startswith("answer: r3 beats r1, r2 on held-out exact match: 90% vs 50% vs 10%")
+    assert "measured on 4-bit vs 4-bit vs full base" in answer
+
+
+def test_a_recipe_without_an_evaluation_gets_no_verdict():
+    missing = run("b", 0.9)
+    missing.score = None
+    assert answer_line(summarize([run("a", 0.5), missing])).startswith(
+        "answer: cannot tell: no held-out exact match for b"
+    )
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def test_spread_is_mean_and_min_max_and_needs_every_seed():
+    assert Spread.of([0.5, 0.7, 0.6]) == Spread(0.6, 0.5, 0.7, 3)
+    assert Spread.of([0.5, None]) is None  # a seed without the metric: no fair mean
+
+
+def test_the_base_is_listed_once_per_seed():
+    runs = [run("a", 0.5, 0), run("b", 0.9, 0), run("a", 0.5, 1), run("b", 0.9, 1)]
+    base = base_summary(runs)
+    assert base is not None and base.seeds == [0, 1] and base.metrics["exact_match"].n == 2
+
+
+def test_table_has_the_base_then_one_row_per_recipe_with_precision_and_spread():
+    runs = [run("a", v, seed) for seed, v in enumerate((0.5, 0.7))] + [
+        run("b", 0.9),
+        run("b", 0.9, 1),
+    ]
+    lines = experiment_table(summarize(runs), base_summary(runs)).splitlines()
+    assert lines[0].split()[:3] == ["recipe", "final", "stage"]
+    assert lines[1].startswith("base ")
+    assert "60% [50..70%] (4-bit base)" in lines[2] and lines[2].startswith("a ")
+    assert "90% (4-bit base)" in lines[3]  # equal over seeds: no range
+    assert "llm: lm_head, language_model" in lines[3] and "240" in lines[3]
+
+
+# --------------------------------------------------------------------------- stored scores
+
+
+def test_a_stored_evaluation_is_reused_when_made_with_the_same_settings():
+    stored = manifest(eval_accuracy=0.9, eval_contains=0.95, eval_loss=0.1, eval_samples=48)
+    # The switches (enabled, compare) decide whether to evaluate, not what is measured.
+    score = stored_score(stored, {**SETTINGS, "compare": False})
+    assert score == Score(0.9, 0.95, 0.1, 48, precision="4-bit", source="stored")
+
+
+def test_a_stored_evaluation_with_other_settings_or_none_is_measured_again():
+    stored = manifest(eval_accuracy=0.9, eval_contains=0.95)
+    assert stored_score(stored, {**SETTINGS, "max_samples": 10}) is None
+    unrecorded = manifest(eval_accuracy=0.9, eval_contains=0.95)
+    unrecorded.eval_settings = None  # trained before the settings were recorded
+    assert stored_score(unrecorded, SETTINGS) is None
+    old = manifest(eval_accuracy=0.9)  # written before `contains` was recorded
+    assert stored_score(old, SETTINGS) is None
+    failed = manifest(eval_accuracy=0.9, eval_contains=0.9, evaluation_error="OOM")
+    assert stored_score(failed, SETTINGS) is None
+
+
+def test_the_base_score_comes_from_the_root_stage_at_full_precision():
+    root = manifest(base_accuracy=0.1, base_contains=0.2, eval_samples=48)
+    assert stored_base_score(root, SETTINGS) == Score(0.1, 0.2, None, 48, precision="full")
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def test_report_files_hold_the_table_the_differences_and_the_answer(tmp_path):
+    runs = [run("r1-llm-only", 0.54), run("r3-two-stage", 0.92)]
+    experiment = Experiment(runs, SETTINGS, "stage vision: only in B (r3-two-stage)")
+    written = write_experiment(tmp_path / "exp", experiment)
+    report = written["report"].read_text()
+    assert "# Experiment: r1-llm-only vs r3-two-stage" in report
+    assert "| r3-two-stage " in report and "92% (4-bit base)" in report
+    assert "stage vision: only in B (r3-two-stage)" in report
+    assert f"**{written['answer']}**" in report
+    with written["csv"].open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["recipe"], r["model"]) for r in rows] == [
+        ("r1-llm-only", "llm"),
+        ("r3-two-stage", "llm"),
+        ("base", "base"),
+    ]
+    assert rows[1]["exact_match"] == "0.92" and rows[1]["base_precision"] == "4-bit"
+    for metric, path in written["plots"].items():  # None: matplotlib is not installed
+        assert path is None or path.name == f"experiment_{metric}.png"
