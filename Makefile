@@ -26,8 +26,11 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PY) -m recipe_engine.warm
 	touch $(STAMP)
 
+# The study the recipes come from, on the embedded default: four recipes trained (or reused from
+# the store) on the same data, scored on the same held-out probes, one answer line.
+EXPERIMENT ?= r1-llm-only,r2-vision-only,r3-two-stage,r4-joint
 run: install
-	$(PY) -m recipe_engine
+	$(PY) -m recipe_engine compare 'recipes=[$(EXPERIMENT)]'
 
 test: install
 	$(PY) -m pytest -q
@@ -58,7 +61,7 @@ floor-test:
 	cd $(FLOOR_VENV) && $(FLOOR_VENV)/bin/python -m recipe_engine  # the default run, under $(FLOOR_VENV)/outputs
 
 clean:
-	rm -rf outputs/runs outputs/sweeps outputs/store  # the cache: ~/.cache/recipe-engine
+	rm -rf outputs/runs outputs/sweeps outputs/experiments outputs/store  # the cache: ~/.cache/recipe-engine
 
 # Estimated vs measured peak memory, 9 CPU configurations (a few minutes): `make bench-memory`.
 bench-memory: install

@@ -13,7 +13,6 @@ are never mistaken for the new artefacts.
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import shutil
@@ -24,6 +23,13 @@ from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.files import file_lock, share_as_umask
+from recipe_engine.tiny_shapes import (
+    COLOURS,
+    SHAPES,
+    SHAPES_IMAGE_SIZE,
+    SHAPES_QUESTION,
+    draw_shape,
+)
 
 TINY_MODELS: tuple[str, ...] = (
     "tiny-qwen2-vl",
@@ -36,25 +42,13 @@ TINY_MODELS: tuple[str, ...] = (
 # Built-in datasets and the format of their rows (what `data.format: auto` resolves to).
 TINY_DATASETS: dict[str, str] = {"shapes": "vlm", "arithmetic": "messages"}
 
-_VERSION = "v2"
+_VERSION = "v3"
 _SEED = 1234
 
 # --- dataset vocabulary (the tokenizers are trained on exactly these words) -----------------------
 
-COLOURS: dict[str, tuple[int, int, int]] = {
-    "red": (220, 40, 40),
-    "green": (40, 180, 60),
-    "blue": (50, 80, 230),
-    "yellow": (240, 220, 40),
-}
-SHAPES: tuple[str, ...] = ("circle", "square", "triangle")
-SHAPES_QUESTION = "What is in the picture?"
-# 84 px = 6x6 patches of 14 px: 36 patches for the vision towers, 9 merged tokens for Qwen2-VL.
-# (56 px / 4 tokens trained to colour only: the shape stayed at chance in 300 steps.)
-SHAPES_IMAGE_SIZE = 84
-_SHAPES_BACKGROUND = (30, 30, 30)  # dark, so every colour (yellow included) contrasts strongly
-_SHAPES_TRAIN_PER_CLASS = 40  # 12 classes -> 480 rows
-_SHAPES_EVAL_PER_CLASS = 4  # 12 classes -> 48 rows
+_SHAPES_TRAIN_PER_CLASS = 80  # 12 classes -> 960 rows
+_SHAPES_EVAL_PER_CLASS = 8  # 12 classes -> 96 rows
 
 # Single-digit operands keep the answer table small enough for a 2-layer model to learn quickly.
 ARITH_MAX_OPERAND = 9
@@ -185,10 +179,6 @@ _QWEN2_VL_VISION: dict[str, Any] = {
     "spatial_merge_size": 2,
     "temporal_patch_size": 2,
 }
-# Shape side as a fraction of the image side. Big shapes with mild size jitter keep circle and
-# square apart for a from-scratch vision tower: (0.4, 0.75) and (0.6, 0.9) plateaued at ~70%
-# held-out accuracy, (0.7, 0.8) reaches ~95% in 300 full fine-tune steps.
-_SHAPES_SIDE = (0.7, 0.8)
 
 
 # --- public API --------------------------------------------------------------------------------
@@ -433,12 +423,26 @@ def _build_qwen_vl(folder: Path, qwen2_5: bool) -> None:
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,
     )
-    model = _init_model(model_cls, config)
-    model.save_pretrained(folder)
     # Shapes images keep their size (9 merged tokens); larger inputs are capped at 8x8 patches.
     pixels = {"min_pixels": 56 * 56, "max_pixels": 112 * 112}
+    image_processor = tf.Qwen2VLImageProcessor(**pixels)
+    model = _init_model(model_cls, config)
+    # A real VLM starts from a pretrained vision encoder and LLM: see tiny_pretrain.
+    from recipe_engine.tiny_pretrain import pretrain_language_model, pretrain_vision_tower
+
+    pretrain_vision_tower(model, image_processor, seed=_SEED)
+    pretrain_language_model(
+        model,
+        tok,
+        colours=list(COLOURS),
+        shapes=SHAPES,
+        question=SHAPES_QUESTION,
+        span_tokens=(SHAPES_IMAGE_SIZE // 28) ** 2,  # merged patches of one shapes picture
+        seed=_SEED,
+    )
+    model.save_pretrained(folder)
     processor = processor_cls(
-        image_processor=tf.Qwen2VLImageProcessor(**pixels),
+        image_processor=image_processor,
         video_processor=tf.Qwen2VLVideoProcessor(**pixels),
         tokenizer=tok,
         chat_template=QWEN_CHAT_TEMPLATE,
@@ -598,29 +602,6 @@ def _build_qwen2(folder: Path) -> None:
 # --- dataset builders --------------------------------------------------------------------------
 
 
-def _draw_shape(rng: random.Random, colour: str, shape: str) -> Any:
-    """One PIL image: a single filled shape with random size and position."""
-    from PIL import Image, ImageDraw
-
-    n = SHAPES_IMAGE_SIZE
-    image = Image.new("RGB", (n, n), _SHAPES_BACKGROUND)
-    draw = ImageDraw.Draw(image)
-    side = rng.uniform(*_SHAPES_SIDE) * n
-    x0 = rng.uniform(0, n - side)
-    y0 = rng.uniform(0, n - side)
-    box = (x0, y0, x0 + side, y0 + side)
-    fill = COLOURS[colour]
-    if shape == "circle":
-        draw.ellipse(box, fill=fill)
-    elif shape == "square":
-        draw.rectangle(box, fill=fill)
-    else:  # upward triangle filling the box width
-        h = side * math.sqrt(3) / 2
-        top = y0 + (side - h) / 2
-        draw.polygon([(x0, top + h), (x0 + side, top + h), (x0 + side / 2, top)], fill=fill)
-    return image
-
-
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     with path.open("w", encoding="utf-8") as f:
         for row in rows:
@@ -640,7 +621,7 @@ def _build_shapes(folder: Path) -> None:
         rows = []
         for i, (colour, shape) in enumerate(labels):
             rel = f"images/{split}_{i:04d}.png"
-            _draw_shape(rng, colour, shape).save(folder / rel)
+            draw_shape(rng, colour, shape).save(folder / rel)
             rows.append(
                 {
                     "images": [rel],

@@ -11,6 +11,7 @@ writes experiment.md / experiment.csv / bar charts. It imports no torch.
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -208,28 +209,80 @@ def _precision(scores: Sequence[Score | None]) -> str:
 
 
 def answer_line(summaries: Sequence[RecipeSummary]) -> str:
-    """One line: which recipe is best on held-out exact match, by how much, and whether the
-    difference is larger than the spread over seeds."""
+    """One line: which recipes lead on held-out exact match, which they beat, and whether each
+    difference is larger than the noise (the min..max spread over seeds; with one seed, the
+    sampling noise of the probes)."""
     title = "held-out exact match"
     missing = [s.recipe for s in summaries if s.metrics[ANSWER_METRIC] is None]
     if missing:
         return f"answer: cannot tell: no {title} for {', '.join(missing)} (no evaluation)"
     ranked = sorted(summaries, key=lambda s: -_mean(s))  # stable: ties keep the given order
-    best, runner = ranked[0], ranked[1]
-    gap = round((_mean(best) - _mean(runner)) * 100)
+    best = ranked[0]
+    level = [s for s in ranked[1:] if _level(best, s)]
+    beaten = [s for s in ranked[1:] if s not in level]
     values = " vs ".join(f"{_mean(s):.0%}" for s in ranked)
-    others = ", ".join(s.recipe for s in ranked[1:])
     detail = _answer_detail(ranked, len(best.seeds))
-    if gap == 0:
-        tied = [s.recipe for s in ranked if round((_mean(best) - _mean(s)) * 100) == 0]
-        return f"answer: no difference between {', '.join(tied)} on {title}: {values} ({detail})"
-    spread_a, spread_b = best.metrics[ANSWER_METRIC], runner.metrics[ANSWER_METRIC]
-    if len(best.seeds) > 1 and spread_a and spread_b and spread_a.overlaps(spread_b):
+    if not level:
+        gap = _gap(best, ranked[1])
         return (
-            f"answer: {best.recipe} leads {others} on {title}: {values} (+{gap} points), but "
-            f"within the spread of {len(best.seeds)} seeds (min..max overlap): no clear winner"
+            f"answer: {best.recipe} beats {_names(beaten)} on {title}: {values} "
+            f"(+{gap} points; {detail})"
         )
-    return f"answer: {best.recipe} beats {others} on {title}: {values} (+{gap} points; {detail})"
+    leaders = _names([best, *level])
+    if all(_gap(best, s) == 0 for s in level):
+        verdict, why = f"no difference between {leaders} on {title}", ""
+    else:
+        verdict, why = (
+            f"{leaders} are level on {title}",
+            f"level: within {_noise_text(best, level)}; ",
+        )
+    if beaten:
+        verdict += f", and beat {_names(beaten)}"
+    return f"answer: {verdict}: {values} ({why}{detail})"
+
+
+def _gap(best: RecipeSummary, other: RecipeSummary) -> int:
+    return round((_mean(best) - _mean(other)) * 100)
+
+
+def _names(summaries: Sequence[RecipeSummary]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    names = [s.recipe for s in summaries]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _level(best: RecipeSummary, other: RecipeSummary) -> bool:
+    """No difference, or one within the noise: the spread over seeds, else the probes'."""
+    if _gap(best, other) == 0:
+        return True
+    a, b = best.metrics[ANSWER_METRIC], other.metrics[ANSWER_METRIC]
+    if len(best.seeds) > 1:
+        return bool(a and b and a.overlaps(b))
+    noise = _sampling_noise(best, other)
+    return noise is not None and _gap(best, other) <= noise
+
+
+def _noise_text(best: RecipeSummary, level: Sequence[RecipeSummary]) -> str:
+    if len(best.seeds) > 1:
+        return f"the spread of {len(best.seeds)} seeds (min..max overlap)"
+    widest = max(_sampling_noise(best, s) or 0 for s in level)
+    probes = _samples(best)
+    return f"the sampling noise of {probes} probes (+-{widest} points at two standard errors)"
+
+
+def _samples(summary: RecipeSummary) -> int | None:
+    scores = [run.score for run in summary.runs if run.score is not None]
+    return scores[0].samples if scores else None
+
+
+def _sampling_noise(best: RecipeSummary, runner: RecipeSummary) -> int | None:
+    """Two standard errors, in points, of the difference between two accuracies measured on
+    the same number of probes (binomial; unpaired, so on the cautious side)."""
+    n = _samples(best)
+    if not n:
+        return None
+    a, b = _mean(best), _mean(runner)
+    return round(200 * math.sqrt((a * (1 - a) + b * (1 - b)) / n))
 
 
 def _mean(summary: RecipeSummary) -> float:

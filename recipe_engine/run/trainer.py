@@ -30,7 +30,7 @@ class GuardViolation(RuntimeError):
     """What the plan promised does not hold; raised before step 0."""
 
 
-class PreflightError(RuntimeError):
+class PreflightError(StageFailed):
     """The one-batch forward/backward failed: a dtype or device mismatch, named clearly."""
 
 

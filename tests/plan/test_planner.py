@@ -53,7 +53,7 @@ def test_plan_reports_policies_per_stage():
     # The exact library settings run will use: skip-modules keep the vision tower in full.
     assert llm.policy.quantization.config["llm_int8_skip_modules"]
     assert llm.policy.lora.config["target_modules"] == llm.policy.lora.targets
-    assert llm.data.format == "vlm" and llm.data.train_rows == 480 and llm.data.eval_rows == 48
+    assert llm.data.format == "vlm" and llm.data.train_rows == 960 and llm.data.eval_rows == 96
     text = render_plan(result)
     assert "4bit nf4 on language_model" in text
 

@@ -64,10 +64,28 @@ def test_one_seed_names_the_winner_and_the_margin_in_points():
     )
 
 
+def test_one_seed_with_a_gap_inside_the_probes_sampling_noise_is_no_clear_winner():
+    # 48 probes at 94% and 90%: two standard errors of the difference are 11 points.
+    answer = answer_line(summarize([run("r2", 0.90), run("r3", 0.94)]))
+    assert answer == (
+        "answer: r3 and r2 are level on held-out exact match: 94% vs 90% (level: within the "
+        "sampling noise of 48 probes (+-11 points at two standard errors); 1 seed)"
+    )
+
+
+def test_leaders_within_the_noise_are_level_and_the_rest_are_named_as_beaten():
+    runs = [run("r1", 0.25), run("r2", 0.86), run("r3", 0.88), run("r4", 0.94)]
+    answer = answer_line(summarize(runs))
+    assert answer.startswith(
+        "answer: r4, r3 and r2 are level on held-out exact match, and beat r1: "
+        "94% vs 88% vs 86% vs 25% (level: within the sampling noise of 48 probes"
+    )
+
+
 def test_equal_accuracy_is_no_difference():
     summaries = summarize([run("r1-llm-only", 0.5), run("r3-two-stage", 0.5)])
     answer = answer_line(summaries)
-    assert answer.startswith("answer: no difference between r1-llm-only, r3-two-stage")
+    assert answer.startswith("answer: no difference between r1-llm-only and r3-two-stage")
 
 
 def test_seeds_whose_ranges_overlap_are_within_the_spread():
@@ -93,7 +111,9 @@ def test_seeds_whose_ranges_do_not_overlap_are_a_clear_win():
 def test_several_recipes_rank_best_first_and_name_different_base_precisions():
     runs = [run("r1", 0.5), run("r2", 0.1, precision="full"), run("r3", 0.9)]
     answer = answer_line(summarize(runs))
-    assert answer.startswith("answer: r3 beats r1, r2 on held-out exact match: 90% vs 50% vs 10%")
+    assert answer.startswith(
+        "answer: r3 beats r1 and r2 on held-out exact match: 90% vs 50% vs 10%"
+    )
     assert "measured on 4-bit vs 4-bit vs full base" in answer
 
 
