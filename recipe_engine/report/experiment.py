@@ -20,7 +20,6 @@ from typing import Any
 
 from recipe_engine.files import atomic_write_text
 from recipe_engine.report.plots import MISSING, write_metric_bars
-from recipe_engine.run.recipe import base_precision
 from recipe_engine.store.records import Manifest, relative_to
 from recipe_engine.tables import markdown_table, text_table
 
@@ -132,7 +131,7 @@ def stored_score(manifest: Manifest, settings: Mapping[str, Any]) -> Score | Non
         metrics.eval_contains,
         metrics.eval_loss,
         metrics.eval_samples,
-        precision=base_precision(manifest),
+        precision=manifest.base_precision,
     )
 
 

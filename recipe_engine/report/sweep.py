@@ -112,9 +112,10 @@ def stage_record(row: StageRow, run_dir: Path, sweep_dir: Path) -> dict[str, Any
     """A summary.json stage row plus the numeric metrics of its store manifest; its store
     entry relative to `sweep_dir`, where jobs.jsonl lives."""
     output = row.output_path(run_dir)
-    metrics = StageMetrics()
+    metrics, precision = StageMetrics(), None
     if (output / MANIFEST_FILE).is_file():
-        metrics = Manifest.load(output, stage=row.stage).metrics
+        manifest = Manifest.load(output, stage=row.stage)
+        metrics, precision = manifest.metrics, manifest.base_precision
     losses = metrics.train_losses
     return {
         "stage": row.stage,
@@ -127,6 +128,7 @@ def stage_record(row: StageRow, run_dir: Path, sweep_dir: Path) -> dict[str, Any
         "eval_loss": metrics.eval_loss,
         "eval_accuracy": metrics.eval_accuracy,
         "base_accuracy": metrics.base_accuracy,
+        "base_precision": precision,  # what eval_accuracy was measured on
     }
 
 
@@ -211,16 +213,29 @@ def render_markdown(jobs: Sequence[dict[str, Any]], title: str = "") -> str:
 
 
 def _eval_text(stage: dict[str, Any]) -> str:
-    metrics = StageMetrics(
-        eval_loss=stage.get("eval_loss"), eval_accuracy=stage.get("eval_accuracy")
-    )
-    return metrics.eval_text()
+    """As the run table writes it: "acc 93% (4-bit base), loss 0.092"."""
+    accuracy = stage.get("eval_accuracy")
+    text = StageMetrics(eval_loss=stage.get("eval_loss"), eval_accuracy=accuracy).eval_text()
+    precision = stage.get("base_precision")
+    if accuracy is None or precision in (None, "full"):
+        return text
+    plain = f"acc {accuracy:.0%}"
+    return text.replace(plain, f"{plain} ({precision} base)", 1)
 
 
 def write_csv(path: Path, jobs: Sequence[dict[str, Any]]) -> None:
     """One row per job: overrides, and per stage status, key, store entry and raw metrics."""
     names = stage_names(jobs)
-    fields = ["status", "key", "entry", "steps", "train_loss", "eval_loss", "eval_accuracy"]
+    fields = [
+        "status",
+        "key",
+        "entry",
+        "steps",
+        "train_loss",
+        "eval_loss",
+        "eval_accuracy",
+        "base_precision",
+    ]
     headers = ["job", "status", "overrides"] + [f"{n}.{f}" for n in names for f in fields]
     _, varying = varying_overrides(jobs)
     handle = io.StringIO(newline="")

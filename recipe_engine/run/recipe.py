@@ -120,20 +120,13 @@ def incomplete(results: list[StageResult]) -> list[str]:
     ]
 
 
-def base_precision(manifest: Manifest) -> str:
-    """The precision of the base a stage trained and evaluated on: "4-bit", "8-bit" or
-    "full" (a quantized stage's own accuracy is measured on its quantized base)."""
-    bits = manifest.bits
-    return "full" if bits == "none" else bits.replace("bit", "-bit")
-
-
 def accuracy_text(manifest: Manifest) -> str | None:
     """ "96%", or "96% (4-bit base)" for a stage trained on a quantized base: `compare`
     measures every stage on the full-precision base, so the two must not be confused."""
     accuracy = manifest.metrics.eval_accuracy
     if accuracy is None:
         return None
-    precision = base_precision(manifest)
+    precision = manifest.base_precision
     return f"{accuracy:.0%}" + ("" if precision == "full" else f" ({precision} base)")
 
 

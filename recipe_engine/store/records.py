@@ -109,6 +109,12 @@ class Manifest:
     def bits(self) -> str:
         return str(self.quantization.get("bits") or "none")
 
+    @property
+    def base_precision(self) -> str:
+        """The precision of the base the stage trained and evaluated on: "4-bit", "8-bit" or
+        "full" (a quantized stage's own accuracy is measured on its quantized base)."""
+        return "full" if self.bits == "none" else self.bits.replace("bit", "-bit")
+
     def base_path(self, store_root: Path) -> str | None:
         """`base_location` as `from_pretrained` takes it: store-relative paths made absolute."""
         return _resolve(self.base_location, store_root)

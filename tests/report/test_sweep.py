@@ -196,3 +196,16 @@ def test_markdown_table_shows_only_swept_overrides():
     assert "Common overrides: `x=1`" in text
     assert "| 0   | lr=1      | completed | trained `k1` | acc 50% |" in text
     assert "| 1   | lr=2      | completed | -" in text
+
+
+def test_an_accuracy_measured_on_a_quantized_base_says_so():
+    stages = [
+        {"stage": "llm", "status": "trained", "key": "k1", "eval_accuracy": 0.93},
+        {"stage": "vision", "status": "trained", "key": "k2", "eval_accuracy": 0.95},
+    ]
+    stages[0]["base_precision"], stages[1]["base_precision"] = "4-bit", "full"
+    text = render_markdown(
+        [{"job": 0, "overrides": ["lr=1"], "status": "completed", "stages": stages}]
+    )
+    assert "acc 93% (4-bit base)" in text
+    assert "| acc 95%     |" in text  # full precision: no label
