@@ -15,7 +15,7 @@ CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 FLOOR_VENV ?= /tmp/recipe-engine-floor
 
-.PHONY: install run test bench bench-memory gpu-check lint clean floor-test constraints
+.PHONY: install run test bench bench-memory bench-trl gpu-check lint clean floor-test constraints
 
 install: $(STAMP)
 
@@ -66,6 +66,12 @@ clean:
 # Estimated vs measured peak memory, 9 CPU configurations (a few minutes): `make bench-memory`.
 bench-memory: install
 	$(PY) -m recipe_engine.bench_memory
+
+# The engine against a plain TRL script doing the same stage, and SmolLM2-135M LoRA tokens/s
+# (CPU here, a few minutes; on a GPU machine: `make bench-trl DEVICE=cuda`).
+DEVICE ?= auto
+bench-trl: install
+	$(PY) -m recipe_engine.bench_trl --device $(DEVICE)
 
 # What only a CUDA machine can show (bf16 autocast, 4-bit kernels, the guard on a real GPU, FSDP,
 # the preflight, resume after a kill, the memory estimate): not part of `make test`.

