@@ -145,6 +145,9 @@ class EngineConfig:
     force: list[str] = field(default_factory=list)  # retrain these even if cached
     fresh: bool = False  # ignore trainer checkpoints of an interrupted stage
     seed: int = 42
+    # Deterministic kernels on CUDA (the Trainer's full_determinism); CPU stages repeat
+    # bitwise without it. `plan` says what a stage's weights can be trusted to repeat.
+    deterministic: bool = False
     output_root: str = "outputs"
 
 

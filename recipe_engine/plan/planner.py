@@ -31,6 +31,7 @@ from recipe_engine.config.schema import (
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
 from recipe_engine.plan import dag, data, data_rows, gguf, memo, memory_inputs, model_files
 from recipe_engine.plan.data import data_identity
+from recipe_engine.plan.determinism import Determinism, decide_determinism
 from recipe_engine.plan.hardware import Machine, detect_machine, parse_gpus, profile_gpus
 from recipe_engine.plan.hub_revisions import HubRevisions
 from recipe_engine.plan.library_check import check_with_libraries
@@ -117,6 +118,8 @@ def _plan_stage(
     stage, loss_notes = _loss_follows_data(name, stage, rows, init, model)
     _check_trainable_rows(name, stage, rows, cfg.eval.enabled)
     _check_rows_reach_training(name, policy, rows)
+    determinism = _determinism(cfg, stage, placement)
+    trainer = trainer_settings(stage, placement, cfg.seed, model.kind, rows.eval_rows > 0)
     return StagePlan(
         name=name,
         fingerprint="",  # set once every stage's placement is known
@@ -128,10 +131,19 @@ def _plan_stage(
         policy=policy,
         dtype=stage.dtype,
         placement=placement,
-        trainer=trainer_settings(stage, placement, cfg.seed, model.kind, rows.eval_rows > 0),
+        trainer={**trainer, "full_determinism": determinism.deterministic_kernels},
+        determinism=determinism,
         notes=[*_notes(policy, model, stage, init), *loss_notes],
         memory=_memory(name, cfg, machine, stage, policy, model, rows, placement),
     )
+
+
+def _determinism(cfg: EngineConfig, stage: StageConfig, placement: PlacementPlan) -> Determinism:
+    """`deterministic=true`, or the stage's own `train.full_determinism`, asks for
+    deterministic kernels; what that buys depends on the device."""
+    asked = cfg.deterministic or bool(stage.train.get("full_determinism"))
+    quantized = placement.quantization != "none"
+    return decide_determinism(placement.device, deterministic=asked, quantized=quantized)
 
 
 def _check_rows_reach_training(name: str, policy: PolicyPlan, rows: DataPlan) -> None:
@@ -556,6 +568,7 @@ def _set_fingerprints(
             "effective_quantization": stage.placement.quantization,
             **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
             **_declared_layout(stage.model),
+            **_randomness(stage),
         }
     fingerprints = dag.fingerprints(
         graph,
@@ -567,6 +580,19 @@ def _set_fingerprints(
     _check_duplicates(fingerprints)
     for name, fingerprint in fingerprints.items():
         planned[name].fingerprint = fingerprint
+
+
+def _randomness(stage: StagePlan) -> dict[str, Any]:
+    """How a stage's random draws are made, where that changed what its key trains to.
+
+    LoRA adapters were initialised from an unseeded generator until the engine seeded them
+    (right before the policies): such a key named no single result, so LoRA stages (and their
+    children) got new keys. Deterministic CUDA kernels compute other weights than the fast
+    ones, so asking for them is part of the key (default keys stay as they were).
+    """
+    seeded = {"lora_init": "seeded"} if stage.config.lora else {}
+    kernels = {"deterministic_kernels": True} if stage.determinism.deterministic_kernels else {}
+    return {**seeded, **kernels}
 
 
 def _declared_layout(model: ModelConfig) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from recipe_engine.config.components import Layout
 from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
 from recipe_engine.plan import data
 from recipe_engine.plan.dag import StageGraph
+from recipe_engine.plan.determinism import Determinism
 from recipe_engine.plan.hardware import Machine
 from recipe_engine.plan.hub_revisions import HubRevision
 from recipe_engine.plan.memory import StageMemory
@@ -141,6 +142,7 @@ class StagePlan:
     dtype: str
     placement: PlacementPlan
     trainer: dict[str, Any]  # SFTConfig arguments, all but output_dir (the store's)
+    determinism: Determinism
     notes: list[str] = field(default_factory=list)
     memory: StageMemory | None = None  # the estimated peak; None: no config to estimate from
 

@@ -31,6 +31,7 @@ def _stage_lines(index: int, stage: StagePlan) -> list[str]:
         f"    quantized: {_quant_text(stage)}",
         f"    dtype:     {stage.dtype}",
         *(f"    {line}" for line in describe(stage.placement)),
+        f"    weights:   {stage.determinism.describe()}",
         *(f"    {line}" for line in _memory_lines(stage)),
         *(f"    note: {note}" for note in stage.notes),
     ]

@@ -34,6 +34,7 @@ from recipe_engine.run.loading import (
 from recipe_engine.run.memory_peak import PeakMemory, peak_memory
 from recipe_engine.run.policies import apply_freeze, apply_lora, bnb_config
 from recipe_engine.run.policies import enable_gradient_checkpointing as checkpointing
+from recipe_engine.run.seeding import seed_stage
 from recipe_engine.run.trainer import (
     MetricsLogger,
     align_trainable_dtype,
@@ -91,6 +92,7 @@ class StageRecipe:
         self.policy = self._complete_policy()
         quant = self.policy.quantization
         started = time.time()
+        seed_stage(self.stage)  # weights the checkpoint lacks are initialised on load
         self.model = _load_model(self.stage, self.weights, bnb_config(quant) if quant else None)
         self.processor = _load_processor(self.stage, self.weights)
         self.timings["load_s"] = time.time() - started
@@ -106,6 +108,7 @@ class StageRecipe:
         """Freeze, LoRA, gradient checkpointing; then every parameter where the plan put it."""
         policy, layout = self.policy, self.policy.layout
         assert layout is not None, "a deferred policy is decided on the loaded model first"
+        seed_stage(self.stage)  # LoRA's initialisation, whatever loading drew before it
         frozen, patterns = policy.frozen, policy.freeze_patterns
         apply_freeze(self.model, layout=layout, components=frozen, patterns=patterns)
         if policy.lora is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -70,7 +71,8 @@ def test_ddp_and_single_process_are_different_stages(single_and_ddp):
 def test_accelerate_launch_trains_the_same_stage_as_torchrun(single_and_ddp, tmp_path):
     """`accelerate launch` with two CPU processes: `--multi_gpu` is accelerate's name for its
     torch.distributed launcher (without it, `--cpu` would start one process); the stage is the
-    one the engine's own torchrun launch trained, split the same way."""
+    one the engine's own torchrun launch trained, split the same way, and a key names a
+    result: the second DDP training of the key ends at the same weights, bit for bit."""
     root, _, _ = single_and_ddp
     launch = [
         sys.executable, "-m", "accelerate.commands.launch",
@@ -84,6 +86,13 @@ def test_accelerate_launch_trains_the_same_stage_as_torchrun(single_and_ddp, tmp
     assert accelerated["world_size"] == 2
     assert accelerated["metrics"]["steps"] == torchrun["metrics"]["steps"]
     assert accelerated["fingerprint"] == torchrun["fingerprint"]
+    assert weight_hashes(tmp_path / "out") == weight_hashes(root / "ddp")
+
+
+def weight_hashes(output_root: Path) -> dict[str, str]:
+    files = sorted(output_root.glob("store/*/*.safetensors"))
+    assert files, f"no weights under {output_root}"
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
 def free_port() -> int:

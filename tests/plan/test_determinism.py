@@ -1,0 +1,59 @@
+"""What a stage's weights can be trusted to repeat, decided by `plan` before anything trains."""
+
+from __future__ import annotations
+
+from machines import CPU_ONLY
+
+from recipe_engine.config.compose import compose_config
+from recipe_engine.plan.determinism import BNB_CUDA, decide_determinism
+from recipe_engine.plan.planner import plan_from_config
+
+
+def plan(*overrides: str):
+    return plan_from_config(compose_config(list(overrides)), CPU_ONLY)
+
+
+def test_cpu_stages_repeat_bitwise_on_the_same_platform_without_any_switch():
+    cpu = decide_determinism("cpu", deterministic=False, quantized=True)
+    assert cpu.repeatable and not cpu.deterministic_kernels
+    assert "thread count" in cpu.describe()
+
+
+def test_cuda_repeats_only_with_deterministic_kernels_and_says_what_they_cost():
+    fast = decide_determinism("cuda", deterministic=False, quantized=False)
+    assert not fast.repeatable and "deterministic=true" in fast.describe()
+    slow = decide_determinism("cuda", deterministic=True, quantized=False)
+    assert slow.repeatable and "CUBLAS_WORKSPACE_CONFIG" in slow.describe()
+    assert "slower" in slow.cost
+
+
+def test_bitsandbytes_cuda_kernels_are_named_as_not_covered():
+    qlora = decide_determinism("cuda", deterministic=True, quantized=True)
+    assert not qlora.repeatable and qlora.not_covered == (BNB_CUDA,)
+    assert "bitsandbytes" in qlora.describe()
+
+
+def test_mps_is_never_promised_repeatable():
+    assert not decide_determinism("mps", deterministic=True, quantized=False).repeatable
+
+
+def test_deterministic_true_reaches_the_trainer_and_the_key_while_default_keys_stay():
+    default, asked = (
+        plan("recipe=r2-vision-only"),
+        plan("recipe=r2-vision-only", "deterministic=true"),
+    )
+    vision, strict = default.stages["vision"], asked.stages["vision"]
+    assert vision.trainer["full_determinism"] is False
+    assert strict.trainer["full_determinism"] is True and strict.determinism.deterministic_kernels
+    assert strict.fingerprint != vision.fingerprint
+    assert vision.fingerprint.startswith("cc17357bb5e3")  # the key before seeding was added
+
+
+def test_a_stage_asking_full_determinism_itself_is_planned_as_deterministic():
+    stage = plan("recipe=r2-vision-only", "++stage.vision.train.full_determinism=true")
+    assert stage.stages["vision"].determinism.deterministic_kernels
+
+
+def test_lora_stages_got_new_keys_because_their_old_keys_named_no_single_result():
+    llm = plan("recipe=r1-llm-only").stages["llm"]
+    assert not llm.fingerprint.startswith("873ef3c284d3")  # unseeded LoRA init before
