@@ -74,6 +74,8 @@ def main(args: list[str], multirun: bool) -> int:
     settings = {key: cfg.eval[key] for key in _eval_keys(rest)}
     result = compare_run(run_dir, probes=own.get("probes") or None, settings=settings)
     print(result["table"])
+    for line in result["platform_warning"]:
+        print(line)
     print(f"report:    {result['report']}")
     print(f"table:     {result['csv']}")
     print(f"loss plot: {result['loss_plot'] or '(no stage metrics)'}")

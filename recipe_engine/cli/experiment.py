@@ -302,6 +302,7 @@ def collect(job: Job) -> RecipeRun:
         wall_s=sum(m.timings.get("total_s", 0.0) for m in manifests.values()),
         peak_gib=max((p for p in peaks if p is not None), default=None),
         memory_measure=next((m.metrics.memory_measure for m in trained), None),
+        platforms=[m.platform for m in manifests.values()],
     )
 
 
@@ -376,6 +377,8 @@ def _print(written: dict[str, Any], runs: list[RecipeRun]) -> None:
     seeds = sorted({run.seed for run in runs})
     print(f"\nexperiment: {' vs '.join(recipes)} (seed {', '.join(map(str, seeds))})")
     print(written["table"])
+    for line in written["platform_warning"]:
+        print(line)
     print(spread_sentence(summarize(runs)))
     print(f"report: {written['report']}")
     print(f"table:  {written['csv']}")

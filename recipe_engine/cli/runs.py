@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
 from pathlib import Path
+
+from omegaconf import DictConfig
 
 from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.run.machine import asks_determinism, platform_here
 from recipe_engine.store.gc import (
     ACTIONS,
     DRY_RUN,
     USAGE,
+    PlatformHere,
     collect_garbage,
     remove_run,
     render_listing,
 )
+from recipe_engine.store.records import Platform
 
 
 def main(args: list[str], multirun: bool) -> int:
@@ -30,7 +35,8 @@ def main(args: list[str], multirun: bool) -> int:
         raise RecipeError(
             f"Unknown `runs` action `{action}`.{did_you_mean(action, ACTIONS)}\n{USAGE}"
         )
-    root = output_root(overrides, config_dirs(flags))
+    cfg = compose_config(overrides, extra_dirs=config_dirs(flags))
+    root = output_root(cfg)
     if action == "rm":
         if len(words) != 1:
             raise RecipeError(f"`runs rm` takes one run folder, got {len(words)}.\n{USAGE}")
@@ -40,13 +46,24 @@ def main(args: list[str], multirun: bool) -> int:
     elif action == "gc":
         print(collect_garbage(root, dry_run=dry_run))
     else:
-        print(render_listing(root))
+        print(render_listing(root, here=platform_here_for(cfg)))
     return 0
 
 
-def output_root(overrides: Sequence[str], extra_dirs: Sequence[str] = ()) -> Path:
+def platform_here_for(cfg: DictConfig) -> PlatformHere:
+    """This machine's platform per device, as a run with `cfg` would train; measured on
+    first use only, so a store without recorded platforms never waits for torch."""
+
+    @functools.cache
+    def here(device: str) -> Platform | None:
+        return platform_here(device, deterministic=asks_determinism(cfg))
+
+    return here
+
+
+def output_root(cfg: DictConfig) -> Path:
     """The composed `output_root` (so user config folders and defaults apply), absolute."""
-    root = Path(str(compose_config(overrides, extra_dirs=extra_dirs).output_root))
+    root = Path(str(cfg.output_root))
     root = root.expanduser().resolve()
     if not root.is_dir():
         raise RecipeError(

@@ -39,7 +39,7 @@ from recipe_engine.run.evaluation import (
     scored_texts,
 )
 from recipe_engine.run.recipe import accuracy_text
-from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
+from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary, platform_lines
 from recipe_engine.tables import markdown_table, text_table
 
 log = logging.getLogger("recipe_engine")
@@ -107,7 +107,7 @@ def compare_run(
     table = metrics_table(metrics)
     shown = {"probes": source, "seed": seed, **generation}
     report = _write_report(
-        run_dir, stem, summary.recipe, rows, outputs, table, bars, loss_plot, shown
+        run_dir, stem, summary.recipe, rows, outputs, table, bars, loss_plot, shown, stages
     )
     return {
         "run_dir": run_dir,
@@ -116,6 +116,7 @@ def compare_run(
         "models": list(outputs),
         "metrics": metrics,
         "table": table,
+        "platform_warning": platform_warning_lines(stages),
         "report": report,
         "loss_plot": loss_plot,
         "plots": bars,
@@ -144,6 +145,13 @@ def report_name(probes: str | Path | None) -> str:
         return "compare"
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(probes).stem) or "probes"
     return f"compare-{stem}"
+
+
+def platform_warning_lines(stages: list[Stage], *, bullet: str = "  ") -> list[str]:
+    """A warning, and which stage ran where, when the stages compared were trained on
+    different platforms: their outputs may differ for that reason too."""
+    labelled = [(name, manifest.platform) for name, _, manifest in stages]
+    return platform_lines("the stages compared", labelled, bullet=bullet)
 
 
 def _label_precision(metrics: dict[str, dict[str, Any]], stages: list[Stage], root: Stage) -> None:
@@ -607,7 +615,9 @@ def _write_report(
     bars: dict[str, Path],
     loss_plot: Path | None,
     settings: dict[str, Any],
+    stages: list[Stage],
 ) -> Path:
+    warning = platform_warning_lines(stages, bullet="- ")
     lines = [
         f"# Compare: recipe `{recipe}`",
         "",
@@ -615,6 +625,7 @@ def _write_report(
         f"Run folder: `{run_dir.parent.name}/{run_dir.name}`  ",
         "Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()),
         "",
+        *([*warning, ""] if warning else []),
         "## Metrics",
         "",
         "```",

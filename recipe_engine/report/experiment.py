@@ -20,7 +20,7 @@ from typing import Any
 
 from recipe_engine.files import atomic_write_text
 from recipe_engine.report.plots import MISSING, write_metric_bars
-from recipe_engine.store.records import Manifest, relative_to
+from recipe_engine.store.records import Manifest, Platform, platform_lines, relative_to
 from recipe_engine.tables import markdown_table, text_table
 
 BASE = "base"
@@ -72,6 +72,7 @@ class RecipeRun:
     wall_s: float  # training wall time of all its stages, as recorded when they trained
     peak_gib: float | None  # the largest measured peak of its stages
     memory_measure: str | None = None
+    platforms: list[Platform | None] = field(default_factory=list)  # where its stages ran
 
 
 @dataclass(frozen=True)
@@ -409,7 +410,22 @@ def write_experiment(folder: Path, experiment: Experiment) -> dict[str, Any]:
     lines = _report_lines(folder, experiment, summaries, base, answer, charts)
     report = folder / "experiment.md"
     atomic_write_text(report, "\n".join(lines) + "\n")
-    return {"report": report, "csv": csv_path, "plots": charts, "table": table, "answer": answer}
+    warning = platform_warning_lines(experiment.runs)
+    return {
+        "report": report,
+        "csv": csv_path,
+        "plots": charts,
+        "table": table,
+        "answer": answer,
+        "platform_warning": warning,
+    }
+
+
+def platform_warning_lines(runs: Sequence[RecipeRun], *, bullet: str = "  ") -> list[str]:
+    """A warning, and which recipe ran where, when the recipes' stages were trained on
+    different platforms: a difference between them may then be partly the platforms'."""
+    labelled = [(run.recipe, platform) for run in runs for platform in run.platforms]
+    return platform_lines("the recipes compared", labelled, bullet=bullet)
 
 
 CSV_FIELDS = (
@@ -481,6 +497,7 @@ def _report_lines(
 ) -> list[str]:
     seeds = ", ".join(str(s) for s in summaries[0].seeds)
     settings = ", ".join(f"{k}={v}" for k, v in measurement(experiment.settings).items())
+    warning = platform_warning_lines(experiment.runs, bullet="- ")
     lines = [
         f"# Experiment: {' vs '.join(experiment.recipes)}",
         "",
@@ -488,6 +505,7 @@ def _report_lines(
         f"Probes: {experiment.probes}; the same for every model  ",
         f"Evaluation: {settings}",
         "",
+        *([*warning, ""] if warning else []),
         "## Results",
         "",
         *markdown_table(table_rows(summaries, base), header=COLUMNS),

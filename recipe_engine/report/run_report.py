@@ -8,7 +8,7 @@ from typing import Any
 
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.plots import PlotStage
-from recipe_engine.run.recipe import StageResult, accuracy_text, run_summary
+from recipe_engine.run.recipe import StageResult, accuracy_text, platform_notes, run_summary
 from recipe_engine.tables import text_table
 
 # The summary's columns the table prints (the store paths are in summary.json).
@@ -57,6 +57,7 @@ def run_table(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> st
     lines = [f"recipe {plan.recipe}: run folder {run_dir}"]
     if rows:
         lines += text_table([[str(row[c]) for c in COLUMNS] for row in rows], header=COLUMNS)
+    lines += platform_notes(results)
     lines += _accuracy_line(plan, results)
     return "\n".join(lines)
 

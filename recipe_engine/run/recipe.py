@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipe_engine.errors import RecipeError
@@ -16,7 +16,14 @@ from recipe_engine.plan.dag import short
 from recipe_engine.plan.hardware import is_main_process
 from recipe_engine.plan.hub_revisions import pin_revisions, pins_path
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
-from recipe_engine.store.records import Manifest, RunSummary, StageRow, relative_to
+from recipe_engine.store.records import (
+    Difference,
+    Manifest,
+    RunSummary,
+    StageRow,
+    differences_text,
+    relative_to,
+)
 from recipe_engine.store.store import Store
 
 log = logging.getLogger("recipe_engine")
@@ -28,6 +35,9 @@ class StageResult:
     status: str  # trained | evaluated | cached
     output: Path
     manifest: Manifest | None  # None on ranks other than 0
+    # A reused stage trained on another platform: how that one differs from this one (its
+    # value first); retraining the key here may give other weights.
+    other_platform: list[Difference] = field(default_factory=list)
 
 
 def run_recipe(plan: RecipePlan, run_dir: Path) -> list[StageResult]:
@@ -94,7 +104,9 @@ def run_or_reuse(plan: RecipePlan, stage: StagePlan, store: Store, *, run_dir: P
         entry = store.entry(stage.fingerprint)
         if store.is_complete(stage.fingerprint) and not force:
             log.info("stage %s: cached at %s", stage.name, entry)
-            return StageResult(stage.name, "cached", entry, Manifest.load(entry, stage=stage.name))
+            manifest = Manifest.load(entry, stage=stage.name)
+            elsewhere = _platform_change(plan, stage, manifest)
+            return StageResult(stage.name, "cached", entry, manifest, other_platform=elsewhere)
         # Imported here: loading torch and transformers costs seconds a cached rerun never needs.
         from recipe_engine.run.stage import EvaluationRecipe, StageRecipe
 
@@ -104,6 +116,27 @@ def run_or_reuse(plan: RecipePlan, stage: StagePlan, store: Store, *, run_dir: P
         fresh = plan.config.fresh or force
         manifest = StageRecipe(plan, stage, store, fresh=fresh, run_dir=run_dir).run()
         return StageResult(stage.name, "trained", entry, manifest)
+
+
+def _platform_change(plan: RecipePlan, stage: StagePlan, manifest: Manifest) -> list[Difference]:
+    """How the platform a stored stage trained on differs from the one it would train on here
+    (nothing when its manifest predates platforms)."""
+    if manifest.platform is None:
+        return []
+    from recipe_engine.run.machine import asks_determinism, measure_platform  # imports torch
+
+    here = measure_platform(stage.placement.device, deterministic=asks_determinism(plan.config))
+    return manifest.platform.differences(here)
+
+
+def platform_notes(results: list[StageResult]) -> list[str]:
+    """One line per reused stage that was trained on another platform, naming the change."""
+    return [
+        f"note: stage `{r.name}` reuses a store entry trained on another platform (there vs "
+        f"here: {differences_text(r.other_platform)})"
+        for r in results
+        if r.other_platform
+    ]
 
 
 def _evaluation_failed(result: StageResult) -> bool:
@@ -141,6 +174,15 @@ def eval_text(manifest: Manifest) -> str:
     return metrics.eval_text().replace(plain, f"acc {accuracy}", 1)
 
 
+def _status(result: StageResult) -> str:
+    """ "cached", "cached (trained on another platform: cpu capability, threads)", ..."""
+    status = result.status
+    if result.other_platform:
+        names = ", ".join(difference.name for difference in result.other_platform)
+        status += f" (trained on another platform: {names})"
+    return status + (", evaluation failed" if _evaluation_failed(result) else "")
+
+
 def run_summary(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> RunSummary:
     return RunSummary(plan.recipe, [_row(plan, result, run_dir) for result in results])
 
@@ -150,7 +192,7 @@ def _row(plan: RecipePlan, result: StageResult, run_dir: Path) -> StageRow:
     metrics = manifest.metrics if manifest else None
     return StageRow(
         stage=result.name,
-        status=result.status + (", evaluation failed" if _evaluation_failed(result) else ""),
+        status=_status(result),
         key=short(stage.fingerprint),
         init=stage.init.description,
         output=relative_to(result.output, run_dir),

@@ -8,7 +8,6 @@ costs the training. `EvaluationRecipe` is the evaluation-only stage.
 from __future__ import annotations
 
 import logging
-import platform
 import shutil
 import time
 from dataclasses import asdict
@@ -31,6 +30,7 @@ from recipe_engine.run.loading import (
     torch_dtype,
     weights_to_load,
 )
+from recipe_engine.run.machine import asks_determinism, measure_platform
 from recipe_engine.run.memory_peak import PeakMemory, peak_memory
 from recipe_engine.run.policies import apply_freeze, apply_lora, bnb_config
 from recipe_engine.run.policies import enable_gradient_checkpointing as checkpointing
@@ -47,9 +47,15 @@ from recipe_engine.run.trainer import (
     preflight,
     verify_trainer,
 )
-from recipe_engine.store.records import ADAPTER, EVALUATION, FULL, Manifest, StageMetrics
+from recipe_engine.store.records import (
+    ADAPTER,
+    EVALUATION,
+    FULL,
+    Manifest,
+    Platform,
+    StageMetrics,
+)
 from recipe_engine.store.store import Store, relative_in_store
-from recipe_engine.versions import LIBRARIES, package_version
 
 log = logging.getLogger("recipe_engine")
 
@@ -275,6 +281,7 @@ class StageRecipe:
     def _manifest(self) -> Manifest:
         stage, policy = self.stage, self.policy
         trained = _trained_parameter_names(self.model)
+        here = _platform(self.plan, stage)
         return Manifest(
             **_identity(self.plan, stage),
             format=ADAPTER if policy.lora is not None else FULL,
@@ -300,7 +307,8 @@ class StageRecipe:
             metrics=self.metrics,
             eval_settings=asdict(self.plan.config.eval),
             world_size=self.args.world_size,
-            versions=_versions(),
+            platform=here,
+            versions=_versions(here),
         )
 
 
@@ -334,6 +342,7 @@ class EvaluationRecipe:
             eval_contains=result["contains"],
             eval_samples=len(result["predictions"]),
         )
+        here = _platform(self.plan, self.stage)
         return Manifest(
             **_identity(self.plan, self.stage),
             format=EVALUATION,
@@ -346,7 +355,8 @@ class EvaluationRecipe:
             handoff={"merge_check": weights.merge_check} if weights.merge_check else {},
             metrics=metrics,
             timings={"total_s": seconds},
-            versions=_versions(),
+            platform=here,
+            versions=_versions(here),
         )
 
 
@@ -403,7 +413,12 @@ def _trained_parameter_names(model: Any) -> list[str]:
     return sorted(names)
 
 
-def _versions() -> dict[str, str | None]:
-    return {name: package_version(name) for name in LIBRARIES} | {
-        "python": platform.python_version()
-    }
+def _platform(plan: RecipePlan, stage: StagePlan) -> Platform:
+    """The platform the stage ran on: this process's, which is rank 0's in a distributed run
+    (only rank 0 writes the manifest)."""
+    return measure_platform(stage.placement.device, deterministic=asks_determinism(plan.config))
+
+
+def _versions(platform: Platform) -> dict[str, str | None]:
+    """The manifest's `versions` (older than `platform`, which holds them too)."""
+    return {**platform.libraries, "python": platform.python}

@@ -24,7 +24,17 @@ from filelock import Timeout
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import file_lock
-from recipe_engine.store.records import SUMMARY_FILE, Manifest, RunSummary, StageRow
+from recipe_engine.store.records import (
+    SUMMARY_FILE,
+    Manifest,
+    Platform,
+    RunSummary,
+    StageRow,
+    differences_text,
+    distinct_platforms,
+    platform_differences,
+    platform_warning,
+)
 from recipe_engine.store.store import COMPLETE, ENGINE_MARKER, KEY_LENGTH, is_engine_folder
 from recipe_engine.tables import text_table
 
@@ -33,7 +43,9 @@ usage: recipe-engine runs [ACTION] [output_root=DIR] [--dry-run]
 
 actions
   list (default)        runs (recipe, time, stages with status, key, metrics) and store entries
-                        (key, stage, recipe, complete/partial, size, age, eval, used by which runs)
+                        (key, stage, recipe, complete/partial, size, age, eval, platform: made
+                        here or on another platform, used by which runs); a warning when the
+                        store holds results of several platforms
   rm RUN_DIR            remove a run, sweep job or whole sweep folder (as given, or relative to
                         output_root); store entries are never removed by `rm`
   gc                    remove store entries no remaining run references (nor an ancestor or
@@ -200,7 +212,12 @@ def _size_and_mtime(path: Path) -> tuple[int, float]:
 # --- listing ----------------------------------------------------------------------------------
 
 
-def render_listing(root: Path) -> str:
+# Whether an entry was made on this machine's platform: `here` measures it per device (None
+# where the machine has no such device); the store layer cannot (measuring imports torch).
+PlatformHere = Callable[[str], Platform | None]
+
+
+def render_listing(root: Path, *, here: PlatformHere) -> str:
     runs = find_runs(root)
     entries = find_entries(root, runs)
     lines = [f"output root: {root}", "", f"runs ({len(runs)}):"]
@@ -223,21 +240,8 @@ def render_listing(root: Path) -> str:
     if not entries:
         lines.append("  (none)")
         return "\n".join(lines)
-    headers = ["key", "stage", "recipe", "status", "size", "age", "eval", "used by"]
-    rows = [
-        [
-            e.name,
-            e.manifest.stage if e.manifest else "-",
-            e.manifest.recipe if e.manifest else "-",
-            e.status,
-            _bytes(e.size),
-            _age(e.modified),
-            e.manifest.metrics.eval_text() if e.manifest else "-",
-            _used_by(e.used_by, root),
-        ]
-        for e in entries
-    ]
-    lines += [f"  {line}".rstrip() for line in text_table(rows, header=headers)]
+    lines += _store_table(entries, root, here)
+    lines += _platform_lines(entries, here)
     kept = kept_folders(runs, entries)
     unused = [e for e in entries if e.name not in kept]
     if unused:
@@ -247,6 +251,56 @@ def render_listing(root: Path) -> str:
             "`python -m recipe_engine runs gc` frees them."
         )
     return "\n".join(lines)
+
+
+def _store_table(entries: Sequence[EntryInfo], root: Path, here: PlatformHere) -> list[str]:
+    headers = ["key", "stage", "recipe", "status", "size", "age", "eval", "platform", "used by"]
+    rows = [
+        [
+            e.name,
+            e.manifest.stage if e.manifest else "-",
+            e.manifest.recipe if e.manifest else "-",
+            e.status,
+            _bytes(e.size),
+            _age(e.modified),
+            e.manifest.metrics.eval_text() if e.manifest else "-",
+            _platform_mark(e, here),
+            _used_by(e.used_by, root),
+        ]
+        for e in entries
+    ]
+    return [f"  {line}".rstrip() for line in text_table(rows, header=headers)]
+
+
+def _platform_of(entry: EntryInfo) -> Platform | None:
+    return entry.manifest.platform if entry.manifest else None
+
+
+def _platform_mark(entry: EntryInfo, here: PlatformHere) -> str:
+    """ "here", "other" (made on another platform than this machine's) or "-" (unrecorded)."""
+    recorded = _platform_of(entry)
+    if recorded is None:
+        return "-"
+    return "here" if here(recorded.device) == recorded else "other"
+
+
+def _platform_lines(entries: Sequence[EntryInfo], here: PlatformHere) -> list[str]:
+    """A warning when the entries came from several platforms, and how those marked `other`
+    differ from this machine (training their key here may give other weights)."""
+    warning = platform_warning("the store's entries", [_platform_of(e) for e in entries])
+    others = distinct_platforms(
+        _platform_of(e) for e in entries if _platform_mark(e, here) == "other"
+    )
+    lines = [warning] if warning else []
+    for device in dict.fromkeys(platform.device for platform in others):
+        mine = here(device)
+        if mine is None:
+            how = f"this machine has no {device} device"
+        else:
+            theirs = [platform for platform in others if platform.device == device]
+            how = differences_text(platform_differences([*theirs, mine]))
+        lines.append(f"platform `other` (made elsewhere) vs this machine: {how}")
+    return ["", *lines] if lines else []
 
 
 def _used_by(paths: Sequence[Path], root: Path) -> str:

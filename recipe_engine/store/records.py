@@ -7,6 +7,11 @@ manifest's `base_location`, the run folder for a summary's `output`), so a store
 can be moved or copied; a path the user gave stays absolute, and so does the machine-local
 cache folder of a tiny model or converted GGUF base (`Manifest.loadable_base` rebuilds it where
 it is missing).
+
+A manifest records the `Platform` its stage ran on: one key trained twice on one platform gives
+identical weights, but across platforms floating-point results may differ, so a result is named
+by (key, platform). The record and its comparison live here, free of torch (reports read them);
+`run.machine` measures it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,130 @@ SCHEMA_VERSION = 1
 FULL = "full"  # save_pretrained weights
 ADAPTER = "peft_adapter"  # a PEFT adapter on `base_location`
 EVALUATION = "evaluation"  # predictions and metrics, no weights
+
+
+# Platform fields whose difference can change floating-point results: torch picks kernels by
+# the CPU's instruction set (and MKL / oneDNN by its microarchitecture, hence the model name) or
+# by the GPU, a reduction's order follows the thread count, and each library's version is its
+# code. The Python version only describes.
+DESCRIPTIVE_FIELDS = ("python",)
+# The libraries `Platform.describe` names (every one is compared).
+DESCRIBED_LIBRARIES = ("torch", "transformers", "trl", "peft", "bitsandbytes")
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One field in which platforms differ, with each platform's value (first seen first)."""
+
+    name: str  # "cpu capability", "threads", "torch", ...
+    values: tuple[str, ...]
+    changes_results: bool  # a field that can change floating-point results
+
+    def text(self) -> str:
+        return f"{self.name} {' vs '.join(self.values)}"
+
+
+@dataclass(frozen=True)
+class Platform:
+    """Where a stage ran, as far as its floating-point results depend on it."""
+
+    device: str  # cpu | cuda | mps: where the stage's weights were
+    cpu: str  # the CPU's model name
+    cpu_capability: str | None  # torch's CPU kernel set: DEFAULT, AVX2, AVX512, ...
+    gpu: str | None = None  # the CUDA device's name (CUDA stages)
+    gpu_capability: str | None = None  # its compute capability, "9.0"
+    threads: int = 1  # torch's intra-op threads
+    deterministic: bool = False  # deterministic algorithms were asked for
+    python: str = ""
+    libraries: dict[str, str | None] = field(default_factory=dict)  # versions.LIBRARIES
+
+    def describe(self) -> str:
+        """One line: "CPU AMD EPYC (AVX2), 2 threads, torch 2.14.1, ..., not deterministic"."""
+        where = f"CPU {self.cpu} ({self.cpu_capability or 'capability unknown'})"
+        if self.gpu:
+            where = f"GPU {self.gpu} (capability {self.gpu_capability}), {where}"
+        elif self.device != "cpu":
+            where = f"{self.device}, {where}"
+        named = [f"{n} {self.libraries[n]}" for n in DESCRIBED_LIBRARIES if self.libraries.get(n)]
+        mode = "deterministic" if self.deterministic else "not deterministic"
+        threads = f"{self.threads} thread" + ("" if self.threads == 1 else "s")
+        return ", ".join([where, threads, *named, mode])
+
+    def differences(self, other: Platform) -> list[Difference]:
+        """The fields in which `other` differs from this platform, this one's value first."""
+        return platform_differences([self, other])
+
+    def values(self) -> dict[str, str]:
+        """Every compared field as text, each library under its own name."""
+        return {
+            "device": self.device,
+            "cpu model": self.cpu,
+            "cpu capability": str(self.cpu_capability),
+            "gpu": str(self.gpu),
+            "gpu capability": str(self.gpu_capability),
+            "threads": str(self.threads),
+            "deterministic": "on" if self.deterministic else "off",
+            **{name: version or "not installed" for name, version in self.libraries.items()},
+            "python": self.python,
+        }
+
+    @classmethod
+    def from_record(cls, data: Any) -> Platform | None:
+        """The platform a manifest holds; None in one written before platforms were recorded."""
+        return cls(**_known(cls, data)) if isinstance(data, dict) else None
+
+
+def platform_differences(platforms: Sequence[Platform]) -> list[Difference]:
+    """The fields in which the platforms differ, each platform's value in their order."""
+    tables = [platform.values() for platform in platforms]
+    names = dict.fromkeys(name for table in tables for name in table)
+    found = []
+    for name in names:  # a library an older engine did not record reads "not recorded"
+        values = tuple(dict.fromkeys(table.get(name, "not recorded") for table in tables))
+        if len(values) > 1:
+            found.append(Difference(name, values, name not in DESCRIPTIVE_FIELDS))
+    return found
+
+
+def differences_text(differences: Sequence[Difference]) -> str:
+    """ "cpu capability AVX2 vs AVX512, threads 2 vs 4: floating-point results may differ"."""
+    text = ", ".join(difference.text() for difference in differences)
+    if any(difference.changes_results for difference in differences):
+        text += ": floating-point results may differ"
+    return text
+
+
+def distinct_platforms(platforms: Iterable[Platform | None]) -> list[Platform]:
+    """Each recorded platform once, first seen first (unrecorded ones left out)."""
+    distinct: list[Platform] = []
+    for platform in platforms:
+        if platform is not None and platform not in distinct:
+            distinct.append(platform)
+    return distinct
+
+
+def platform_warning(what: str, platforms: Iterable[Platform | None]) -> str | None:
+    """ "warning: <what> came from 2 platforms, which differ in ...", or None for one."""
+    distinct = distinct_platforms(platforms)
+    if len(distinct) < 2:
+        return None
+    how = differences_text(platform_differences(distinct))
+    return f"warning: {what} came from {len(distinct)} platforms, which differ in {how}"
+
+
+def platform_lines(
+    what: str, labelled: Sequence[tuple[str, Platform | None]], *, bullet: str = "  "
+) -> list[str]:
+    """The warning, then which results (by label) came from which platform; nothing when
+    they share one."""
+    warning = platform_warning(what, [platform for _, platform in labelled])
+    if warning is None:
+        return []
+    lines = [warning]
+    for platform in distinct_platforms(platform for _, platform in labelled):
+        labels = dict.fromkeys(label for label, theirs in labelled if theirs == platform)
+        lines.append(f"{bullet}{', '.join(labels)}: {platform.describe()}")
+    return lines
 
 
 @dataclass
@@ -99,6 +229,8 @@ class Manifest:
     world_size: int = 1
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str | None] = field(default_factory=dict)
+    # Where it ran (rank 0's, in a distributed run); None in manifests written before.
+    platform: Platform | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -156,7 +288,8 @@ class Manifest:
         data = _read_json(folder / MANIFEST_FILE, what, fix)
         try:
             metrics = StageMetrics(**_known(StageMetrics, data.pop("metrics", None) or {}))
-            return cls(**_known(cls, data), metrics=metrics)
+            platform = Platform.from_record(data.pop("platform", None))
+            return cls(**_known(cls, data), metrics=metrics, platform=platform)
         except TypeError as error:  # a required field is missing
             what = f"{who}{folder}/{MANIFEST_FILE} is incomplete ({error})"
             raise RecipeError(f"{what}. {fix}") from None

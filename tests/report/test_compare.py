@@ -9,15 +9,22 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from platforms import EPYC, XEON
 
 from recipe_engine.cli.main import main
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.planner import plan_from_config
-from recipe_engine.report.compare import compare_run, report_name, task_metrics
+from recipe_engine.report.compare import (
+    compare_run,
+    platform_warning_lines,
+    report_name,
+    task_metrics,
+)
 from recipe_engine.run.recipe import run_recipe
 from recipe_engine.store.records import Manifest, RunSummary
 
@@ -133,6 +140,23 @@ def test_task_metrics():
         "exact_match": pytest.approx(1 / 3),
         "contains": pytest.approx(2 / 3),
     }
+
+
+def test_stages_trained_on_different_platforms_get_a_warning(tmp_path):
+    def stage(name: str, platform) -> tuple[str, Path, Manifest]:
+        fields = dict(recipe=RECIPE, fingerprint=name, format="full", dtype="float32")
+        return name, tmp_path / name, Manifest(name, **fields, model_entry={}, platform=platform)
+
+    lines = platform_warning_lines([stage("vision", XEON), stage("llm", EPYC)], bullet="- ")
+    assert lines == [
+        "warning: the stages compared came from 2 platforms, which differ in cpu model "
+        "Intel(R) Xeon(R) Platinum 8480+ vs AMD EPYC, cpu capability AVX512 vs AVX2, threads 4 "
+        "vs 2: floating-point results may differ",
+        f"- vision: {XEON.describe()}",
+        f"- llm: {EPYC.describe()}",
+    ]
+    same = [stage("vision", XEON), stage("llm", replace(XEON)), stage("old", None)]
+    assert platform_warning_lines(same) == []
 
 
 def test_cli_newest_run_with_a_probe_file(outputs, compared, capsys):

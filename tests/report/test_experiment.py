@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
+
+from platforms import EPYC, XEON
 
 from recipe_engine.report.experiment import (
     Experiment,
@@ -13,6 +16,7 @@ from recipe_engine.report.experiment import (
     answer_line,
     base_summary,
     experiment_table,
+    platform_warning_lines,
     spread_sentence,
     stored_base_score,
     stored_score,
@@ -201,3 +205,28 @@ def test_report_files_hold_the_table_the_differences_and_the_answer(tmp_path):
     assert rows[1]["exact_match"] == "0.92" and rows[1]["base_precision"] == "4-bit"
     for metric, path in written["plots"].items():  # None: matplotlib is not installed
         assert path is None or path.name == f"experiment_{metric}.png"
+
+
+def test_recipes_trained_on_different_platforms_get_a_warning_in_the_report(tmp_path):
+    runs = [
+        replace(run("r1-llm-only", 0.54), platforms=[XEON]),
+        replace(run("r3-two-stage", 0.92), platforms=[XEON, EPYC, None]),  # None: recorded before
+    ]
+    lines = platform_warning_lines(runs)
+    warning = lines[0]
+    assert warning.startswith("warning: the recipes compared came from 2 platforms, which differ")
+    assert warning.endswith("AVX512 vs AVX2, threads 4 vs 2: floating-point results may differ")
+    assert lines[1:] == [
+        f"  r1-llm-only, r3-two-stage: {XEON.describe()}",
+        f"  r3-two-stage: {EPYC.describe()}",
+    ]
+    written = write_experiment(tmp_path / "exp", Experiment(runs, SETTINGS, "-"))
+    assert written["platform_warning"] == lines
+    report = written["report"].read_text()
+    assert f"{lines[0]}\n- r1-llm-only, r3-two-stage: {XEON.describe()}" in report
+
+
+def test_recipes_trained_on_one_platform_get_no_warning(tmp_path):
+    runs = [replace(run(name, 0.5), platforms=[XEON]) for name in ("r1-llm-only", "r2")]
+    written = write_experiment(tmp_path / "exp", Experiment(runs, SETTINGS, "-"))
+    assert written["platform_warning"] == [] and "warning" not in written["report"].read_text()

@@ -7,6 +7,7 @@ outputs, guard), not learning; `make run` shows learning.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -219,6 +220,31 @@ def test_a_stage_whose_evaluation_fails_stays_committed_and_is_cached_next_time(
     assert row.status == "trained, evaluation failed"
     monkeypatch.undo()
     assert run("r2-vision-only", tmp_path)["vision"].status == "cached"
+
+
+def test_a_stage_reused_from_another_platform_says_so_in_its_status_and_the_table(tmp_path):
+    from recipe_engine.report.run_report import run_table
+
+    trained = run("r2-vision-only", tmp_path)["vision"]
+    here = trained.manifest.platform
+    assert here is not None and here.device == "cpu" and here.threads == torch.get_num_threads()
+    assert run("r2-vision-only", tmp_path)["vision"].other_platform == []  # this machine
+    # The same entry as if it had been trained on a CPU with other kernels.
+    kernels = "AVX2" if here.cpu_capability != "AVX2" else "AVX512"
+    trained.manifest.platform = replace(here, cpu_capability=kernels)
+    trained.manifest.save(trained.output)
+    cfg = compose_config(run_overrides("r2-vision-only", tmp_path), extra_dirs=[USER_RECIPES])
+    plan, run_dir = plan_from_config(cfg), tmp_path / "runs" / "again"
+    results = run_recipe(plan, run_dir)
+    assert results[0].status == "cached"
+    row = RunSummary.load(run_dir).stages[0]
+    assert row.status == "cached (trained on another platform: cpu capability)"
+    table = run_table(plan, results, run_dir)
+    assert row.status in table
+    assert (
+        "note: stage `vision` reuses a store entry trained on another platform (there vs here: "
+        f"cpu capability {kernels} vs {here.cpu_capability}: floating-point results may differ)"
+    ) in table
 
 
 def test_a_loss_that_becomes_nan_stops_the_stage_and_commits_nothing(tmp_path):

@@ -6,12 +6,14 @@ import json
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from recipe_engine.cli.main import main
 from recipe_engine.errors import RecipeError
+from recipe_engine.run.machine import platform_here
 from recipe_engine.store.gc import (
     TMP_GRACE_S,
     collect_garbage,
@@ -55,6 +57,11 @@ def root(trained, tmp_path) -> Path:
     for summary in copy.rglob("summary.json"):
         summary.write_text(summary.read_text().replace(str(trained), str(copy)))
     return copy
+
+
+def here(device: str):
+    """This machine's platform, as `runs` measures it for a run with default settings."""
+    return platform_here(device, deterministic=False)
 
 
 def entry_of(root: Path) -> str:
@@ -112,6 +119,42 @@ def test_listing_shows_runs_stages_and_store_entries(root, capsys):
         assert word in line
 
 
+def test_listing_warns_of_entries_from_other_platforms_and_marks_them(root, capsys):
+    name = entry_of(root)
+    assert main(["runs", f"output_root={root}"]) == 0
+    out = capsys.readouterr().out
+    assert "platform" in out and "warning" not in out  # trained here, just now
+    assert " here " in next(ln for ln in out.splitlines() if ln.strip().startswith(name))
+    # The real entry as if trained on a machine with other kernels and threads, beside an
+    # entry made here.
+    entry = root / "store" / name
+    manifest = Manifest.load(entry)
+    mine = manifest.platform
+    assert mine is not None and mine == here("cpu")
+    kernels = "AVX2" if mine.cpu_capability != "AVX2" else "AVX512"
+    manifest.platform = replace(mine, cpu_capability=kernels, threads=mine.threads + 2)
+    manifest.save(entry)
+    local = fake_entry(root, "0" * 40)  # listed first
+    local_manifest = Manifest.load(local)
+    local_manifest.platform = mine
+    local_manifest.save(local)
+
+    assert main(["runs", f"output_root={root}"]) == 0
+    out = capsys.readouterr().out
+    rows = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith("  ") and ln.split()}
+    assert " other " in rows[name] and " here " in rows["0" * 40]
+    assert (
+        "warning: the store's entries came from 2 platforms, which differ in cpu capability "
+        f"{mine.cpu_capability} vs {kernels}, threads {mine.threads} vs {mine.threads + 2}: "
+        "floating-point results may differ"
+    ) in out
+    assert (
+        "platform `other` (made elsewhere) vs this machine: cpu capability "
+        f"{kernels} vs {mine.cpu_capability}, threads {mine.threads + 2} vs {mine.threads}: "
+        "floating-point results may differ"
+    ) in out
+
+
 def test_rm_keeps_store_entries_another_run_uses(root, capsys):
     name = entry_of(root)
     shared = root / "store" / name
@@ -159,7 +202,7 @@ def test_gc_removes_partial_folders_unless_a_job_holds_their_lock(root):
     assert busy.is_dir() and "a running job holds its lock" in report
     assert "partial" in report
     assert any(e.status == "partial" for e in find_entries(root))  # listed as such
-    assert "partial" in render_listing(root)
+    assert "partial" in render_listing(root, here=here)
 
 
 def test_gc_keeps_merged_bases_of_needed_adapters_and_fresh_tmp_folders(root):

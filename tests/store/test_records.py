@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from platforms import EPYC, H100, XEON
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.store.records import (
     SCHEMA_VERSION,
     Manifest,
+    Platform,
     RunSummary,
     StageMetrics,
     StageRow,
+    differences_text,
+    platform_lines,
+    platform_warning,
     relative_to,
 )
 from recipe_engine.store.store import Store, relative_in_store
@@ -95,3 +101,62 @@ def test_a_run_summary_names_outputs_relative_to_the_run_folder(tmp_path):
 def test_a_folder_without_a_summary_is_not_a_run(tmp_path):
     with pytest.raises(RecipeError, match="not a finished run folder"):
         RunSummary.load(Path(tmp_path))
+
+
+# --------------------------------------------------------------------------- platforms
+
+
+def test_the_platform_round_trips_through_manifest_json(tmp_path):
+    manifest(platform=H100).save(tmp_path)
+    read = Manifest.load(tmp_path)
+    assert isinstance(read.platform, Platform) and read.platform == H100
+    written = json.loads((tmp_path / "manifest.json").read_text())["platform"]
+    assert written["gpu_capability"] == "9.0" and written["libraries"]["torch"] == "2.14.1"
+
+
+def test_a_manifest_written_before_platforms_were_recorded_reads_without_one(tmp_path):
+    manifest().save(tmp_path)
+    data = json.loads((tmp_path / "manifest.json").read_text())
+    del data["platform"]  # as a schema-1 engine wrote it
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
+    read = Manifest.load(tmp_path)
+    assert read.platform is None and read.schema_version == 1
+
+
+def test_differences_name_the_fields_and_say_when_results_may_differ():
+    differences = XEON.differences(EPYC)
+    assert [d.text() for d in differences] == [
+        "cpu model Intel(R) Xeon(R) Platinum 8480+ vs AMD EPYC",
+        "cpu capability AVX512 vs AVX2",
+        "threads 4 vs 2",
+    ]
+    assert differences_text(differences).endswith(": floating-point results may differ")
+    python_only = XEON.differences(replace(XEON, python="3.12.1"))
+    assert differences_text(python_only) == "python 3.11.7 vs 3.12.1"  # it changes no kernel
+    assert XEON.differences(replace(XEON)) == []
+
+
+def test_a_library_missing_or_not_recorded_on_one_side_is_a_difference():
+    older = replace(XEON, libraries={**XEON.libraries, "bitsandbytes": None})
+    (difference,) = older.differences(XEON)
+    assert difference.text() == "bitsandbytes not installed vs not recorded"
+
+
+def test_one_line_describes_a_platform():
+    assert XEON.describe() == (
+        "CPU Intel(R) Xeon(R) Platinum 8480+ (AVX512), 4 threads, torch 2.14.1, "
+        "transformers 5.23.0, trl 1.16.0, peft 0.21.2, not deterministic"
+    )
+    assert H100.describe().startswith("GPU NVIDIA H100 80GB HBM3 (capability 9.0), CPU Intel")
+
+
+def test_the_warning_names_how_platforms_differ_and_which_result_came_from_which():
+    lines = platform_lines("the stages", [("vision", XEON), ("llm", EPYC), ("eval", None)])
+    assert lines[0] == (
+        "warning: the stages came from 2 platforms, which differ in cpu model Intel(R) Xeon(R) "
+        "Platinum 8480+ vs AMD EPYC, cpu capability AVX512 vs AVX2, threads 4 vs 2: "
+        "floating-point results may differ"
+    )
+    assert lines[1:] == [f"  vision: {XEON.describe()}", f"  llm: {EPYC.describe()}"]
+    assert platform_lines("the stages", [("vision", XEON), ("llm", replace(XEON))]) == []
+    assert platform_warning("the stages", [XEON, None]) is None  # unrecorded: not compared

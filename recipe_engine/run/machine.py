@@ -1,0 +1,77 @@
+"""This machine as a `Platform` (store.records): what a stage's floating-point results depend on.
+
+Measured when a stage writes its manifest, and again when a stored stage is reused or the store
+listed, to tell whether it was made here. It imports torch, so it lives in the run layer.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import Any
+
+from recipe_engine.store.records import Platform
+from recipe_engine.versions import LIBRARIES, package_version
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def measure_platform(device: str, *, deterministic: bool) -> Platform:
+    """This process's platform for a stage whose weights live on `device` (cpu, cuda, mps);
+    in a distributed run the caller is rank 0, whose manifest it goes into."""
+    import torch
+
+    kind = device.split(":")[0]
+    gpu, capability = _cuda_device() if kind == "cuda" else (None, None)
+    return Platform(
+        device=kind,
+        cpu=cpu_model(),
+        cpu_capability=torch.backends.cpu.get_cpu_capability(),
+        gpu=gpu,
+        gpu_capability=capability,
+        threads=torch.get_num_threads(),
+        deterministic=deterministic,
+        python=platform.python_version(),
+        libraries={name: package_version(name) for name in LIBRARIES},
+    )
+
+
+def platform_here(device: str, *, deterministic: bool) -> Platform | None:
+    """The platform a stage on `device` would train on here; None when this machine has no
+    such device (a CUDA entry read on a CPU-only machine)."""
+    import torch
+
+    kind = device.split(":")[0]
+    present = {
+        "cpu": True,
+        "cuda": torch.cuda.is_available(),
+        "mps": torch.backends.mps.is_available(),
+    }
+    return measure_platform(kind, deterministic=deterministic) if present.get(kind) else None
+
+
+def asks_determinism(config: Any) -> bool:
+    """Whether the run asked for deterministic algorithms (`deterministic=true`; configs
+    older than that key never did)."""
+    return bool(getattr(config, "deterministic", False))
+
+
+def cpu_model() -> str:
+    """The CPU's model name: /proc/cpuinfo's on Linux, else what `platform` knows."""
+    try:
+        for line in CPUINFO.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:  # not Linux
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _cuda_device() -> tuple[str, str]:
+    """The current CUDA device's name and compute capability ("9.0")."""
+    import torch
+
+    index = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(index)
+    return torch.cuda.get_device_name(index), f"{major}.{minor}"
