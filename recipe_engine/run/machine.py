@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import platform
 from pathlib import Path
-from typing import Any
 
 from recipe_engine.store.records import Platform
 from recipe_engine.versions import LIBRARIES, package_version
@@ -48,12 +47,6 @@ def platform_here(device: str, *, deterministic: bool) -> Platform | None:
         "mps": torch.backends.mps.is_available(),
     }
     return measure_platform(kind, deterministic=deterministic) if present.get(kind) else None
-
-
-def asks_determinism(config: Any) -> bool:
-    """Whether the run asked for deterministic algorithms (`deterministic=true`; configs
-    older than that key never did)."""
-    return bool(getattr(config, "deterministic", False))
 
 
 def cpu_model() -> str:

@@ -123,9 +123,10 @@ def _platform_change(plan: RecipePlan, stage: StagePlan, manifest: Manifest) -> 
     (nothing when its manifest predates platforms)."""
     if manifest.platform is None:
         return []
-    from recipe_engine.run.machine import asks_determinism, measure_platform  # imports torch
+    from recipe_engine.run.machine import measure_platform  # imports torch
 
-    here = measure_platform(stage.placement.device, deterministic=asks_determinism(plan.config))
+    deterministic = stage.determinism.deterministic_kernels
+    here = measure_platform(stage.placement.device, deterministic=deterministic)
     return manifest.platform.differences(here)
 
 

@@ -30,7 +30,7 @@ from recipe_engine.run.loading import (
     torch_dtype,
     weights_to_load,
 )
-from recipe_engine.run.machine import asks_determinism, measure_platform
+from recipe_engine.run.machine import measure_platform
 from recipe_engine.run.memory_peak import PeakMemory, peak_memory
 from recipe_engine.run.policies import apply_freeze, apply_lora, bnb_config
 from recipe_engine.run.policies import enable_gradient_checkpointing as checkpointing
@@ -281,7 +281,7 @@ class StageRecipe:
     def _manifest(self) -> Manifest:
         stage, policy = self.stage, self.policy
         trained = _trained_parameter_names(self.model)
-        here = _platform(self.plan, stage)
+        here = _platform(stage)
         return Manifest(
             **_identity(self.plan, stage),
             format=ADAPTER if policy.lora is not None else FULL,
@@ -307,6 +307,7 @@ class StageRecipe:
             metrics=self.metrics,
             eval_settings=asdict(self.plan.config.eval),
             world_size=self.args.world_size,
+            determinism=asdict(stage.determinism),
             platform=here,
             versions=_versions(here),
         )
@@ -342,7 +343,7 @@ class EvaluationRecipe:
             eval_contains=result["contains"],
             eval_samples=len(result["predictions"]),
         )
-        here = _platform(self.plan, self.stage)
+        here = _platform(self.stage)
         return Manifest(
             **_identity(self.plan, self.stage),
             format=EVALUATION,
@@ -413,10 +414,11 @@ def _trained_parameter_names(model: Any) -> list[str]:
     return sorted(names)
 
 
-def _platform(plan: RecipePlan, stage: StagePlan) -> Platform:
+def _platform(stage: StagePlan) -> Platform:
     """The platform the stage ran on: this process's, which is rank 0's in a distributed run
     (only rank 0 writes the manifest)."""
-    return measure_platform(stage.placement.device, deterministic=asks_determinism(plan.config))
+    deterministic = stage.determinism.deterministic_kernels
+    return measure_platform(stage.placement.device, deterministic=deterministic)
 
 
 def _versions(platform: Platform) -> dict[str, str | None]:

@@ -231,6 +231,9 @@ class Manifest:
     versions: dict[str, str | None] = field(default_factory=dict)
     # Where it ran (rank 0's, in a distributed run); None in manifests written before.
     platform: Platform | None = None
+    # What its weights can be trusted to repeat (plan.determinism.Determinism, as plan printed
+    # it): repeatable or not, the kernels asked for, what no switch covers.
+    determinism: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property

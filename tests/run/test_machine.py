@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import platform
-from types import SimpleNamespace
 
 import torch
 
 from recipe_engine.run import machine
-from recipe_engine.run.machine import asks_determinism, cpu_model, measure_platform, platform_here
+from recipe_engine.run.machine import cpu_model, measure_platform, platform_here
 from recipe_engine.versions import package_version
 
 
@@ -46,8 +45,3 @@ def test_a_machine_without_the_device_has_no_platform_for_it(monkeypatch):
 def test_the_cpu_model_falls_back_to_what_platform_knows(monkeypatch, tmp_path):
     monkeypatch.setattr(machine, "CPUINFO", tmp_path / "no-cpuinfo")  # not Linux
     assert cpu_model() == (platform.processor() or platform.machine() or "unknown")
-
-
-def test_determinism_is_what_the_config_asks_for():
-    assert asks_determinism(SimpleNamespace(deterministic=True))
-    assert not asks_determinism(SimpleNamespace())  # a config from before the key

@@ -62,8 +62,12 @@ def weight_hashes(output_root: Path) -> dict[str, dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def two_trainings(tmp_path_factory):
-    root = tmp_path_factory.mktemp("determinism")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("determinism")
+
+
+@pytest.fixture(scope="module")
+def two_trainings(root):
     return train(root / "first"), train(root / "second")
 
 
@@ -77,3 +81,11 @@ def test_two_trainings_of_one_key_give_identical_weights(two_trainings, kind):
 def test_every_kind_trained_weights_of_its_own(two_trainings):
     first, _ = two_trainings
     assert len({json.dumps(hashes, sort_keys=True) for hashes in first.values()}) == len(KINDS)
+
+
+def test_each_manifest_says_what_its_weights_repeat_and_where(two_trainings, root):
+    for path in (root / "first").glob("store/*/manifest.json"):
+        manifest = json.loads(path.read_text())
+        assert manifest["determinism"]["repeatable"] is True
+        assert "thread count" in manifest["determinism"]["scope"]
+        assert manifest["platform"]["threads"] == torch.get_num_threads()
