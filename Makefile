@@ -27,10 +27,12 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 # The study the recipes come from, on the embedded default: four recipes trained (or reused from
-# the store) on the same data, scored on the same held-out probes, one answer line.
+# the store) with three training seeds on the same data, scored on the same held-out probes, one
+# answer line whose verdict accounts for training and probe noise (`SEEDS=0` for one seed).
 EXPERIMENT ?= r1-llm-only,r2-vision-only,r3-two-stage,r4-joint
+SEEDS ?= 0,1,2
 run: install
-	$(PY) -m recipe_engine compare 'recipes=[$(EXPERIMENT)]'
+	$(PY) -m recipe_engine compare 'recipes=[$(EXPERIMENT)]' 'seeds=[$(SEEDS)]'
 
 test: install
 	$(PY) -m pytest -q

@@ -29,7 +29,7 @@ from recipe_engine.report.experiment import (
     Experiment,
     RecipeRun,
     Score,
-    spread_sentence,
+    differences_sentence,
     stored_base_score,
     stored_score,
     summarize,
@@ -379,7 +379,7 @@ def _print(written: dict[str, Any], runs: list[RecipeRun]) -> None:
     print(written["table"])
     for line in written["platform_warning"]:
         print(line)
-    print(spread_sentence(summarize(runs)))
+    print(differences_sentence(summarize(runs)))
     print(f"report: {written['report']}")
     print(f"table:  {written['csv']}")
     charts = [str(path) for path in written["plots"].values() if path is not None]

@@ -11,7 +11,6 @@ writes experiment.md / experiment.csv / bar charts. It imports no torch.
 from __future__ import annotations
 
 import csv
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,13 @@ from typing import Any
 
 from recipe_engine.files import atomic_write_text
 from recipe_engine.report.plots import MISSING, write_metric_bars
+from recipe_engine.report.significance import (
+    METHOD,
+    PROBES_ONLY,
+    Accuracies,
+    Difference,
+    difference,
+)
 from recipe_engine.store.records import Manifest, Platform, platform_lines, relative_to
 from recipe_engine.tables import markdown_table, text_table
 
@@ -90,9 +96,6 @@ class Spread:
         if not known or len(known) < len(values):
             return None  # a seed without the metric: no fair mean
         return cls(statistics.fmean(known), min(known), max(known), len(known))
-
-    def overlaps(self, other: Spread) -> bool:
-        return self.low <= other.high and other.low <= self.high
 
 
 @dataclass
@@ -209,40 +212,25 @@ def _precision(scores: Sequence[Score | None]) -> str:
 
 
 def answer_line(summaries: Sequence[RecipeSummary]) -> str:
-    """One line: which recipes lead on held-out exact match, which they beat, and whether each
-    difference is larger than the noise (the min..max spread over seeds; with one seed, the
-    sampling noise of the probes)."""
+    """One line: which recipes lead on held-out exact match and which they beat, where "beat"
+    means the 95% interval of the difference excludes zero (`report.significance`: seed and
+    probe noise; with one seed, probe noise only, and the line says so). Recipes are named in
+    the order given, and no measured value is quoted, so the verdict is what repeats."""
     title = "held-out exact match"
     missing = [s.recipe for s in summaries if s.metrics[ANSWER_METRIC] is None]
     if missing:
         return f"answer: cannot tell: no {title} for {', '.join(missing)} (no evaluation)"
-    ranked = sorted(summaries, key=lambda s: -_mean(s))  # stable: ties keep the given order
-    best = ranked[0]
-    level = [s for s in ranked[1:] if _level(best, s)]
-    beaten = [s for s in ranked[1:] if s not in level]
-    values = " vs ".join(f"{_mean(s):.0%}" for s in ranked)
-    detail = _answer_detail(ranked, len(best.seeds))
-    if not level:
-        gap = _gap(best, ranked[1])
-        return (
-            f"answer: {best.recipe} beats {_names(beaten)} on {title}: {values} "
-            f"(+{gap} points; {detail})"
-        )
-    leaders = _names([best, *level])
-    if all(_gap(best, s) == 0 for s in level):
-        verdict, why = f"no difference between {leaders} on {title}", ""
+    best = max(summaries, key=_mean)  # the first of equal means
+    beaten = [s for s in summaries if s is not best and _difference(best, s).significant]
+    leaders = [s for s in summaries if s not in beaten]
+    if len(leaders) == 1:
+        verdict = f"{best.recipe} beats {_names(beaten)} on {title}"
+    elif not beaten and len({_mean(s) for s in summaries}) == 1:
+        verdict = f"no difference between {_names(leaders)} on {title}"
     else:
-        verdict, why = (
-            f"{leaders} are level on {title}",
-            f"level: within {_noise_text(best, level)}; ",
-        )
-    if beaten:
-        verdict += f", and beat {_names(beaten)}"
-    return f"answer: {verdict}: {values} ({why}{detail})"
-
-
-def _gap(best: RecipeSummary, other: RecipeSummary) -> int:
-    return round((_mean(best) - _mean(other)) * 100)
+        verdict = f"{_names(leaders)} are level on {title}"
+        verdict += f", and beat {_names(beaten)}" if beaten else ""
+    return f"answer: {verdict} ({_answer_detail(summaries)})"
 
 
 def _names(summaries: Sequence[RecipeSummary]) -> str:
@@ -251,23 +239,13 @@ def _names(summaries: Sequence[RecipeSummary]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def _level(best: RecipeSummary, other: RecipeSummary) -> bool:
-    """No difference, or one within the noise: the spread over seeds, else the probes'."""
-    if _gap(best, other) == 0:
-        return True
-    a, b = best.metrics[ANSWER_METRIC], other.metrics[ANSWER_METRIC]
-    if len(best.seeds) > 1:
-        return bool(a and b and a.overlaps(b))
-    noise = _sampling_noise(best, other)
-    return noise is not None and _gap(best, other) <= noise
+def _accuracies(summary: RecipeSummary) -> Accuracies:
+    per_seed = tuple(run.score.exact_match for run in summary.runs if run.score)
+    return Accuracies(tuple(v for v in per_seed if v is not None), _samples(summary) or 0)
 
 
-def _noise_text(best: RecipeSummary, level: Sequence[RecipeSummary]) -> str:
-    if len(best.seeds) > 1:
-        return f"the spread of {len(best.seeds)} seeds (min..max overlap)"
-    widest = max(_sampling_noise(best, s) or 0 for s in level)
-    probes = _samples(best)
-    return f"the sampling noise of {probes} probes (+-{widest} points at two standard errors)"
+def _difference(best: RecipeSummary, other: RecipeSummary) -> Difference:
+    return difference(_accuracies(best), _accuracies(other))
 
 
 def _samples(summary: RecipeSummary) -> int | None:
@@ -275,56 +253,41 @@ def _samples(summary: RecipeSummary) -> int | None:
     return scores[0].samples if scores else None
 
 
-def _sampling_noise(best: RecipeSummary, runner: RecipeSummary) -> int | None:
-    """Two standard errors, in points, of the difference between two accuracies measured on
-    the same number of probes (binomial; unpaired, so on the cautious side)."""
-    n = _samples(best)
-    if not n:
-        return None
-    a, b = _mean(best), _mean(runner)
-    return round(200 * math.sqrt((a * (1 - a) + b * (1 - b)) / n))
-
-
 def _mean(summary: RecipeSummary) -> float:
     spread = summary.metrics[ANSWER_METRIC]
     return spread.mean if spread else float("nan")
 
 
-def _answer_detail(ranked: Sequence[RecipeSummary], seeds: int) -> str:
-    """ "1 seed" or "mean of 3 seeds, beyond their min..max spread", and the base precisions
+def _answer_detail(summaries: Sequence[RecipeSummary]) -> str:
+    """How many seeds and which noise the verdict accounts for, and the base precisions
     when the recipes' final stages were measured on different ones."""
-    detail = "1 seed" if seeds == 1 else f"mean of {seeds} seeds, beyond their min..max spread"
-    precisions = [s.precision for s in ranked]
+    seeds = min(len(s.seeds) for s in summaries)
+    if seeds < 2:
+        detail = (
+            "1 seed: beyond probe noise only, training noise unmeasured; seeds=[0,1,2] measures it"
+        )
+    else:
+        detail = f"{seeds} seeds: 95% intervals of the differences, seed and probe noise"
+    precisions = [s.precision for s in summaries]
     if len(set(precisions)) > 1:
         detail += "; measured on " + " vs ".join(precisions) + " base"
     return detail
 
 
-def spread_sentence(summaries: Sequence[RecipeSummary]) -> str:
-    """Whether each recipe's difference from the best is within the spread over seeds."""
-    seeds = max(len(s.seeds) for s in summaries)
-    if seeds < 2:
-        return (
-            "One seed per recipe: no spread measured; seeds=[0,1,2] shows whether the "
-            "difference holds."
-        )
+def differences_sentence(summaries: Sequence[RecipeSummary]) -> str:
+    """Each recipe against the best: the difference with its 95% interval, and the method."""
     scored = [s for s in summaries if s.metrics[ANSWER_METRIC] is not None]
     if len(scored) < 2:
-        return f"Spread: min..max over {seeds} seeds."
+        return "Differences: fewer than two recipes were scored."
     best = max(scored, key=_mean)
-    parts = [_versus(best, other) for other in scored if other is not best]
-    return f"Spread: min..max over {seeds} seeds. " + " ".join(parts)
-
-
-def _versus(best: RecipeSummary, other: RecipeSummary) -> str:
-    a, b = best.metrics[ANSWER_METRIC], other.metrics[ANSWER_METRIC]
-    assert a is not None and b is not None
-    where = "within" if a.overlaps(b) else "beyond"
-    gap = round((a.mean - b.mean) * 100)
-    return (
-        f"{best.recipe} vs {other.recipe}: {gap:+d} points, {where} the spread "
-        f"({_range(a, True)} vs {_range(b, True)})."
-    )
+    found = [(other, _difference(best, other)) for other in scored if other is not best]
+    parts = [
+        f"{best.recipe} vs {other.recipe}: {d.points()}"
+        + (" (beyond the noise)." if d.significant else " (within the noise).")
+        for other, d in found
+    ]
+    method = METHOD if all(d.training_measured for _, d in found) else PROBES_ONLY
+    return f"Differences in held-out exact match ({method}): " + " ".join(parts)
 
 
 # --------------------------------------------------------------------------- the table
@@ -512,7 +475,7 @@ def _report_lines(
         "",
         _legend(experiment.runs),
         "",
-        spread_sentence(summaries),
+        differences_sentence(summaries),
         "",
         f"**{answer}**",
         "",
