@@ -109,6 +109,8 @@ class PolicyPlan:
     lora: AdapterPlan | None = None
     quantization: QuantPlan | None = None
     param_counts: dict[str, int] | None = None  # per component; None: config unreadable here
+    # Per fully trained component, the parameters `freeze.patterns` leave trainable.
+    trainable_params: dict[str, int] | None = None
     # For the memory estimate (plan.memory): LoRA's own parameters, and the weights stored
     # in 4/8 bits (the quantized components' linear weights, bar skip-modules).
     lora_params: int | None = None
@@ -126,6 +128,15 @@ class PolicyPlan:
     @property
     def trained_components(self) -> list[str]:
         return self.trained + (self.lora.components if self.lora else [])
+
+    def trained_share(self, component: str) -> float | None:
+        """The share of a fully trained component's parameters it trains, when freeze.patterns
+        freeze part of it (None: all of it, or not known before the model loads)."""
+        total = (self.param_counts or {}).get(component)
+        trained = (self.trainable_params or {}).get(component)
+        if not total or trained is None or trained >= total:
+            return None
+        return trained / total
 
 
 @dataclass

@@ -154,7 +154,7 @@ def _row(plan: RecipePlan, result: StageResult, run_dir: Path) -> StageRow:
         key=short(stage.fingerprint),
         init=stage.init.description,
         output=relative_to(result.output, run_dir),
-        trained=", ".join(manifest.trained_components if manifest else []) or "-",
+        trained=manifest.trained_text() if manifest else "-",
         steps=metrics.steps if metrics and metrics.steps is not None else "-",
         loss=metrics.loss_text() if metrics else "-",
         eval=eval_text(manifest) if manifest else "-",

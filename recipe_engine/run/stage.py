@@ -289,6 +289,7 @@ class StageRecipe:
             },
             trained_components=policy.trained_components,
             frozen_components=policy.frozen,
+            lora_components=policy.lora.components if policy.lora else [],
             trainable_report=self.report,
             census=self.census,
             trained_parameters=trained,
