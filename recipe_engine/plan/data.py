@@ -287,7 +287,7 @@ def _unreadable(path: Path, exc: BaseException) -> RecipeError:
 
 
 @contextlib.contextmanager
-def _quietly() -> Iterator[None]:
+def quietly() -> Iterator[None]:
     """No progress bars or logged errors from `datasets`: a bad file is one RecipeError."""
     import datasets
     from datasets.utils import logging as ds_logging
@@ -636,7 +636,7 @@ def load_splits(cfg: DataConfig | Mapping[str, Any], *, kind: str, seed: int = 0
     fraction, max_samples = _eval_fraction(cfg), _max_samples(cfg)
     identity = data_identity(cfg)
 
-    with _quietly():
+    with quietly():
         if source == "hub":
             train_split, eval_split = _read_hub(cfg)
         else:

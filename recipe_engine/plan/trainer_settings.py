@@ -182,7 +182,11 @@ def template_support(location: str | None, revision: str | None = None) -> str:
     """What the chat template saved at `location` (a folder, or a hub id in the local cache)
     allows for assistant-only loss, decided as TRL decides: markers, or a template TRL knows
     a training version of (trl/chat_templates/<name>_training.jinja)."""
-    template = read_chat_template(location, revision)
+    return support_of(read_chat_template(location, revision))
+
+
+def support_of(template: str | None) -> str:
+    """What a chat template's text allows for assistant-only loss (None: not read)."""
     if template is None:
         return UNREAD
     if GENERATION_MARKER.search(template):

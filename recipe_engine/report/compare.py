@@ -10,8 +10,10 @@ line (no references, so no task metrics). Every model answers the same probes wi
 generation settings; the run folder gets compare.csv, compare.jsonl, compare_metrics.json,
 compare.md (side-by-side table, metrics, bar charts, loss plot) and the PNGs. With
 `probes=FILE` the files are named compare-<file stem>.* instead: the run's own report stays.
-Every model is measured on the full-precision base; the table also shows the accuracy the run
-measured itself, labelled with its base precision (4-bit for a QLoRA stage).
+Every model is measured on the full-precision base; the table also shows the accuracy and the
+eval loss the run measured itself, labelled with its base precision (4-bit for a QLoRA stage).
+The eval loss is the stage's own held-out loss (run.held_out_loss: TRL's tokens and masks with
+the stage's loss settings), so compare's and the run's agree wherever the base is the same.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ from recipe_engine.run.evaluation import (
     is_exact_match,
     message_text,
     reference_text,
-    scored_texts,
 )
-from recipe_engine.run.recipe import accuracy_text
+from recipe_engine.run.held_out_loss import held_out_loss, loss_settings
+from recipe_engine.run.recipe import accuracy_text, loss_text
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
 from recipe_engine.tables import markdown_table, text_table
 
@@ -48,7 +50,7 @@ BASE = "base"
 METRICS = {  # metric -> (title, higher is better)
     "exact_match": ("Exact match (answer == reference)", True),
     "contains": ("Contains (reference in answer, case-insensitive)", True),
-    "eval_loss": ("Eval loss on the references (lower is better)", False),
+    "eval_loss": ("Eval loss: the stage's own held-out loss (lower is better)", False),
 }
 MD_ROWS = 50  # the report shows this many probes; the CSV/JSONL hold them all
 
@@ -148,29 +150,53 @@ def report_name(probes: str | Path | None) -> str:
 
 def _label_precision(metrics: dict[str, dict[str, Any]], stages: list[Stage], root: Stage) -> None:
     """Each model's row says what compare measured it on (always the full-precision base:
-    adapters are applied to the unquantized model) next to the run's own held-out accuracy,
-    which a 4/8-bit stage measured on its quantized base (labelled so)."""
+    adapters are applied to the unquantized model) next to the run's own held-out accuracy and
+    loss, which a 4/8-bit stage measured on its quantized base (labelled so)."""
     base_name = next(iter(metrics))  # the base model answers first
     base = root[2].metrics.base_accuracy  # measured by the root stage, unquantized
     for name, values in metrics.items():
         values["base_precision"] = "full"
         values["run_accuracy"] = f"{base:.0%}" if name == base_name and base is not None else None
+        values["run_loss"] = None  # the run records no loss of the untrained base
     for name, _, manifest in stages:
         metrics[name]["run_accuracy"] = accuracy_text(manifest)
+        metrics[name]["run_loss"] = loss_text(manifest)
 
 
-Loader = tuple[str, Callable[[], tuple[Any, Any]]]  # model name, loads (model, processor)
+# Model name, what loads it (model, processor), and the loss settings it is measured with.
+Loader = tuple[str, Callable[[], tuple[Any, Any]], dict[str, Any]]
 
 
 def _loaders(stages: list[Stage], root: Stage) -> list[Loader]:
-    """The base model first, then every stage, each loaded only when its turn comes."""
+    """The base model first, then every stage, each loaded only when its turn comes. Each stage
+    is measured with its own loss settings, the base with the root stage's (trained on it)."""
     base_name = BASE if BASE not in {name for name, _, _ in stages} else "base_model"
-    loaders: list[Loader] = [(base_name, lambda: _load_base(root[1], root[2]))]
+    loaders: list[Loader] = [
+        (base_name, lambda: _load_base(root[1], root[2]), _loss_settings(root[2]))
+    ]
     loaders += [
-        (name, lambda f=folder, m=manifest, n=name: _load_stage(n, f, m, stages))
+        (
+            name,
+            lambda f=folder, m=manifest, n=name: _load_stage(n, f, m, stages),
+            _loss_settings(manifest),
+        )
         for name, folder, manifest in stages
     ]
     return loaders
+
+
+def _loss_settings(manifest: Manifest) -> dict[str, Any]:
+    """The stage's held-out loss settings; a manifest written before they were recorded gives
+    its `train` keys and the engine's defaults of then."""
+    if manifest.trainer:
+        return loss_settings(manifest.trainer)
+    train = dict(manifest.config.get("train") or {})
+    defaults: dict[str, Any] = {
+        "per_device_eval_batch_size": train.get("per_device_train_batch_size", 8)
+    }
+    if manifest.kind == "vlm":
+        defaults |= {"max_length": None, "remove_unused_columns": False}
+    return loss_settings({**defaults, **train})
 
 
 def _answer_all(
@@ -184,7 +210,7 @@ def _answer_all(
     has_reference = all(r["reference"] is not None for r in rows)
     outputs: dict[str, list[str]] = {}
     metrics: dict[str, dict[str, Any]] = {}
-    for name, load in loaders:
+    for name, load, settings in loaders:
         log.info("compare: %s on %d probe(s)", name, len(rows))
         model, processor = load()
         answers = generate_answers(model, processor, rows, kind, seed=seed, **generation)
@@ -192,7 +218,7 @@ def _answer_all(
         metrics[name] = {"n": len(rows)}
         if has_reference:
             metrics[name] |= task_metrics(answers, [r["reference"] for r in rows])
-            loss = reference_loss(model, processor, rows, kind)
+            loss = held_out_loss(model, processor, rows, settings)
             metrics[name]["eval_loss"] = None if math.isnan(loss) else loss
         del model, processor
         gc.collect()  # one model in memory at a time
@@ -228,7 +254,11 @@ def task_metrics(answers: Sequence[str], references: Sequence[str]) -> dict[str,
 # Label columns of the table: the base precision compare measured on, and the accuracy the
 # run itself measured (on a quantized base for 4/8-bit stages), so neither is mistaken for
 # the other.
-LABELS = {"base_precision": "base precision", "run_accuracy": "run's own acc"}
+LABELS = {
+    "base_precision": "base precision",
+    "run_accuracy": "run's own acc",
+    "run_loss": "run's own loss",
+}
 
 
 def metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
@@ -507,38 +537,6 @@ def _missing_local(location: str) -> bool:
     return looks_local and not path.exists()
 
 
-def reference_loss(model: Any, processor: Any, rows: Sequence[dict[str, Any]], kind: str) -> float:
-    """Mean token loss of the reference answers (the last message, end-of-turn included)."""
-    import torch
-
-    tokenizer = getattr(processor, "tokenizer", processor)
-    device = next(p.device for p in model.parameters() if p.device.type != "meta")
-    total, count = 0.0, 0
-    model.eval()
-    for row in rows:
-        prompt, full = scored_texts(processor, row)
-        images = row["images"] if kind == "vlm" else []
-        inputs = _encode(processor, tokenizer, full, images)
-        start = _encode(processor, tokenizer, prompt, images)["input_ids"].shape[1]
-        labels = inputs["input_ids"].clone()
-        labels[:, :start] = -100  # only the answer is scored, as in assistant-only training
-        tokens = int((labels[:, 1:] != -100).sum())
-        if tokens == 0:
-            continue
-        inputs = {k: v.to(device) for k, v in inputs.items()}
-        with torch.no_grad():
-            loss = model(**inputs, labels=labels.to(device)).loss
-        total += float(loss) * tokens
-        count += tokens
-    return total / count if count else float("nan")
-
-
-def _encode(processor: Any, tokenizer: Any, text: str, images: list[Any]) -> Any:
-    if images:  # the processor expands image placeholders the same way for prompt and answer
-        return processor(text=[text], images=[images], return_tensors="pt")
-    return tokenizer([text], return_tensors="pt", add_special_tokens=False)
-
-
 # --------------------------------------------------------------------------- writing
 
 
@@ -622,10 +620,12 @@ def _write_report(
         "```",
         "",
         "exact_match: answer equals the reference after stripping whitespace; contains: the "
-        "reference occurs in the answer (case-insensitive); eval_loss: mean token loss of the "
-        "reference answers. Every model is measured here on the full-precision base (adapters "
-        "applied to the unquantized model); `run's own acc` is the accuracy the run measured "
-        "when the stage was trained, on a 4/8-bit base where the stage was quantized (labelled).",
+        "reference occurs in the answer (case-insensitive); eval_loss: the held-out loss as the "
+        "stage's trainer measures it (TRL's tokens and loss masks with the stage's settings; "
+        "the base with the first stage's). Every model is measured here on the full-precision "
+        "base (adapters applied to the unquantized model); `run's own acc` and `run's own loss` "
+        "are what the run measured when the stage was trained, on a 4/8-bit base where the "
+        "stage was quantized (labelled), so they differ from this table's only by that base.",
         "",
     ]
     lines += [f"![{metric}]({path.name})" for metric, path in bars.items()]

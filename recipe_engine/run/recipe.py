@@ -130,6 +130,15 @@ def accuracy_text(manifest: Manifest) -> str | None:
     return f"{accuracy:.0%}" + ("" if precision == "full" else f" ({precision} base)")
 
 
+def loss_text(manifest: Manifest) -> str | None:
+    """ "0.4940", or "0.4940 (4-bit base)": the run's held-out loss, labelled as its accuracy."""
+    loss = manifest.metrics.eval_loss
+    if loss is None:
+        return None
+    precision = manifest.base_precision
+    return f"{loss:.4f}" + ("" if precision == "full" else f" ({precision} base)")
+
+
 def eval_text(manifest: Manifest) -> str:
     """The run table's `eval` cell: the stage's held-out metrics, accuracy labelled."""
     metrics = manifest.metrics

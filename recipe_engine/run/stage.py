@@ -280,6 +280,7 @@ class StageRecipe:
             base_location=self._base_location(),
             architecture=policy.layout.name if policy.layout else None,
             config=asdict(stage.config),
+            trainer=dict(stage.trainer),
             data=asdict(stage.data.config),
             placement=asdict(stage.placement),
             quantization={

@@ -82,6 +82,9 @@ class Manifest:
     base_location: str | None = None  # what the weights were loaded from (see `base_path`)
     architecture: str | None = None
     config: dict[str, Any] = field(default_factory=dict)  # the stage's resolved settings
+    # The SFTConfig arguments it trained with (all but output_dir): `compare` measures the
+    # held-out loss with the same ones (run.held_out_loss).
+    trainer: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     placement: dict[str, Any] = field(default_factory=dict)
     quantization: dict[str, Any] = field(default_factory=dict)  # bits, settings, fallback

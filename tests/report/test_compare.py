@@ -95,6 +95,10 @@ def test_each_accuracy_says_which_base_precision_it_was_measured_on(compared, ou
     own = compared["metrics"]["llm"]["run_accuracy"]
     assert own == f"{llm.metrics.eval_accuracy:.0%} (4-bit base)" and own in compared["table"]
     assert not compared["metrics"]["vision"]["run_accuracy"].endswith("base)")  # full stage
+    # The run's own held-out loss sits beside compare's, labelled the same way.
+    assert "run's own loss" in header
+    own_loss = compared["metrics"]["llm"]["run_loss"]
+    assert own_loss == f"{llm.metrics.eval_loss:.4f} (4-bit base)" and own_loss in compared["table"]
 
 
 def test_metrics_match_a_recomputation_from_the_csv(compared):
@@ -119,6 +123,28 @@ def test_eval_loss_matches_the_stage_evaluation(compared, outputs):
     vision = RunSummary.load(run_dir).stages[0].output_path(run_dir)
     recorded = Manifest.load(vision).metrics.eval_loss
     assert compared["metrics"]["vision"]["eval_loss"] == pytest.approx(recorded, rel=1e-3)
+
+
+def test_eval_loss_is_the_runs_own_where_a_template_writes_past_the_answer(tmp_path):
+    """Idefics3's template ends an assistant turn with `</s>` inside `{% generation %}` and a
+    newline after it: the run's loss (TRL's assistant mask) leaves the newline out, and so does
+    compare now (it once counted every token after the prompt: 4.79 against the run's 4.39).
+    LoRA at full precision, so the two measure the very same model."""
+    overrides = [
+        "recipe=r1-llm-only",
+        "model=tiny-idefics3",
+        "stage.llm.quantization=null",
+        f"output_root={tmp_path}",
+        "++stage.llm.train.max_steps=2",
+        "data.max_samples=16",
+        "eval.max_samples=4",
+    ]
+    run_dir = tmp_path / "runs" / "r1-llm-only" / "t1"
+    [stage] = run_recipe(plan_from_config(compose_config(overrides)), run_dir)
+    compared = compare_run(run_dir, settings={"max_samples": 4})
+    recorded = stage.manifest.metrics.eval_loss
+    assert compared["metrics"]["llm"]["eval_loss"] == pytest.approx(recorded, rel=1e-4)
+    assert compared["metrics"]["llm"]["run_loss"] == f"{recorded:.4f}"  # full precision
 
 
 def test_a_probe_file_names_its_own_report():
