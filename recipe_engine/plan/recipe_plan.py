@@ -15,6 +15,7 @@ from recipe_engine.config.components import Layout
 from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
 from recipe_engine.plan import data
 from recipe_engine.plan.dag import StageGraph
+from recipe_engine.plan.data_rows import PROMPT_COMPLETION
 from recipe_engine.plan.hardware import Machine
 from recipe_engine.plan.hub_revisions import HubRevision
 from recipe_engine.plan.memory import StageMemory
@@ -55,6 +56,9 @@ class DataPlan:
     train_rows: int
     eval_rows: int  # 0: no held-out split
     _splits: data.DataSplits | None = field(default=None, repr=False, compare=False)
+    # How prompt/completion text reaches the model: "through the chat template", or as
+    # plain text and why (`plan` prints it on the data line); "" for conversations.
+    rendering: str = ""
 
     def splits(self) -> data.DataSplits:
         if self._splits is None:
@@ -66,7 +70,10 @@ class DataPlan:
 
     def describe(self) -> str:
         held_out = f"{self.eval_rows} held out" if self.eval_rows else "no held-out split"
-        return f"{self.origin} ({self.format}, {self.train_rows} train / {held_out})"
+        rows = f"{self.train_rows} train / {held_out}"
+        if self.rendering:  # the rows' own format, then how they reach the model
+            return f"{self.origin} ({PROMPT_COMPLETION}, {self.rendering}, {rows})"
+        return f"{self.origin} ({self.format}, {rows})"
 
     @property
     def origin(self) -> str:

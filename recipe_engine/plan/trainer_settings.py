@@ -194,6 +194,19 @@ def support_of(template: str | None) -> str:
     return PATCHED if template in _templates_trl_patches() else UNMARKED
 
 
+def has_chat_template(location: str | None, revision: str | None = None) -> bool | None:
+    """Whether the tokenizer or processor saved at `location` has a chat template; None when
+    that cannot be told here (a hub model whose tokenizer files are not in the local cache)."""
+    if read_chat_template(location, revision) is not None:
+        return True
+    if not location:
+        return None
+    if Path(location).expanduser().is_dir():
+        return False
+    read = _template_file(location, "tokenizer_config.json", revision) is not None
+    return False if read else None
+
+
 def read_chat_template(location: str | None, revision: str | None = None) -> str | None:
     if not location:
         return None
