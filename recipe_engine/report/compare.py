@@ -97,7 +97,7 @@ def compare_run(
     evaluation = {**run_cfg["eval"], **dict(settings or {})}
     seed = run_cfg["seed"] if seed is None else seed
     root = _root(stages)
-    rows, source = _probe_set(probes, root[2], seed, held_out, evaluation.get("max_samples"))
+    rows, source = _probe_set(probes, root, seed, held_out, evaluation.get("max_samples"))
     generation = {k: evaluation[k] for k in GENERATION_KEYS if k in evaluation}
     outputs, metrics = _answer_all(_loaders(stages, root), rows, root[2].kind, seed, generation)
     _label_precision(metrics, stages, root)
@@ -126,16 +126,22 @@ def compare_run(
 
 
 def evaluate_models(
-    run_dir: Path, models: Sequence[str], *, settings: Mapping[str, Any], seed: int
+    run_dir: Path,
+    models: Sequence[str],
+    *,
+    settings: Mapping[str, Any],
+    seed: int,
+    probes: str | Path | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Metrics of some models of a finished run (`BASE` and/or stage names) on the run's
-    held-out probes, measured as `compare_run` measures them (full-precision base), writing
-    nothing: for a caller that has the others' metrics stored already."""
+    held-out probes (or `probes`, a file), measured as `compare_run` measures them
+    (full-precision base), writing nothing: for a caller that has the others' metrics stored
+    already."""
     stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
     root = _root(stages)
-    rows, _ = _probe_set(None, root[2], seed, None, settings.get("max_samples"))
+    rows, _ = _probe_set(probes, root, seed, None, settings.get("max_samples"))
     generation = {k: settings[k] for k in GENERATION_KEYS if k in settings}
-    wanted = [(name, load) for name, load in _loaders(stages, root) if name in models]
+    wanted = [loader for loader in _loaders(stages, root) if loader[0] in models]
     return _answer_all(wanted, rows, root[2].kind, seed, generation)[1]
 
 
@@ -353,10 +359,10 @@ def _run_config(run_dir: Path, recipe: str) -> dict[str, Any]:
 
 
 def _probe_set(
-    probes: str | Path | None, root: Manifest, seed: int, held_out: Any, limit: int | None
+    probes: str | Path | None, root: Stage, seed: int, held_out: Any, limit: int | None
 ) -> tuple[list[dict[str, Any]], str]:
     """The probe rows (at most `limit`) and their source; an empty set is a user error."""
-    rows, source = _probe_rows(probes, root, root.kind, seed, held_out)
+    rows, source = _probe_rows(probes, root, seed, held_out)
     if limit is not None:
         rows = rows[: int(limit)]
     if not rows:
@@ -365,11 +371,12 @@ def _probe_set(
 
 
 def _probe_rows(
-    probes: str | Path | None, root_manifest: Manifest, kind: str, seed: int, held_out: Any
+    probes: str | Path | None, root: Stage, seed: int, held_out: Any
 ) -> tuple[list[dict[str, Any]], str]:
     """Probe rows {messages, images, reference, input, image} and a description of the source."""
     from recipe_engine.plan.data import load_splits
 
+    root_manifest, kind = root[2], root[2].kind
     if probes is None:
         data = root_manifest.data
         if not data:
@@ -403,12 +410,40 @@ def _probe_rows(
             for p in prompts
         ]
         return [_describe(r) for r in rows], f"prompts in {path}"
+    return probe_file_rows(path, kind, seed, _probe_chat_template(root)), f"rows of {path}"
+
+
+def probe_file_rows(
+    path: Path, kind: str, seed: int, chat_template: str = "auto"
+) -> list[dict[str, Any]]:
+    """A probe file's rows, read and checked like training data (`data.chat_template`: how
+    plain prompt/completion rows are asked)."""
+    from recipe_engine.plan.data import load_splits
+
     splits = load_splits(
-        {"source": "local", "path": str(path), "format": "auto", "eval_split": None},
+        {
+            "source": "local",
+            "path": str(path),
+            "format": "auto",
+            "eval_split": None,
+            "chat_template": chat_template,
+        },
         kind=kind,
         seed=seed,
     )
-    return [_probe(r) for r in splits.train], f"rows of {path}"
+    return [_probe(r) for r in splits.train]
+
+
+def _probe_chat_template(root: Stage) -> str:
+    """Plain prompt/completion probes are asked as the run's own rows were: through the chat
+    template where the plan put them there (or the tokenizer has one, when the run's rows were
+    conversations already), as plain text where it did not."""
+    from recipe_engine.plan.trainer_settings import read_chat_template
+
+    decided = str(root[2].data.get("chat_template") or "auto").lower()
+    if decided in ("true", "false"):
+        return decided
+    return "true" if read_chat_template(str(root[1])) else "false"
 
 
 def _probe(row: Mapping[str, Any]) -> dict[str, Any]:
