@@ -13,14 +13,15 @@ from recipe_engine.report.compare import compare_run, newest_run
 
 USAGE = """\
 usage: recipe-engine compare [run=RUN_DIR] [probes=FILE] [recipe=NAME] [eval.KEY=V ...]
-       recipe-engine compare recipes=[A,B,...] [seeds=[0,1,2]] [key=value ...]
+       recipe-engine compare recipes=[A,B,...] [seeds=[0,1,2]] [probes=FILE] [key=value ...]
 
 Evaluate the base model and every stage of a run on the same held-out probes with the same
-generation settings: exact match, contains, eval loss. Every model is measured on the
-full-precision base; the table also shows the run's own accuracy, labelled with the base
-precision it was measured on (4-bit for a QLoRA stage). Writes compare.csv, predictions JSONL,
-compare.md and plots in the run folder and prints the table; with probes=FILE the files are
-compare-<file stem>.* instead, beside the run's own report.
+generation settings: exact match, contains, eval loss (the stage's own held-out loss, as its
+trainer measures it). Every model is measured on the full-precision base; the table also shows
+the run's own accuracy and loss, labelled with the base precision they were measured on (4-bit
+for a QLoRA stage). Writes compare.csv, predictions JSONL, compare.md and plots in the run
+folder and prints the table; with probes=FILE the files are compare-<file stem>.* instead,
+beside the run's own report.
 
 With recipes=[A,B,...] it compares recipes instead: every recipe (per seed) is planned first,
 then trained or reused from the store exactly as `run` does (each gets its run folder), and
@@ -36,11 +37,14 @@ options:
   eval.max_new_tokens=N eval.batch_size=N eval.max_samples=N   generation settings
   recipes=[A,B]      recipe vs recipe (same model and data; other overrides apply to all)
   seeds=[0,1,2]      train and score every recipe with each seed (default: the config's seed)
+  probes=FILE        with recipes=: every final stage and the base scored on these rows
+                     (rows with references in any data format; checked before training)
 
 examples:
   python -m recipe_engine compare recipe=r3-two-stage
   python -m recipe_engine compare run=outputs/runs/r3-two-stage/2026-11-22_13-31-12
   python -m recipe_engine compare recipes=[r1-llm-only,r3-two-stage] seeds=[0,1,2]
+  python -m recipe_engine compare recipes=[r1-llm-only,r3-two-stage] probes=my_probes.jsonl
 """
 
 

@@ -1,10 +1,13 @@
-"""`compare recipes=[A,B] [seeds=[0,1,2]]`: recipes side by side on one base and one data set.
+"""`compare recipes=[A,B] [seeds=[0,1,2]] [probes=FILE]`: recipes side by side on one base and
+one data set.
 
 Every (recipe, seed) job is composed and planned first, so bad input writes nothing. Each job
 then runs exactly as the `run` verb runs it (Hydra's entry point, its own run folder, stages
 reused from the store), without the per-run compare report: the experiment needs only each
 recipe's final stage and the base, and takes their scores from the stages' stored held-out
-evaluations where those used the experiment's settings, measuring only what is missing.
+evaluations where those used the experiment's settings, measuring only what is missing. With
+`probes=FILE` every final stage and the base are measured on the file's rows (read and checked
+before anything trains), as `compare run=... probes=FILE` measures them.
 """
 
 from __future__ import annotations
@@ -37,11 +40,11 @@ from recipe_engine.report.experiment import (
 )
 from recipe_engine.report.plots import MISSING
 from recipe_engine.run.recipe import stages_to_run
-from recipe_engine.store.records import Manifest
+from recipe_engine.store.records import Manifest, RunSummary
 from recipe_engine.store.store import Store, check_output_root
 
 # The experiment's own keys; every other override goes to each recipe.
-OWN_KEYS = ("recipes", "seeds")
+OWN_KEYS = ("recipes", "seeds", "probes")
 # The per-run base-vs-stages report loads every model again; the experiment does not need it.
 NO_RUN_COMPARE = "eval.compare=false"
 
@@ -63,6 +66,7 @@ class Request:
     seeds: list[int] | None  # None: the config's seed (default or `seed=N`)
     overrides: list[str]  # applied to every recipe
     extra_dirs: list[str]
+    probes: Path | None = None  # a probe file every model answers (None: the held-out split)
 
 
 def main(overrides: list[str], flags: list[str]) -> int:
@@ -75,11 +79,12 @@ def main(overrides: list[str], flags: list[str]) -> int:
         if code:
             print(f"error: recipe `{job.recipe}` did not finish: no comparison.", file=sys.stderr)
             return code
-    runs = [collect(job) for job in jobs]
+    runs = collect_all(jobs, request.probes)
     root = Path(jobs[0].plan.config.output_root)
     folder = root / "experiments" / "-vs-".join(request.recipes) / stamp
     settings = _eval_settings(jobs[0])
-    experiment = Experiment(runs, settings, differences(request, jobs), _probes(runs))
+    probes = _probes(runs) if request.probes is None else _probe_file_text(runs, request.probes)
+    experiment = Experiment(runs, settings, differences(request, jobs), probes)
     written = write_experiment(folder, experiment)
     _print(written, runs)
     return 0
@@ -101,13 +106,14 @@ def parse_request(overrides: list[str], flags: list[str]) -> Request:
     extra_dirs = config_dirs(flags)
     recipes = _recipes(own["recipes"], extra_dirs)
     seeds = _seeds(own["seeds"]) if "seeds" in own else None
+    probes = _probe_file(own["probes"]) if "probes" in own else None
     for item in rest:
         key = item.partition("=")[0].lstrip("+~")
         if key == "recipe":
             raise RecipeError("`recipes=` names the recipes; drop `recipe=`.", key="recipe")
         if key == "seed" and seeds is not None:
             raise RecipeError("Pass `seeds=[...]` or `seed=N`, not both.", key="seed")
-    return Request(recipes, seeds, rest, extra_dirs)
+    return Request(recipes, seeds, rest, extra_dirs, probes)
 
 
 def _names(value: str) -> list[str]:
@@ -137,6 +143,25 @@ def _recipes(value: str, extra_dirs: list[str]) -> list[str]:
 
 def _extra(folder: str) -> list[str]:
     return available("recipe", Path(folder).expanduser())
+
+
+def _probe_file(value: str) -> Path:
+    """The probe file: rows with references (the answer line scores them), as `compare` reads."""
+    path = Path(value).expanduser().resolve()
+    if not path.is_file():
+        raise RecipeError(
+            f"`probes={value}`: no such file. Point it at rows like the data (.jsonl, .json, "
+            ".csv, .parquet) with the answers as references.",
+            key="probes",
+        )
+    if path.suffix.lower() == ".txt":
+        raise RecipeError(
+            f"`probes={value}` is a .txt of prompts without references, so no recipe can be "
+            "scored on it. Give rows with answers (prompt/completion, messages, ...), or read "
+            "answers side by side with: compare run=<run folder> probes=FILE.",
+            key="probes",
+        )
+    return path
 
 
 def _seeds(value: str) -> list[int]:
@@ -174,6 +199,8 @@ def plan_jobs(request: Request, stamp: str) -> list[Job]:
                 f"planned for `{job.recipe}`. Run each recipe with `run` instead.",
                 key="parallel",
             )
+    if request.probes is not None:  # bad rows are refused before anything trains
+        check_probe_file(request.probes, jobs[0].plan)
     visible = jobs[0].plan.cuda_visible_devices
     if visible is not None:  # before anything initialises CUDA, as `run` does
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
@@ -277,17 +304,24 @@ def train(job: Job) -> int:
     return 0
 
 
-def collect(job: Job) -> RecipeRun:
-    """The job's final stage and base scores (stored, else measured now) and its costs."""
-    store, settings = Store(job.plan.config.output_root), _eval_settings(job)
+def collect_all(jobs: list[Job], probes: Path | None) -> list[RecipeRun]:
+    """Every job's scores; on a probe file each model is measured now, the shared base once
+    per seed (every recipe starts from it)."""
+    if probes is None:
+        return [collect(job) for job in jobs]
+    first: dict[int, Job] = {}
+    for job in jobs:
+        first.setdefault(job.seed, job)
+    return [collect(job, probes, base=first[job.seed] is job) for job in jobs]
+
+
+def collect(job: Job, probes: Path | None = None, *, base: bool = True) -> RecipeRun:
+    """The job's final stage and base scores (stored, else measured now) and its costs; with
+    a probe file, measured on it (`base=False`: the base is measured with another job)."""
+    store = Store(job.plan.config.output_root)
     manifests = {n: _manifest(store, job.plan, n) for n in job.plan.graph.order}
     final = final_stage(job.plan)
-    score = stored_score(manifests[final], settings)
-    base = stored_base_score(manifests[root_stage(job.plan)], settings)
-    missing = [name for name, found in ((final, score), (BASE, base)) if found is None]
-    if missing:
-        measured = _measure(job, missing, settings)
-        score, base = score or measured[final], base or measured[BASE]
+    score, base_score = _scores(job, manifests, probes, base=base or probes is None)
     trained = [m for m in manifests.values() if m.trained_components]
     peaks = [m.metrics.measured_peak_gib for m in manifests.values()]
     return RecipeRun(
@@ -296,26 +330,54 @@ def collect(job: Job) -> RecipeRun:
         run_dir=job.run_dir,
         final_stage=final,
         score=score,
-        base=base,
-        trained="; ".join(f"{m.stage}: {', '.join(m.trained_components)}" for m in trained),
+        base=base_score,
+        trained="; ".join(f"{m.stage}: {m.trained_text()}" for m in trained),
         steps=sum(m.metrics.steps or 0 for m in manifests.values()),
         wall_s=sum(m.timings.get("total_s", 0.0) for m in manifests.values()),
         peak_gib=max((p for p in peaks if p is not None), default=None),
         memory_measure=next((m.metrics.memory_measure for m in trained), None),
         platforms=[m.platform for m in manifests.values()],
+        cached=_cached_stages(job),
+        stages=len(manifests),
     )
+
+
+def _scores(
+    job: Job, manifests: dict[str, Manifest], probes: Path | None, *, base: bool
+) -> tuple[Score | None, Score | None]:
+    """The final stage's and (`base`) the base's scores: the stored held-out evaluations where
+    they used these settings, the rest measured now (everything, on a probe file)."""
+    settings, final = _eval_settings(job), final_stage(job.plan)
+    score, base_score = None, None
+    if probes is None:
+        score = stored_score(manifests[final], settings)
+        base_score = stored_base_score(manifests[root_stage(job.plan)], settings)
+    wanted = [(final, score), *([(BASE, base_score)] if base else [])]
+    missing = [name for name, found in wanted if found is None]
+    if missing:
+        measured = _measure(job, missing, settings, probes)
+        score, base_score = score or measured[final], base_score or measured.get(BASE)
+    return score, base_score
+
+
+def _cached_stages(job: Job) -> list[str]:
+    """The stages the job's run reused from the store (its run folder's summary says)."""
+    return [row.stage for row in RunSummary.load(job.run_dir).stages if row.status == "cached"]
 
 
 def _manifest(store: Store, plan: RecipePlan, name: str) -> Manifest:
     return Manifest.load(store.entry(plan.stages[name].fingerprint), stage=name)
 
 
-def _measure(job: Job, models: list[str], settings: dict[str, Any]) -> dict[str, Score | None]:
-    """Scores the stored evaluations cannot give, measured as `compare` measures them."""
+def _measure(
+    job: Job, models: list[str], settings: dict[str, Any], probes: Path | None = None
+) -> dict[str, Score | None]:
+    """Scores the stored evaluations cannot give (all of them on a probe file), measured as
+    `compare` measures them."""
     from recipe_engine.report.compare import evaluate_models
 
     print(f"experiment: evaluating {', '.join(models)} of `{job.recipe}` (seed {job.seed})")
-    metrics = evaluate_models(job.run_dir, models, settings=settings, seed=job.seed)
+    metrics = evaluate_models(job.run_dir, models, settings=settings, seed=job.seed, probes=probes)
     return {name: _score(metrics.get(name)) for name in models}
 
 
@@ -370,6 +432,19 @@ def _probes(runs: list[RecipeRun]) -> str:
     samples = next((run.score.samples for run in runs if run.score and run.score.samples), None)
     rows = f" ({samples} rows)" if samples else ""
     return f"the held-out split of the shared data{rows}"
+
+
+def _probe_file_text(runs: list[RecipeRun], probes: Path) -> str:
+    samples = next((run.score.samples for run in runs if run.score and run.score.samples), None)
+    return f"the rows of {probes}{f' ({samples} rows)' if samples else ''}"
+
+
+def check_probe_file(probes: Path, plan: RecipePlan) -> None:
+    """The probe rows read as `compare` will read them, for the recipes' model kind."""
+    from recipe_engine.report.compare import probe_file_rows
+
+    root = plan.stages[root_stage(plan)]
+    probe_file_rows(probes, root.model.kind, plan.config.seed, chat_template="false")
 
 
 def _print(written: dict[str, Any], runs: list[RecipeRun]) -> None:

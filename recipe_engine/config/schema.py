@@ -41,6 +41,9 @@ class DataConfig:
     eval_split: str | None = "eval"
     eval_fraction: float = 0.0
     max_samples: int | None = None
+    # Plain-text prompt/completion rows through the model's chat template, as TRL's
+    # conversational prompt-completion: auto (when the tokenizer has one) | true | false.
+    chat_template: str = "auto"
 
 
 # Open sections of a stage: an empty library section means the stage does not use that

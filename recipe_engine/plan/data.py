@@ -41,6 +41,10 @@ EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet")
 BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 # Tried in this order when `eval_split` is left at its default, matching common hub layouts.
 DEFAULT_EVAL_SPLITS = ("eval", "validation", "test")
+# `data.chat_template`: whether plain prompt/completion rows go through the model's chat
+# template (as one user and one assistant turn). The planner resolves `auto` by the tokenizer:
+# rows it reads with `true` are converted, with `auto` or `false` kept as plain text.
+CHAT_TEMPLATE_SETTINGS = ("auto", "true", "false")
 
 
 @dataclass
@@ -160,6 +164,20 @@ def _max_samples(cfg: Mapping[str, Any]) -> int | None:
     return value
 
 
+def chat_template_setting(cfg: DataConfig | Mapping[str, Any]) -> str:
+    """`data.chat_template` as auto | true | false (the command line's true arrives as "True")."""
+    value = _mapping(cfg).get("chat_template")
+    text = "auto" if value is None else str(value).strip().lower()
+    if text not in CHAT_TEMPLATE_SETTINGS:
+        raise RecipeError(
+            f"data.chat_template `{value}` is not one of {', '.join(CHAT_TEMPLATE_SETTINGS)}. "
+            "auto: plain prompt/completion rows go through the chat template when the model's "
+            "tokenizer has one; true: always (the model must have one); false: plain text.",
+            key="data.chat_template",
+        )
+    return text
+
+
 def _tiny_name(cfg: Mapping[str, Any]) -> str:
     # The brief puts the tiny dataset's name in `path`; fall back to `name` for convenience.
     name = cfg.get("path") or cfg.get("name")
@@ -250,6 +268,8 @@ def data_identity(cfg: DataConfig | Mapping[str, Any]) -> str:
         "eval_fraction": _eval_fraction(cfg),
         "max_samples": _max_samples(cfg),
     }
+    if chat_template_setting(cfg) == "true":  # only then are rows converted: other keys stay
+        settings["chat_template"] = True
     if source == "hub":
         settings["revision"] = cfg.get("revision")
         settings["subset"] = cfg.get("subset")
@@ -287,7 +307,7 @@ def _unreadable(path: Path, exc: BaseException) -> RecipeError:
 
 
 @contextlib.contextmanager
-def _quietly() -> Iterator[None]:
+def quietly() -> Iterator[None]:
     """No progress bars or logged errors from `datasets`: a bad file is one RecipeError."""
     import datasets
     from datasets.utils import logging as ds_logging
@@ -636,7 +656,7 @@ def load_splits(cfg: DataConfig | Mapping[str, Any], *, kind: str, seed: int = 0
     fraction, max_samples = _eval_fraction(cfg), _max_samples(cfg)
     identity = data_identity(cfg)
 
-    with _quietly():
+    with quietly():
         if source == "hub":
             train_split, eval_split = _read_hub(cfg)
         else:
@@ -645,6 +665,7 @@ def load_splits(cfg: DataConfig | Mapping[str, Any], *, kind: str, seed: int = 0
         layout = data_rows.resolve_layout(
             fmt, data_rows.survey(train_split.rows, train_split.label), columns
         )
+        layout = dataclasses.replace(layout, chat=chat_template_setting(cfg) == "true")
         if layout.images and kind == "causal_lm":
             raise RecipeError(
                 f"{train_split.label} holds vision-language rows (images / image parts) but "

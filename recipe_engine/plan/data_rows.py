@@ -15,6 +15,9 @@ vision-language stage. Output shapes (`OUTPUT_FORMATS`, what `DataSplits.format`
 
 - ``messages``: ``{"messages": [{"role", "content": str}]}`` (Alpaca and ShareGPT end up here)
 - ``prompt_completion``: ``{"prompt": str, "completion": str}``
+- ``chat_prompt_completion``: ``{"prompt": [user message], "completion": [assistant message]}``,
+  plain-text prompt/completion rows as TRL's conversational prompt-completion, so TRL trains
+  them through the chat template (the planner chooses it: `data.chat_template`)
 - ``vlm``: ``{"images": [image], "messages": [{"role", "content": [part]}]}``
 - ``vlm_prompt_completion``: ``{"images": [image], "prompt": [user message of parts],
   "completion": [assistant message of parts]}``: TRL's conversational prompt-completion with
@@ -37,8 +40,9 @@ from recipe_engine.errors import RecipeError
 
 INPUT_FORMATS = ("messages", "prompt_completion", "alpaca", "sharegpt", "vlm")
 MESSAGES, PROMPT_COMPLETION = "messages", "prompt_completion"
+CHAT_PROMPT_COMPLETION = "chat_prompt_completion"
 VLM, VLM_PROMPT_COMPLETION = "vlm", "vlm_prompt_completion"
-OUTPUT_FORMATS = (MESSAGES, PROMPT_COMPLETION, VLM, VLM_PROMPT_COMPLETION)
+OUTPUT_FORMATS = (MESSAGES, PROMPT_COMPLETION, CHAT_PROMPT_COMPLETION, VLM, VLM_PROMPT_COMPLETION)
 CANONICAL_COLUMNS = (
     "messages",
     "conversations",
@@ -81,7 +85,7 @@ def has_images(output_format: str) -> bool:
 
 
 def is_prompt_completion(output_format: str) -> bool:
-    return output_format in (PROMPT_COMPLETION, VLM_PROMPT_COMPLETION)
+    return output_format in (PROMPT_COMPLETION, CHAT_PROMPT_COMPLETION, VLM_PROMPT_COMPLETION)
 
 
 def row_error(label: str, row: int, problem: str, fix: str) -> RecipeError:
@@ -181,11 +185,14 @@ class Layout:
     fmt: str  # messages | sharegpt | prompt_completion | alpaca
     columns: Mapping[str, str]  # canonical name -> the split's column
     images: bool
+    chat: bool = False  # plain prompt/completion text as one user and one assistant turn
 
     @property
     def output(self) -> str:
+        if self.fmt == PROMPT_COMPLETION and self.images:
+            return VLM_PROMPT_COMPLETION
         if self.fmt == PROMPT_COMPLETION:
-            return VLM_PROMPT_COMPLETION if self.images else PROMPT_COMPLETION
+            return CHAT_PROMPT_COMPLETION if self.chat else PROMPT_COMPLETION
         return VLM if self.images else MESSAGES
 
     def describe(self) -> str:
@@ -324,6 +331,11 @@ class RowConverter:
             return {"messages": self.conversation(parts=False)[0]}
         if output == PROMPT_COMPLETION:
             return {"prompt": self.text("prompt"), "completion": self.text("completion")}
+        if output == CHAT_PROMPT_COMPLETION:  # TRL's conversational prompt-completion
+            return {
+                "prompt": [{"role": "user", "content": self.text("prompt")}],
+                "completion": [{"role": "assistant", "content": self.text("completion")}],
+            }
         if output == VLM:
             return self.vlm()
         return self.vlm_prompt_completion()
@@ -651,6 +663,9 @@ def features(output_format: str) -> Any:
         return ds.Features({"messages": ds.List({"role": text, "content": text})})
     if output_format == PROMPT_COMPLETION:
         return ds.Features({"prompt": text, "completion": text})
+    if output_format == CHAT_PROMPT_COMPLETION:
+        turn = ds.List({"role": text, "content": text})
+        return ds.Features({"prompt": turn, "completion": turn})
     message = {"role": text, "content": ds.List({"type": text, "text": text})}
     images = ds.List(ds.Image(mode="RGB"))  # decoded to RGB PIL images on access
     if output_format == VLM:

@@ -55,6 +55,7 @@ from recipe_engine.plan.recipe_plan import (
 )
 from recipe_engine.plan.trainer_settings import (
     choose_loss,
+    has_chat_template,
     template_support,
     trainer_settings,
     zero_stage,
@@ -112,6 +113,7 @@ def _plan_stage(
     else:
         policy = plan_policy(name, stage, model, readable=_readable(init, model, parent))
     rows = plan_data(stage_data(name, cfg.data, stage.data), model.kind, cfg.seed, datas)
+    rows = _through_chat_template(rows, init, model, datas)
     placement = _place(name, cfg, machine, stage, policy, model, rows)
     if placement.quantization == "none":  # skipped where bitsandbytes cannot run (recorded)
         policy = dataclasses.replace(policy, quantization=None)
@@ -523,15 +525,62 @@ def _loss_follows_data(
 
 
 def _template(init: InitSource, model: ModelConfig) -> str:
-    """What the chat template of the weights' tokenizer allows (a stage's output keeps its
-    base's processor, so a child reads the model entry's)."""
-    location = init.location
-    if init.kind == PARENT:
-        try:
-            location = model_location(dataclasses.asdict(model))
-        except RecipeError:  # a GGUF file that cannot be had here: `run` refuses it
-            location = None
-    return template_support(location, model.revision)
+    """What the chat template of the weights' tokenizer allows."""
+    return template_support(_tokenizer_location(init, model), model.revision)
+
+
+def _tokenizer_location(init: InitSource, model: ModelConfig) -> str | None:
+    """Where the weights' tokenizer is saved (a stage's output keeps its base's processor, so a
+    child reads the model entry's)."""
+    if init.kind != PARENT:
+        return init.location
+    try:
+        return model_location(dataclasses.asdict(model))
+    except RecipeError:  # a GGUF file that cannot be had here: `run` refuses it
+        return None
+
+
+def _through_chat_template(
+    rows: DataPlan, init: InitSource, model: ModelConfig, datas: dict[tuple[str, str], DataPlan]
+) -> DataPlan:
+    """Plain prompt/completion rows as TRL's conversational prompt-completion where the model
+    has a chat template (`data.chat_template`), so that training, evaluation and `compare` ask
+    an instruct model as it was made to be asked; the data line of `plan` says which, and why.
+    Conversations go through the template anyway; image rows are conversational already."""
+    setting = data.chat_template_setting(rows.config)
+    if rows.format not in (data_rows.PROMPT_COMPLETION, data_rows.CHAT_PROMPT_COMPLETION):
+        if setting == "true":  # moot for these rows: the key `auto` gives them
+            auto = dataclasses.replace(rows.config, chat_template="auto")
+            return plan_data(auto, rows.kind, rows.seed, datas)
+        return rows
+    if setting == "false":
+        return _rendered(rows, "as plain text (data.chat_template=false)", datas)
+    found = has_chat_template(_tokenizer_location(init, model), model.revision)
+    if setting == "true" and found is False:
+        raise RecipeError(
+            f"data.chat_template=true, but the tokenizer of `{model.name}` has no chat "
+            "template to put the prompt/completion rows through. Use data.chat_template=auto "
+            "(plain text for such a model) or a model with a chat template.",
+            key="data.chat_template",
+        )
+    if setting == "auto" and not found:
+        why = "has no chat template" if found is False else "chat template cannot be read here"
+        # Recorded as decided (the key stays: `false` is not hashed), so that `compare` asks
+        # probes as these rows were asked.
+        plain = dataclasses.replace(rows.config, chat_template="false")
+        rows = dataclasses.replace(rows, config=plain)
+        return _rendered(rows, f"as plain text: the model's tokenizer {why}", datas)
+    if setting == "auto":  # the same rows, read as conversations: another data identity
+        chat = dataclasses.replace(rows.config, chat_template="true")
+        rows = plan_data(chat, rows.kind, rows.seed, datas)
+    return _rendered(rows, "through the chat template", datas)
+
+
+def _rendered(rows: DataPlan, rendering: str, datas: dict[tuple[str, str], DataPlan]) -> DataPlan:
+    """`rows` with how they reach the model, shared by the stages that read them so (a run
+    reads them once)."""
+    key = (rows.identity, f"{rows.kind}: {rendering}")
+    return datas.setdefault(key, dataclasses.replace(rows, rendering=rendering))
 
 
 def _check_trainable_rows(name: str, stage: StageConfig, data: DataPlan, evaluation: bool) -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.components import (
-    ALL_COMPONENTS,
     COMPONENTS,
     Layout,
     component_of,
@@ -24,7 +23,12 @@ from recipe_engine.config.schema import ModelConfig, StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan import memo
 from recipe_engine.plan.models import load_config, meta_model, model_location
-from recipe_engine.plan.policies.freeze import check_freeze
+from recipe_engine.plan.policies.freeze import (
+    check_freeze,
+    compile_patterns,
+    matches_any,
+    trained_components,
+)
 from recipe_engine.plan.policies.lora import adapter_plan, plan_lora
 from recipe_engine.plan.policies.quant import quantization_plan
 from recipe_engine.plan.recipe_plan import AdapterPlan, PolicyPlan, QuantPlan
@@ -82,13 +86,17 @@ def decide_policy(name: str, stage: StageConfig, inventory: ModelInventory | Non
         planned = plan_lora(meta, layout=layout, lora=stage.lora, frozen=frozen, patterns=patterns)
         trained, lora = planned.fully_trained, adapter_plan(planned, stage.lora)
     else:
-        # `other` too: a model without a component map is trained through freeze.patterns.
-        trained = [c for c in ALL_COMPONENTS if inventory.param_counts.get(c) and c not in frozen]
+        # `other` too: a model without a component map is trained through freeze.patterns. A
+        # component all of whose parameters the patterns freeze is not trained.
+        free = trained_components(meta, layout=layout, frozen=frozen, patterns=patterns)
+        trained = [c for c in free if inventory.param_counts.get(c)]  # a tied copy has none
     if lora is None and not trained:
         raise RecipeError(
             f"Stage `{name}` trains nothing: `stage.{name}.freeze.components` freezes "
-            f"{', '.join(frozen) or 'nothing'} and there is no LoRA, leaving no trainable "
-            f"parameters. Unfreeze a component or add stage.{name}.lora.",
+            f"{', '.join(frozen) or 'nothing'}"
+            + (f" and `stage.{name}.freeze.patterns` the rest" if patterns else "")
+            + f" and there is no LoRA, leaving no trainable parameters. Unfreeze a component "
+            f"or add stage.{name}.lora.",
             key=f"stage.{name}.freeze.components",
         )
     quant = None
@@ -104,9 +112,24 @@ def decide_policy(name: str, stage: StageConfig, inventory: ModelInventory | Non
         lora=lora,
         quantization=quant,
         param_counts=inventory.param_counts,
+        trainable_params=_trainable_params(meta, layout, trained, patterns),
         lora_params=_lora_params(meta, lora, stage.lora),
         quantized_params=_quantized_params(meta, layout, quant),
     )
+
+
+def _trainable_params(
+    meta: Any, layout: Layout, trained: Sequence[str], patterns: Sequence[str]
+) -> dict[str, int]:
+    """Per fully trained component, the parameters it trains: all but what `freeze.patterns`
+    freezes (what the run's trainable report will count, before LoRA's own)."""
+    compiled = compile_patterns(patterns)
+    counts = dict.fromkeys(trained, 0)
+    for name, param in meta.named_parameters():
+        component = component_of(name, layout)
+        if component in counts and not matches_any(name, compiled):
+            counts[component] += param.numel()
+    return counts
 
 
 def _lora_params(meta: Any, lora: AdapterPlan | None, settings: Any) -> int:

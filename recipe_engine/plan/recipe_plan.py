@@ -15,6 +15,7 @@ from recipe_engine.config.components import Layout
 from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
 from recipe_engine.plan import data
 from recipe_engine.plan.dag import StageGraph
+from recipe_engine.plan.data_rows import PROMPT_COMPLETION
 from recipe_engine.plan.determinism import Determinism
 from recipe_engine.plan.hardware import Machine
 from recipe_engine.plan.hub_revisions import HubRevision
@@ -56,6 +57,9 @@ class DataPlan:
     train_rows: int
     eval_rows: int  # 0: no held-out split
     _splits: data.DataSplits | None = field(default=None, repr=False, compare=False)
+    # How prompt/completion text reaches the model: "through the chat template", or as
+    # plain text and why (`plan` prints it on the data line); "" for conversations.
+    rendering: str = ""
 
     def splits(self) -> data.DataSplits:
         if self._splits is None:
@@ -67,7 +71,10 @@ class DataPlan:
 
     def describe(self) -> str:
         held_out = f"{self.eval_rows} held out" if self.eval_rows else "no held-out split"
-        return f"{self.origin} ({self.format}, {self.train_rows} train / {held_out})"
+        rows = f"{self.train_rows} train / {held_out}"
+        if self.rendering:  # the rows' own format, then how they reach the model
+            return f"{self.origin} ({PROMPT_COMPLETION}, {self.rendering}, {rows})"
+        return f"{self.origin} ({self.format}, {rows})"
 
     @property
     def origin(self) -> str:
@@ -110,6 +117,8 @@ class PolicyPlan:
     lora: AdapterPlan | None = None
     quantization: QuantPlan | None = None
     param_counts: dict[str, int] | None = None  # per component; None: config unreadable here
+    # Per fully trained component, the parameters `freeze.patterns` leave trainable.
+    trainable_params: dict[str, int] | None = None
     # For the memory estimate (plan.memory): LoRA's own parameters, and the weights stored
     # in 4/8 bits (the quantized components' linear weights, bar skip-modules).
     lora_params: int | None = None
@@ -127,6 +136,15 @@ class PolicyPlan:
     @property
     def trained_components(self) -> list[str]:
         return self.trained + (self.lora.components if self.lora else [])
+
+    def trained_share(self, component: str) -> float | None:
+        """The share of a fully trained component's parameters it trains, when freeze.patterns
+        freeze part of it (None: all of it, or not known before the model loads)."""
+        total = (self.param_counts or {}).get(component)
+        trained = (self.trainable_params or {}).get(component)
+        if not total or trained is None or trained >= total:
+            return None
+        return trained / total
 
 
 @dataclass

@@ -26,7 +26,7 @@ def _stage_lines(index: int, stage: StagePlan) -> list[str]:
         f"    data:      {stage.data.describe()}",
         f"    layout:    {policy.layout.name if policy.layout else '(read when the model loads)'}",
         f"    frozen:    {_frozen_text(stage)}",
-        f"    trained:   {', '.join(policy.trained) or '-'} (full)",
+        f"    trained:   {_trained_text(stage)}",
         f"    lora:      {_lora_text(stage)}",
         f"    quantized: {_quant_text(stage)}",
         f"    dtype:     {stage.dtype}",
@@ -47,6 +47,16 @@ def _frozen_text(stage: StagePlan) -> str:
     policy = stage.policy
     patterns = [f"/{p}/" for p in policy.freeze_patterns]
     return ", ".join([*policy.frozen, *patterns]) or "-"
+
+
+def _trained_text(stage: StagePlan) -> str:
+    """The fully trained components, each with the share of it that freeze.patterns leave."""
+    policy = stage.policy
+    parts = []
+    for component in policy.trained:
+        share = policy.trained_share(component)
+        parts.append(component + (f" ({share:.1%}; freeze.patterns)" if share is not None else ""))
+    return f"{', '.join(parts) or '-'} (full)"
 
 
 def _lora_text(stage: StagePlan) -> str:

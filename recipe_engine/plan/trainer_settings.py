@@ -182,12 +182,29 @@ def template_support(location: str | None, revision: str | None = None) -> str:
     """What the chat template saved at `location` (a folder, or a hub id in the local cache)
     allows for assistant-only loss, decided as TRL decides: markers, or a template TRL knows
     a training version of (trl/chat_templates/<name>_training.jinja)."""
-    template = read_chat_template(location, revision)
+    return support_of(read_chat_template(location, revision))
+
+
+def support_of(template: str | None) -> str:
+    """What a chat template's text allows for assistant-only loss (None: not read)."""
     if template is None:
         return UNREAD
     if GENERATION_MARKER.search(template):
         return MARKED
     return PATCHED if template in _templates_trl_patches() else UNMARKED
+
+
+def has_chat_template(location: str | None, revision: str | None = None) -> bool | None:
+    """Whether the tokenizer or processor saved at `location` has a chat template; None when
+    that cannot be told here (a hub model whose tokenizer files are not in the local cache)."""
+    if read_chat_template(location, revision) is not None:
+        return True
+    if not location:
+        return None
+    if Path(location).expanduser().is_dir():
+        return False
+    read = _template_file(location, "tokenizer_config.json", revision) is not None
+    return False if read else None
 
 
 def read_chat_template(location: str | None, revision: str | None = None) -> str | None:

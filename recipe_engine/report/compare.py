@@ -10,8 +10,10 @@ line (no references, so no task metrics). Every model answers the same probes wi
 generation settings; the run folder gets compare.csv, compare.jsonl, compare_metrics.json,
 compare.md (side-by-side table, metrics, bar charts, loss plot) and the PNGs. With
 `probes=FILE` the files are named compare-<file stem>.* instead: the run's own report stays.
-Every model is measured on the full-precision base; the table also shows the accuracy the run
-measured itself, labelled with its base precision (4-bit for a QLoRA stage).
+Every model is measured on the full-precision base; the table also shows the accuracy and the
+eval loss the run measured itself, labelled with its base precision (4-bit for a QLoRA stage).
+The eval loss is the stage's own held-out loss (run.held_out_loss: TRL's tokens and masks with
+the stage's loss settings), so compare's and the run's agree wherever the base is the same.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ from recipe_engine.run.evaluation import (
     is_exact_match,
     message_text,
     reference_text,
-    scored_texts,
 )
-from recipe_engine.run.recipe import accuracy_text
+from recipe_engine.run.held_out_loss import held_out_loss, loss_settings
+from recipe_engine.run.recipe import accuracy_text, loss_text
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary, platform_lines
 from recipe_engine.tables import markdown_table, text_table
 
@@ -48,7 +50,7 @@ BASE = "base"
 METRICS = {  # metric -> (title, higher is better)
     "exact_match": ("Exact match (answer == reference)", True),
     "contains": ("Contains (reference in answer, case-insensitive)", True),
-    "eval_loss": ("Eval loss on the references (lower is better)", False),
+    "eval_loss": ("Eval loss: the stage's own held-out loss (lower is better)", False),
 }
 MD_ROWS = 50  # the report shows this many probes; the CSV/JSONL hold them all
 
@@ -95,7 +97,7 @@ def compare_run(
     evaluation = {**run_cfg["eval"], **dict(settings or {})}
     seed = run_cfg["seed"] if seed is None else seed
     root = _root(stages)
-    rows, source = _probe_set(probes, root[2], seed, held_out, evaluation.get("max_samples"))
+    rows, source = _probe_set(probes, root, seed, held_out, evaluation.get("max_samples"))
     generation = {k: evaluation[k] for k in GENERATION_KEYS if k in evaluation}
     outputs, metrics = _answer_all(_loaders(stages, root), rows, root[2].kind, seed, generation)
     _label_precision(metrics, stages, root)
@@ -125,16 +127,22 @@ def compare_run(
 
 
 def evaluate_models(
-    run_dir: Path, models: Sequence[str], *, settings: Mapping[str, Any], seed: int
+    run_dir: Path,
+    models: Sequence[str],
+    *,
+    settings: Mapping[str, Any],
+    seed: int,
+    probes: str | Path | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Metrics of some models of a finished run (`BASE` and/or stage names) on the run's
-    held-out probes, measured as `compare_run` measures them (full-precision base), writing
-    nothing: for a caller that has the others' metrics stored already."""
+    held-out probes (or `probes`, a file), measured as `compare_run` measures them
+    (full-precision base), writing nothing: for a caller that has the others' metrics stored
+    already."""
     stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
     root = _root(stages)
-    rows, _ = _probe_set(None, root[2], seed, None, settings.get("max_samples"))
+    rows, _ = _probe_set(probes, root, seed, None, settings.get("max_samples"))
     generation = {k: settings[k] for k in GENERATION_KEYS if k in settings}
-    wanted = [(name, load) for name, load in _loaders(stages, root) if name in models]
+    wanted = [loader for loader in _loaders(stages, root) if loader[0] in models]
     return _answer_all(wanted, rows, root[2].kind, seed, generation)[1]
 
 
@@ -156,29 +164,53 @@ def platform_warning_lines(stages: list[Stage], *, bullet: str = "  ") -> list[s
 
 def _label_precision(metrics: dict[str, dict[str, Any]], stages: list[Stage], root: Stage) -> None:
     """Each model's row says what compare measured it on (always the full-precision base:
-    adapters are applied to the unquantized model) next to the run's own held-out accuracy,
-    which a 4/8-bit stage measured on its quantized base (labelled so)."""
+    adapters are applied to the unquantized model) next to the run's own held-out accuracy and
+    loss, which a 4/8-bit stage measured on its quantized base (labelled so)."""
     base_name = next(iter(metrics))  # the base model answers first
     base = root[2].metrics.base_accuracy  # measured by the root stage, unquantized
     for name, values in metrics.items():
         values["base_precision"] = "full"
         values["run_accuracy"] = f"{base:.0%}" if name == base_name and base is not None else None
+        values["run_loss"] = None  # the run records no loss of the untrained base
     for name, _, manifest in stages:
         metrics[name]["run_accuracy"] = accuracy_text(manifest)
+        metrics[name]["run_loss"] = loss_text(manifest)
 
 
-Loader = tuple[str, Callable[[], tuple[Any, Any]]]  # model name, loads (model, processor)
+# Model name, what loads it (model, processor), and the loss settings it is measured with.
+Loader = tuple[str, Callable[[], tuple[Any, Any]], dict[str, Any]]
 
 
 def _loaders(stages: list[Stage], root: Stage) -> list[Loader]:
-    """The base model first, then every stage, each loaded only when its turn comes."""
+    """The base model first, then every stage, each loaded only when its turn comes. Each stage
+    is measured with its own loss settings, the base with the root stage's (trained on it)."""
     base_name = BASE if BASE not in {name for name, _, _ in stages} else "base_model"
-    loaders: list[Loader] = [(base_name, lambda: _load_base(root[1], root[2]))]
+    loaders: list[Loader] = [
+        (base_name, lambda: _load_base(root[1], root[2]), _loss_settings(root[2]))
+    ]
     loaders += [
-        (name, lambda f=folder, m=manifest, n=name: _load_stage(n, f, m, stages))
+        (
+            name,
+            lambda f=folder, m=manifest, n=name: _load_stage(n, f, m, stages),
+            _loss_settings(manifest),
+        )
         for name, folder, manifest in stages
     ]
     return loaders
+
+
+def _loss_settings(manifest: Manifest) -> dict[str, Any]:
+    """The stage's held-out loss settings; a manifest written before they were recorded gives
+    its `train` keys and the engine's defaults of then."""
+    if manifest.trainer:
+        return loss_settings(manifest.trainer)
+    train = dict(manifest.config.get("train") or {})
+    defaults: dict[str, Any] = {
+        "per_device_eval_batch_size": train.get("per_device_train_batch_size", 8)
+    }
+    if manifest.kind == "vlm":
+        defaults |= {"max_length": None, "remove_unused_columns": False}
+    return loss_settings({**defaults, **train})
 
 
 def _answer_all(
@@ -192,7 +224,7 @@ def _answer_all(
     has_reference = all(r["reference"] is not None for r in rows)
     outputs: dict[str, list[str]] = {}
     metrics: dict[str, dict[str, Any]] = {}
-    for name, load in loaders:
+    for name, load, settings in loaders:
         log.info("compare: %s on %d probe(s)", name, len(rows))
         model, processor = load()
         answers = generate_answers(model, processor, rows, kind, seed=seed, **generation)
@@ -200,7 +232,7 @@ def _answer_all(
         metrics[name] = {"n": len(rows)}
         if has_reference:
             metrics[name] |= task_metrics(answers, [r["reference"] for r in rows])
-            loss = reference_loss(model, processor, rows, kind)
+            loss = held_out_loss(model, processor, rows, settings)
             metrics[name]["eval_loss"] = None if math.isnan(loss) else loss
         del model, processor
         gc.collect()  # one model in memory at a time
@@ -236,7 +268,11 @@ def task_metrics(answers: Sequence[str], references: Sequence[str]) -> dict[str,
 # Label columns of the table: the base precision compare measured on, and the accuracy the
 # run itself measured (on a quantized base for 4/8-bit stages), so neither is mistaken for
 # the other.
-LABELS = {"base_precision": "base precision", "run_accuracy": "run's own acc"}
+LABELS = {
+    "base_precision": "base precision",
+    "run_accuracy": "run's own acc",
+    "run_loss": "run's own loss",
+}
 
 
 def metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
@@ -331,10 +367,10 @@ def _run_config(run_dir: Path, recipe: str) -> dict[str, Any]:
 
 
 def _probe_set(
-    probes: str | Path | None, root: Manifest, seed: int, held_out: Any, limit: int | None
+    probes: str | Path | None, root: Stage, seed: int, held_out: Any, limit: int | None
 ) -> tuple[list[dict[str, Any]], str]:
     """The probe rows (at most `limit`) and their source; an empty set is a user error."""
-    rows, source = _probe_rows(probes, root, root.kind, seed, held_out)
+    rows, source = _probe_rows(probes, root, seed, held_out)
     if limit is not None:
         rows = rows[: int(limit)]
     if not rows:
@@ -343,11 +379,12 @@ def _probe_set(
 
 
 def _probe_rows(
-    probes: str | Path | None, root_manifest: Manifest, kind: str, seed: int, held_out: Any
+    probes: str | Path | None, root: Stage, seed: int, held_out: Any
 ) -> tuple[list[dict[str, Any]], str]:
     """Probe rows {messages, images, reference, input, image} and a description of the source."""
     from recipe_engine.plan.data import load_splits
 
+    root_manifest, kind = root[2], root[2].kind
     if probes is None:
         data = root_manifest.data
         if not data:
@@ -381,12 +418,40 @@ def _probe_rows(
             for p in prompts
         ]
         return [_describe(r) for r in rows], f"prompts in {path}"
+    return probe_file_rows(path, kind, seed, _probe_chat_template(root)), f"rows of {path}"
+
+
+def probe_file_rows(
+    path: Path, kind: str, seed: int, chat_template: str = "auto"
+) -> list[dict[str, Any]]:
+    """A probe file's rows, read and checked like training data (`data.chat_template`: how
+    plain prompt/completion rows are asked)."""
+    from recipe_engine.plan.data import load_splits
+
     splits = load_splits(
-        {"source": "local", "path": str(path), "format": "auto", "eval_split": None},
+        {
+            "source": "local",
+            "path": str(path),
+            "format": "auto",
+            "eval_split": None,
+            "chat_template": chat_template,
+        },
         kind=kind,
         seed=seed,
     )
-    return [_probe(r) for r in splits.train], f"rows of {path}"
+    return [_probe(r) for r in splits.train]
+
+
+def _probe_chat_template(root: Stage) -> str:
+    """Plain prompt/completion probes are asked as the run's own rows were: through the chat
+    template where the plan put them there (or the tokenizer has one, when the run's rows were
+    conversations already), as plain text where it did not."""
+    from recipe_engine.plan.trainer_settings import read_chat_template
+
+    decided = str(root[2].data.get("chat_template") or "auto").lower()
+    if decided in ("true", "false"):
+        return decided
+    return "true" if read_chat_template(str(root[1])) else "false"
 
 
 def _probe(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -515,38 +580,6 @@ def _missing_local(location: str) -> bool:
     return looks_local and not path.exists()
 
 
-def reference_loss(model: Any, processor: Any, rows: Sequence[dict[str, Any]], kind: str) -> float:
-    """Mean token loss of the reference answers (the last message, end-of-turn included)."""
-    import torch
-
-    tokenizer = getattr(processor, "tokenizer", processor)
-    device = next(p.device for p in model.parameters() if p.device.type != "meta")
-    total, count = 0.0, 0
-    model.eval()
-    for row in rows:
-        prompt, full = scored_texts(processor, row)
-        images = row["images"] if kind == "vlm" else []
-        inputs = _encode(processor, tokenizer, full, images)
-        start = _encode(processor, tokenizer, prompt, images)["input_ids"].shape[1]
-        labels = inputs["input_ids"].clone()
-        labels[:, :start] = -100  # only the answer is scored, as in assistant-only training
-        tokens = int((labels[:, 1:] != -100).sum())
-        if tokens == 0:
-            continue
-        inputs = {k: v.to(device) for k, v in inputs.items()}
-        with torch.no_grad():
-            loss = model(**inputs, labels=labels.to(device)).loss
-        total += float(loss) * tokens
-        count += tokens
-    return total / count if count else float("nan")
-
-
-def _encode(processor: Any, tokenizer: Any, text: str, images: list[Any]) -> Any:
-    if images:  # the processor expands image placeholders the same way for prompt and answer
-        return processor(text=[text], images=[images], return_tensors="pt")
-    return tokenizer([text], return_tensors="pt", add_special_tokens=False)
-
-
 # --------------------------------------------------------------------------- writing
 
 
@@ -633,10 +666,12 @@ def _write_report(
         "```",
         "",
         "exact_match: answer equals the reference after stripping whitespace; contains: the "
-        "reference occurs in the answer (case-insensitive); eval_loss: mean token loss of the "
-        "reference answers. Every model is measured here on the full-precision base (adapters "
-        "applied to the unquantized model); `run's own acc` is the accuracy the run measured "
-        "when the stage was trained, on a 4/8-bit base where the stage was quantized (labelled).",
+        "reference occurs in the answer (case-insensitive); eval_loss: the held-out loss as the "
+        "stage's trainer measures it (TRL's tokens and loss masks with the stage's settings; "
+        "the base with the first stage's). Every model is measured here on the full-precision "
+        "base (adapters applied to the unquantized model); `run's own acc` and `run's own loss` "
+        "are what the run measured when the stage was trained, on a 4/8-bit base where the "
+        "stage was quantized (labelled), so they differ from this table's only by that base.",
         "",
     ]
     lines += [f"![{metric}]({path.name})" for metric, path in bars.items()]

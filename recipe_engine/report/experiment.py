@@ -79,6 +79,10 @@ class RecipeRun:
     peak_gib: float | None  # the largest measured peak of its stages
     memory_measure: str | None = None
     platforms: list[Platform | None] = field(default_factory=list)  # where its stages ran
+    # Stages this run reused from the store: their wall time is the one recorded when they
+    # trained in an earlier run, and the table says so.
+    cached: list[str] = field(default_factory=list)
+    stages: int = 1  # how many stages the recipe has
 
 
 @dataclass(frozen=True)
@@ -303,17 +307,34 @@ def _row(summary: RecipeSummary) -> list[str]:
     metrics = summary.metrics
     label = "" if summary.precision in ("full", "-") else f" ({summary.precision} base)"
     accuracy = _cell(metrics["exact_match"], True)
+    loss = _cell(metrics["eval_loss"], False)  # measured on the same base as the accuracy
     return [
         summary.recipe,
         summary.final_stage,
         accuracy + (label if accuracy != "-" else ""),
         _cell(metrics["contains"], True),
-        _cell(metrics["eval_loss"], False),
+        loss + (label if loss != "-" else ""),
         summary.trained,
         _cell(summary.steps, None),
-        _cell(summary.wall_s, None),
+        _cell(summary.wall_s, None) + _cached_label(summary.runs),
         "-" if summary.peak_gib is None else f"{summary.peak_gib:.3f}",
     ]
+
+
+def _cached_label(runs: Sequence[RecipeRun]) -> str:
+    """ " (cached)" when every stage's wall time was reused from the store, " (cached: vision)"
+    when some were, " (cached in some seeds)" when seeds differ; "" when all trained now."""
+    labels = set()
+    for run in runs:
+        if len(run.cached) >= run.stages:
+            labels.add(" (cached)")
+        elif run.cached:
+            labels.add(f" (cached: {', '.join(run.cached)})")
+        else:
+            labels.add("")
+    if len(labels) > 1:
+        return " (cached in some seeds)"
+    return labels.pop() if labels else ""
 
 
 def _cell(spread: Spread | None, percent: bool | None) -> str:
@@ -494,10 +515,12 @@ def _legend(runs: Sequence[RecipeRun]) -> str:
         "Each recipe's final stage and the untrained base, on the same held-out probes with "
         "the same generation settings. An accuracy without a label was measured on the "
         "full-precision base; `(4-bit base)`: a QLoRA stage measured on the 4-bit base it "
-        "trained on. Over several seeds a cell reads `mean [min..max]`. `steps`, `wall s` "
-        "(training wall time, as recorded when each stage trained) and `peak GiB` (the "
-        "largest measured peak of its stages) cover all of a recipe's stages; the base has "
-        "no eval loss of its own (stages record theirs while training).",
+        "trained on (its eval loss too). Over several seeds a cell reads `mean [min..max]`. "
+        "`steps`, `wall s` (training wall time, as recorded when each stage trained; "
+        "`(cached)`: reused from the store, so timed in an earlier run) and `peak GiB` (the "
+        "largest measured peak of its stages) cover all of a recipe's stages; `trained` lists "
+        "what had trainable parameters (a share where freeze.patterns left part of a "
+        "component). The base has no eval loss of its own unless measured here.",
     ]
     if measured:
         lines.append(f"Peak memory measured by: {'; '.join(measured)}.")

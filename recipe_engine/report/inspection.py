@@ -367,7 +367,7 @@ def _stage_base(target: Target) -> str | None:
 
 
 def _stage_summary(manifest: Manifest) -> str:
-    trained = ", ".join(manifest.trained_components) or "-"
+    trained = manifest.trained_text()  # what had trainable parameters
     frozen = ", ".join(manifest.frozen_components) or "-"
     quant = manifest.bits
     return f"the stage trained: {trained}; froze: {frozen}; trained with quantization {quant}"

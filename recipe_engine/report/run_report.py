@@ -56,10 +56,18 @@ def run_table(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> st
     rows = [dataclasses.asdict(row) for row in run_summary(plan, results, run_dir).stages]
     lines = [f"recipe {plan.recipe}: run folder {run_dir}"]
     if rows:
-        lines += text_table([[str(row[c]) for c in COLUMNS] for row in rows], header=COLUMNS)
+        cells = [[_cell(row, c) for c in COLUMNS] for row in rows]
+        lines += text_table(cells, header=COLUMNS)
     lines += platform_notes(results)
     lines += _accuracy_line(plan, results)
     return "\n".join(lines)
+
+
+def _cell(row: dict[str, Any], column: str) -> str:
+    """A cached stage's time is the one recorded when it trained, not this run's: labelled."""
+    if column == "time_s" and str(row["status"]).startswith("cached"):
+        return f"{row[column]} (cached)"
+    return str(row[column])
 
 
 def plot_stages(plan: RecipePlan, results: list[StageResult]) -> list[PlotStage]:

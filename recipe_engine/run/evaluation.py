@@ -64,21 +64,6 @@ def reference_text(row: dict[str, Any]) -> str:
     return completion
 
 
-def scored_texts(processor: Any, row: dict[str, Any]) -> tuple[str, str]:
-    """(prompt, prompt + reference) as training renders them: the loss on the reference is
-    the full text's loss past the prompt. Plain prompt/completion rows end with the end of
-    sequence token, which TRL appends to the completion."""
-    prompt = prompt_text(processor, row)
-    if "messages" in row:
-        return prompt, processor.apply_chat_template(row["messages"], tokenize=False)
-    if isinstance(row["prompt"], list):
-        full = processor.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
-        return prompt, full
-    eos = getattr(getattr(processor, "tokenizer", processor), "eos_token", None) or ""
-    completion = row["completion"]
-    return prompt, prompt + completion + ("" if completion.endswith(eos) else eos)
-
-
 def generate_answers(
     model: Any,
     processor: Any,

@@ -164,6 +164,15 @@ def accuracy_text(manifest: Manifest) -> str | None:
     return f"{accuracy:.0%}" + ("" if precision == "full" else f" ({precision} base)")
 
 
+def loss_text(manifest: Manifest) -> str | None:
+    """ "0.4940", or "0.4940 (4-bit base)": the run's held-out loss, labelled as its accuracy."""
+    loss = manifest.metrics.eval_loss
+    if loss is None:
+        return None
+    precision = manifest.base_precision
+    return f"{loss:.4f}" + ("" if precision == "full" else f" ({precision} base)")
+
+
 def eval_text(manifest: Manifest) -> str:
     """The run table's `eval` cell: the stage's held-out metrics, accuracy labelled."""
     metrics = manifest.metrics
@@ -197,7 +206,7 @@ def _row(plan: RecipePlan, result: StageResult, run_dir: Path) -> StageRow:
         key=short(stage.fingerprint),
         init=stage.init.description,
         output=relative_to(result.output, run_dir),
-        trained=", ".join(manifest.trained_components if manifest else []) or "-",
+        trained=manifest.trained_text() if manifest else "-",
         steps=metrics.steps if metrics and metrics.steps is not None else "-",
         loss=metrics.loss_text() if metrics else "-",
         eval=eval_text(manifest) if manifest else "-",

@@ -290,6 +290,7 @@ class StageRecipe:
             base_location=self._base_location(),
             architecture=policy.layout.name if policy.layout else None,
             config=asdict(stage.config),
+            trainer=dict(stage.trainer),
             data=asdict(stage.data.config),
             placement=asdict(stage.placement),
             quantization={
@@ -299,6 +300,7 @@ class StageRecipe:
             },
             trained_components=policy.trained_components,
             frozen_components=policy.frozen,
+            lora_components=policy.lora.components if policy.lora else [],
             trainable_report=self.report,
             census=self.census,
             trained_parameters=trained,

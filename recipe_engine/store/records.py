@@ -212,11 +212,15 @@ class Manifest:
     base_location: str | None = None  # what the weights were loaded from (see `base_path`)
     architecture: str | None = None
     config: dict[str, Any] = field(default_factory=dict)  # the stage's resolved settings
+    # The SFTConfig arguments it trained with (all but output_dir): `compare` measures the
+    # held-out loss with the same ones (run.held_out_loss).
+    trainer: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     placement: dict[str, Any] = field(default_factory=dict)
     quantization: dict[str, Any] = field(default_factory=dict)  # bits, settings, fallback
     trained_components: list[str] = field(default_factory=list)
     frozen_components: list[str] = field(default_factory=list)
+    lora_components: list[str] = field(default_factory=list)  # trained through adapters
     trainable_report: dict[str, Any] = field(default_factory=dict)
     census: dict[str, Any] = field(default_factory=dict)
     trained_parameters: list[str] = field(default_factory=list)
@@ -249,6 +253,25 @@ class Manifest:
         """The precision of the base the stage trained and evaluated on: "4-bit", "8-bit" or
         "full" (a quantized stage's own accuracy is measured on its quantized base)."""
         return "full" if self.bits == "none" else self.bits.replace("bit", "-bit")
+
+    def trained_text(self) -> str:
+        """What the stage trained, from its trainable report (what had requires_grad):
+        "vision_tower (62.5%), projector" or "language_model (LoRA), lm_head"; a component
+        the freeze patterns left partly trainable shows its share."""
+        report = {c: r for c, r in self.trainable_report.items() if c != "total"}
+        if not report:  # a manifest without a report: the policy's components
+            return ", ".join(self.trained_components) or "-"
+        parts = []
+        for component, row in report.items():
+            if not row.get("trainable"):
+                continue
+            if component in self.lora_components:
+                parts.append(f"{component} (LoRA)")
+            elif row["trainable"] < row["params"]:
+                parts.append(f"{component} ({row['trainable'] / row['params']:.1%})")
+            else:
+                parts.append(component)
+        return ", ".join(parts) or "-"
 
     def base_path(self, store_root: Path) -> str | None:
         """`base_location` as `from_pretrained` takes it: store-relative paths made absolute."""

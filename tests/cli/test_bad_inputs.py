@@ -158,6 +158,9 @@ CONFIG = {
     "unknown model source": case("model.source=s3", expect=("model.source", "hub, tiny, local")),
     "unknown model kind": case("model.kind=seq2seq", expect=("model.kind", "causal_lm")),
     "unknown data format": case("data.format=chatml", expect=("data.format", "messages")),
+    "unknown chat template setting": case(
+        "data.chat_template=sometimes", expect=("data.chat_template", "auto, true, false")
+    ),
     "unknown data source": case("data.source=s3", expect=("data.source", "local")),
     # numbers out of range
     "negative learning rate": case(

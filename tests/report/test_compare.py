@@ -102,6 +102,10 @@ def test_each_accuracy_says_which_base_precision_it_was_measured_on(compared, ou
     own = compared["metrics"]["llm"]["run_accuracy"]
     assert own == f"{llm.metrics.eval_accuracy:.0%} (4-bit base)" and own in compared["table"]
     assert not compared["metrics"]["vision"]["run_accuracy"].endswith("base)")  # full stage
+    # The run's own held-out loss sits beside compare's, labelled the same way.
+    assert "run's own loss" in header
+    own_loss = compared["metrics"]["llm"]["run_loss"]
+    assert own_loss == f"{llm.metrics.eval_loss:.4f} (4-bit base)" and own_loss in compared["table"]
 
 
 def test_metrics_match_a_recomputation_from_the_csv(compared):
@@ -126,6 +130,55 @@ def test_eval_loss_matches_the_stage_evaluation(compared, outputs):
     vision = RunSummary.load(run_dir).stages[0].output_path(run_dir)
     recorded = Manifest.load(vision).metrics.eval_loss
     assert compared["metrics"]["vision"]["eval_loss"] == pytest.approx(recorded, rel=1e-3)
+
+
+def test_eval_loss_is_the_runs_own_where_a_template_writes_past_the_answer(tmp_path):
+    """Idefics3's template ends an assistant turn with `</s>` inside `{% generation %}` and a
+    newline after it: the run's loss (TRL's assistant mask) leaves the newline out, and so does
+    compare now (it once counted every token after the prompt: 4.79 against the run's 4.39).
+    LoRA at full precision, so the two measure the very same model."""
+    overrides = [
+        "recipe=r1-llm-only",
+        "model=tiny-idefics3",
+        "stage.llm.quantization=null",
+        f"output_root={tmp_path}",
+        "++stage.llm.train.max_steps=2",
+        "data.max_samples=16",
+        "eval.max_samples=4",
+    ]
+    run_dir = tmp_path / "runs" / "r1-llm-only" / "t1"
+    [stage] = run_recipe(plan_from_config(compose_config(overrides)), run_dir)
+    compared = compare_run(run_dir, settings={"max_samples": 4})
+    recorded = stage.manifest.metrics.eval_loss
+    assert compared["metrics"]["llm"]["eval_loss"] == pytest.approx(recorded, rel=1e-4)
+    assert compared["metrics"]["llm"]["run_loss"] == f"{recorded:.4f}"  # full precision
+
+
+def test_plain_probe_rows_are_asked_as_the_runs_rows_were(tmp_path):
+    """A probe file of plain prompt/completion rows goes through the chat template where the
+    plan put the run's rows there (or, for a run on conversations, where the model has one)."""
+    from recipe_engine.report.compare import _probe_chat_template, probe_file_rows
+    from recipe_engine.tiny import build_tiny_model
+
+    probes = tmp_path / "probes.jsonl"
+    probes.write_text('{"prompt": "2 + 2?", "completion": "4"}\n')
+    folder = build_tiny_model("tiny-qwen2")  # a stage output keeps its base's tokenizer
+    decided = {
+        setting: _probe_chat_template(("llm", folder, manifest_with(chat_template=setting)))
+        for setting in ("true", "false", "auto")
+    }
+    assert decided == {"true": "true", "false": "false", "auto": "true"}
+    [chat] = probe_file_rows(probes, "causal_lm", 0, "true")
+    assert chat["prompt"] == [{"role": "user", "content": "2 + 2?"}] and chat["reference"] == "4"
+    assert chat["input"] == "2 + 2?"  # the report shows the question, not the template
+    [plain] = probe_file_rows(probes, "causal_lm", 0, "false")
+    assert plain["prompt"] == "2 + 2?"
+
+
+def manifest_with(**data) -> Manifest:
+    return Manifest(
+        "llm", "text-lora", "f" * 64, "peft_adapter", {"kind": "causal_lm"}, "float32", data=data
+    )
 
 
 def test_a_probe_file_names_its_own_report():

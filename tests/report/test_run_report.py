@@ -105,3 +105,42 @@ def test_a_trained_fan_out_reports_both_children(tmp_path, capsys):
     assert line.startswith("held-out exact match: base ")
     assert "% -> llm " in line and "% (4-bit base), joint " in line and line.endswith("base)")
     assert (run_dir / "loss.png").is_file()
+
+
+def test_trained_comes_from_what_is_trainable_and_a_reused_time_says_cached(tmp_path):
+    """freeze.patterns freeze the projector (`merger`) and the first vision block: `plan`, the
+    run table and the manifest say what really had trainable parameters; the rerun reuses the
+    stage, and its time is labelled as the one recorded when it trained."""
+    from recipe_engine.plan.render import render_plan
+
+    plan = plan_from_config(
+        compose_config(
+            [
+                "recipe=r2-vision-only",
+                f"output_root={tmp_path}",
+                "stage.vision.freeze.patterns=[merger,'blocks\\.0\\.']",
+                "++stage.vision.train.max_steps=2",
+                "data.max_samples=8",
+                "eval.enabled=false",
+            ]
+        )
+    )
+    [planned] = [x for x in render_plan(plan).splitlines() if "trained:" in x]
+    share = plan.stages["vision"].policy.trained_share("vision_tower")
+    assert (
+        planned.split("trained:")[1].strip()
+        == f"vision_tower ({share:.1%}; freeze.patterns) (full)"
+    )
+
+    first = run_recipe(plan, tmp_path / "runs" / "first")
+    report = first[0].manifest.trainable_report
+    assert report["projector"]["trainable"] == 0  # frozen by a pattern, not by its component
+    assert report["vision_tower"]["trainable"] / report["vision_tower"]["params"] == share
+    [row] = run_table(plan, first, tmp_path).splitlines()[2:3]
+    assert f"vision_tower ({share:.1%})" in row and "projector" not in row
+    assert "(cached)" not in row
+
+    again = run_recipe(plan, tmp_path / "runs" / "again")
+    [row] = run_table(plan, again, tmp_path).splitlines()[2:3]
+    seconds = round(first[0].manifest.timings["total_s"], 1)
+    assert again[0].status == "cached" and row.rstrip().endswith(f"{seconds} (cached)")
