@@ -34,11 +34,8 @@ SEEDS ?= 0,1,2
 run: install
 	$(PY) -m recipe_engine compare 'recipes=[$(EXPERIMENT)]' 'seeds=[$(SEEDS)]'
 
-# Two workers (one per core here, one thread each: tests/conftest.py); a test module stays on one
-# worker so its shared fixtures are built once. `make test WORKERS=0` runs in one process.
-WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile
+	$(PY) -m pytest -q
 
 bench: install
 	$(PY) -m recipe_engine.bench

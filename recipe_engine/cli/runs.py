@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError, did_you_mean
-from recipe_engine.run.machine import platform_here
+from recipe_engine.run.machine import remembered_platform
 from recipe_engine.store.gc import (
     ACTIONS,
     DRY_RUN,
@@ -56,7 +56,7 @@ def platform_here_for(cfg: DictConfig) -> PlatformHere:
 
     @functools.cache
     def here(device: str) -> Platform | None:
-        return platform_here(device, deterministic=bool(cfg.deterministic))
+        return remembered_platform(device, deterministic=bool(cfg.deterministic))
 
     return here
 

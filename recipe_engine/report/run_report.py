@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,10 @@ from recipe_engine.report.plots import PlotStage
 from recipe_engine.run.recipe import StageResult, accuracy_text, platform_notes, run_summary
 from recipe_engine.tables import text_table
 
+# What torch.distributed.run sets for each rank; a process without them is a plain one.
+DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                   "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                   "MASTER_ADDR", "MASTER_PORT")  # fmt: skip
 # The summary's columns the table prints (the store paths are in summary.json).
 COLUMNS = ("stage", "status", "key", "init", "trained", "steps", "loss", "eval", "time_s")
 
@@ -28,6 +35,8 @@ def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> l
     if all(r.status == "cached" for r in results):
         print(f"all stages cached; to compare them: python -m recipe_engine compare run={run_dir}")
         return []
+    if plan.machine.world_size > 1:
+        return _compare_in_one_process(run_dir)
     from recipe_engine.report.compare import compare_run
 
     try:
@@ -42,6 +51,22 @@ def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> l
         return [f"the compare report failed ({first}); try: compare run={run_dir}"]
     print(compared["table"])
     print(f"compare report: {compared['report']}")
+    return []
+
+
+def _compare_in_one_process(run_dir: Path) -> list[str]:
+    """The compare verb on this run, as a process of its own: rank 0 of a distributed run is
+    left alone with a process group the other ranks have quit, and the trainer that measures
+    each model's held-out loss would wait on them (gloo: "Connection closed by peer")."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in DISTRIBUTED_ENV and not key.startswith("TORCHELASTIC_")
+    }
+    command = [sys.executable, "-m", "recipe_engine", "compare", f"run={run_dir}"]
+    done = subprocess.run(command, env=env, check=False)
+    if done.returncode:
+        return [f"the compare report failed (exit {done.returncode}); try: compare run={run_dir}"]
     return []
 
 

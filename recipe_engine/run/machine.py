@@ -6,13 +6,21 @@ listed, to tell whether it was made here. It imports torch, so it lives in the r
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import platform
 from pathlib import Path
 
+from recipe_engine.config.library_keys import cache_dir
+from recipe_engine.files import atomic_write_json
+from recipe_engine.plan.dag import canonical_hash
 from recipe_engine.store.records import Platform
 from recipe_engine.versions import LIBRARIES, package_version
 
 CPUINFO = Path("/proc/cpuinfo")
+# What decides torch's CPU kernels and thread count besides the CPU itself.
+THREAD_AND_KERNEL_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY")
 
 
 def measure_platform(device: str, *, deterministic: bool) -> Platform:
@@ -47,6 +55,45 @@ def platform_here(device: str, *, deterministic: bool) -> Platform | None:
         "mps": torch.backends.mps.is_available(),
     }
     return measure_platform(kind, deterministic=deterministic) if present.get(kind) else None
+
+
+def remembered_platform(device: str, *, deterministic: bool) -> Platform | None:
+    """`platform_here`, remembered in the cache folder under what decides it without torch,
+    so that a rerun whose stages are all cached imports no torch to tell where they came from
+    (every trained stage remembers the platform it measured: `recorded_platform`)."""
+    path = _remembered(device, deterministic)
+    if path.is_file():
+        return Platform.from_record(json.loads(path.read_text()))
+    here = platform_here(device, deterministic=deterministic)
+    return _remember(path, here) if here is not None else None
+
+
+def recorded_platform(device: str, *, deterministic: bool) -> Platform:
+    """The platform a stage trained on, measured now (for its manifest) and remembered."""
+    here = measure_platform(device, deterministic=deterministic)
+    return _remember(_remembered(device, deterministic), here)
+
+
+def _remembered(device: str, deterministic: bool) -> Path:
+    """Where this machine's platform is remembered: keyed by the CPU model, usable cores,
+    thread and kernel variables and library versions."""
+    inputs = {
+        "device": device.split(":")[0],
+        "deterministic": deterministic,
+        "cpu": cpu_model(),
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "env": {name: os.environ.get(name) for name in THREAD_AND_KERNEL_ENV},
+        "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "libraries": {name: package_version(name) for name in LIBRARIES},
+        "python": platform.python_version(),
+    }
+    return cache_dir() / "platforms" / f"{canonical_hash(inputs)[:24]}.json"
+
+
+def _remember(path: Path, here: Platform) -> Platform:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, dataclasses.asdict(here))
+    return here
 
 
 def cpu_model() -> str:

@@ -123,11 +123,11 @@ def _platform_change(plan: RecipePlan, stage: StagePlan, manifest: Manifest) -> 
     (nothing when its manifest predates platforms)."""
     if manifest.platform is None:
         return []
-    from recipe_engine.run.machine import measure_platform  # imports torch
+    from recipe_engine.run.machine import remembered_platform
 
     deterministic = stage.determinism.deterministic_kernels
-    here = measure_platform(stage.placement.device, deterministic=deterministic)
-    return manifest.platform.differences(here)
+    here = remembered_platform(stage.placement.device, deterministic=deterministic)
+    return manifest.platform.differences(here) if here else []
 
 
 def platform_notes(results: list[StageResult]) -> list[str]:

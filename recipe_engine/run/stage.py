@@ -30,7 +30,7 @@ from recipe_engine.run.loading import (
     torch_dtype,
     weights_to_load,
 )
-from recipe_engine.run.machine import measure_platform
+from recipe_engine.run.machine import recorded_platform
 from recipe_engine.run.memory_peak import PeakMemory, peak_memory
 from recipe_engine.run.policies import apply_freeze, apply_lora, bnb_config
 from recipe_engine.run.policies import enable_gradient_checkpointing as checkpointing
@@ -420,7 +420,7 @@ def _platform(stage: StagePlan) -> Platform:
     """The platform the stage ran on: this process's, which is rank 0's in a distributed run
     (only rank 0 writes the manifest)."""
     deterministic = stage.determinism.deterministic_kernels
-    return measure_platform(stage.placement.device, deterministic=deterministic)
+    return recorded_platform(stage.placement.device, deterministic=deterministic)
 
 
 def _versions(platform: Platform) -> dict[str, str | None]:
