@@ -33,6 +33,10 @@ CUDA_COST = (
     "slower: kernel launches are serialised and atomic-add kernels replaced; an op with no "
     "deterministic CUDA kernel stops the stage with torch's error naming it"
 )
+CPU_COST = (
+    "slower (torch's deterministic CPU kernels), and nothing gained: CPU stages repeat bitwise "
+    "without it"
+)
 BNB_CUDA = "bitsandbytes' 4/8-bit CUDA kernels (outside torch's deterministic switch)"
 CPU_SCOPE = "bitwise on this CPU's instruction set and thread count (the manifest's platform)"
 
@@ -61,7 +65,8 @@ class Determinism:
 def decide_determinism(device: str, *, deterministic: bool, quantized: bool) -> Determinism:
     """The determinism of a stage placed on `device` (cpu | cuda | mps)."""
     if device == "cpu":
-        cost = "torch.use_deterministic_algorithms on CPU (see README)" if deterministic else ""
+        # Measured (README, "Caching and reruns"): a QLoRA stage about 1.6x slower on 2 cores.
+        cost = CPU_COST if deterministic else ""
         return Determinism(True, deterministic, CPU_SCOPE, cost=cost)
     if device == "mps":
         return Determinism(False, deterministic, "MPS has no deterministic mode in torch")
