@@ -4,32 +4,16 @@ conversational prompt-completion), decided by `plan` and keyed; `data.chat_templ
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-from machines import CPU_ONLY
+from plans import pairs_csv, plan
 
-from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.render import render_plan
 from recipe_engine.tiny import build_tiny_model
-
-
-def plan(*overrides: str):
-    return plan_from_config(compose_config(list(overrides)), CPU_ONLY)
-
-
-def pairs_csv(folder: Path) -> Path:
-    path = folder / "pairs.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["prompt", "completion"])
-        writer.writerows((f"{a} + {a}?", str(2 * a)) for a in range(8))
-    return path
 
 
 def pairs(folder: Path, *more: str) -> list[str]:

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from machines import CPU_ONLY
+from plans import plan
 
-from recipe_engine.config.compose import compose_config
 from recipe_engine.plan.determinism import BNB_CUDA, decide_determinism
-from recipe_engine.plan.planner import plan_from_config
-
-
-def plan(*overrides: str):
-    return plan_from_config(compose_config(list(overrides)), CPU_ONLY)
 
 
 def test_cpu_stages_repeat_bitwise_on_the_same_platform_without_any_switch():

@@ -4,16 +4,14 @@ setting refused at plan time; templates set neither."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import pytest
-from machines import CPU_ONLY
+from plans import pairs_csv, plan
 
-from recipe_engine.config.compose import CONFIG_DIR, compose_config
+from recipe_engine.config.compose import CONFIG_DIR
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.trainer_settings import (
     MARKED,
     PATCHED,
@@ -24,19 +22,6 @@ from recipe_engine.plan.trainer_settings import (
 )
 
 STAGES = CONFIG_DIR / "stages"
-
-
-def plan(*overrides: str):
-    return plan_from_config(compose_config(list(overrides)), CPU_ONLY)
-
-
-def pairs_csv(folder: Path) -> Path:
-    path = folder / "pairs.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["prompt", "completion"])
-        writer.writerows((f"{a} + {a}?", str(2 * a)) for a in range(8))
-    return path
 
 
 def test_no_shipped_template_sets_a_loss_flag() -> None:
