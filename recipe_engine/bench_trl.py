@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.compose import compose_config
-from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.resolve.tiny import build_dataset, build_tiny_model
+from recipe_engine.run.planning import plan_from_config
 from recipe_engine.tables import text_table
-from recipe_engine.tiny import build_dataset, build_tiny_model
 
 QUIET = ("eval.enabled=false", "eval.compare=false")
 

@@ -58,3 +58,16 @@ def file_lock(path: Path, timeout: float = -1) -> FileLock:
     """An exclusive lock on `path` (created with its folder), shared across processes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(path), timeout=timeout)
+
+
+def default_cache_dir() -> Path:
+    """``$RECIPE_ENGINE_CACHE`` if set, else ``$XDG_CACHE_HOME/recipe-engine``, else
+    ``~/.cache/recipe-engine``: the user's cache, never the package's folder (an installed
+    package may be read-only, shared by users, and replaced on upgrade)."""
+    env = os.environ.get("RECIPE_ENGINE_CACHE")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    # The XDG spec: a relative XDG_CACHE_HOME is invalid and ignored.
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "recipe-engine"

@@ -347,7 +347,7 @@ def planned(root: Path, *args: str) -> Any:
     (the same argv normalisation; torch-free; reads no weights)."""
     from recipe_engine.cli.argv import normalise_argv
     from recipe_engine.config.compose import compose_config
-    from recipe_engine.plan.planner import plan_from_config
+    from recipe_engine.run.planning import plan_from_config
 
     _, overrides, _ = normalise_argv(["plan", *args, f"output_root={root}"])
     return plan_from_config(compose_config(overrides))

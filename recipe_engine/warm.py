@@ -8,9 +8,9 @@ not pay for TRL's import (the SFTConfig field table) or the meta-model checks.
 from __future__ import annotations
 
 from recipe_engine.config.compose import available, compose_config
-from recipe_engine.plan.hardware import detect_machine
-from recipe_engine.plan.planner import plan_from_config
-from recipe_engine.tiny import TINY_DATASETS, TINY_MODELS, build_dataset, build_tiny_model
+from recipe_engine.resolve.machine import detect_machine
+from recipe_engine.resolve.tiny import TINY_DATASETS, TINY_MODELS, build_dataset, build_tiny_model
+from recipe_engine.run.planning import plan_from_config
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""A second coloured-shapes generator, written apart from recipe_engine.tiny_shapes.
+"""A second coloured-shapes generator, written apart from recipe_engine.resolve.tiny.shapes.
 
 Same vocabulary (four colours, three shapes, the same question), different drawing code and
 parameters: shapes are rasterised with numpy from their geometry (circles by radius, squares by

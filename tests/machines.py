@@ -1,6 +1,6 @@
 """Machines the planner tests plan for, described rather than detected."""
 
-from recipe_engine.plan.hardware import Machine
+from recipe_engine.resolve.machine import Machine
 
 CPU_ONLY = Machine(
     gpus=(),

@@ -8,7 +8,7 @@ from pathlib import Path
 from machines import CPU_ONLY
 
 from recipe_engine.config.compose import compose_config
-from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.run.planning import plan_from_config
 
 
 def plan(*overrides: str):

@@ -13,6 +13,7 @@ from peft import LoraConfig
 
 from recipe_engine.plan.policies.lora import adapter_plan, plan_lora
 from recipe_engine.plan.policies.quant import quantization_plan
+from recipe_engine.resolve.inventory import inventory_of
 from recipe_engine.run import policies
 
 
@@ -39,5 +40,7 @@ def bnb_config(
 
 
 def _adapter(model, layout, lora, frozen, patterns):
-    planned = plan_lora(model, layout=layout, lora=lora, frozen=frozen, patterns=patterns)
+    planned = plan_lora(
+        inventory_of(model), layout=layout, lora=lora, frozen=frozen, patterns=patterns
+    )
     return adapter_plan(planned, lora)

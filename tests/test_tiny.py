@@ -19,9 +19,10 @@ from transformers import (
     AutoTokenizer,
 )
 
-from recipe_engine import tiny
 from recipe_engine.errors import RecipeError
-from recipe_engine.tiny import (
+from recipe_engine.files import default_cache_dir
+from recipe_engine.resolve import tiny
+from recipe_engine.resolve.tiny import (
     COLOURS,
     SHAPES,
     SHAPES_IMAGE_SIZE,
@@ -29,8 +30,8 @@ from recipe_engine.tiny import (
     TINY_MODELS,
     build_dataset,
     build_tiny_model,
-    default_cache_dir,
 )
+from recipe_engine.resolve.tiny.build import VERSION
 
 VLMS = ("tiny-qwen2-vl", "tiny-qwen2.5-vl", "tiny-llava", "tiny-idefics3")
 TEXT_MODELS = ("tiny-llama", "tiny-qwen2")
@@ -94,7 +95,7 @@ def test_concurrent_builders_build_once(tmp_path: Path, monkeypatch: pytest.Monk
 @pytest.mark.parametrize("name", VLMS)
 def test_vlm_loads_trains_and_generates(cache: Path, name: str) -> None:
     folder = build_tiny_model(name, cache)
-    assert folder == cache / "models" / f"{name}-{tiny._VERSION}"
+    assert folder == cache / "models" / f"{name}-{VERSION}"
     for file in ("config.json", "model.safetensors", "generation_config.json"):
         assert (folder / file).is_file()
     processor = AutoProcessor.from_pretrained(folder)

@@ -8,9 +8,9 @@ import random
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from recipe_engine.tiny import build_tiny_model
-from recipe_engine.tiny_pretrain import _sample
-from recipe_engine.tiny_shapes import COLOURS, SHAPES, SHAPES_QUESTION
+from recipe_engine.resolve.tiny import build_tiny_model
+from recipe_engine.resolve.tiny.pretrain import _sample
+from recipe_engine.resolve.tiny.shapes import COLOURS, SHAPES, SHAPES_QUESTION
 
 
 def test_a_text_sample_holds_its_colour_and_shape_among_fillers():

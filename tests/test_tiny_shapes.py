@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from recipe_engine.tiny_shapes import (
+from recipe_engine.resolve.tiny.shapes import (
     ALL_SHAPES,
     COLOURS,
     SHAPES,

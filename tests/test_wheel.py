@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from recipe_engine.tiny import default_cache_dir
+from recipe_engine.files import default_cache_dir
 
 pytestmark = pytest.mark.install
 

@@ -24,7 +24,6 @@ from recipe_engine.cli.argv import config_dirs
 from recipe_engine.cli.run import config_key, run_hydra_app
 from recipe_engine.config.compose import available, compose_config
 from recipe_engine.errors import EXIT_INCOMPLETE, RecipeError, did_you_mean
-from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.diff import diff_recipes, render_diff
 from recipe_engine.report.experiment import (
@@ -39,6 +38,7 @@ from recipe_engine.report.experiment import (
     write_experiment,
 )
 from recipe_engine.report.plots import MISSING
+from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import stages_to_run
 from recipe_engine.store.records import Manifest, RunSummary
 from recipe_engine.store.store import Store, check_output_root

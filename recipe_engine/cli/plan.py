@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
-from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.render import render_plan
+from recipe_engine.run.planning import plan_from_config
 
 USAGE = """\
 usage: recipe-engine plan [key=value ...] [--config-dir DIR]

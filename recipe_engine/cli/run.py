@@ -1,9 +1,9 @@
 """`run` (the default verb): plan every job, refuse before anything is written, then train.
 
-Each job of the command line (one, or one per multirun combination) is composed and planned
-first, so a bad recipe writes nothing. The plans then go to Hydra's own entry point, which
-creates the run folders and runs the jobs (and sweep launchers) the way Hydra users expect;
-each job executes its plan and recomputes none of it.
+A run composes its config once, plans it (a bad recipe writes nothing), and hands that same
+config to Hydra's job runner, which makes the run folder the way Hydra users expect and runs
+the plan. A multirun plans every combination first; Hydra's launcher then composes and runs
+the jobs, each executing the plan made for its config and recomputing none of it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from recipe_engine.cli.argv import PRINT_FLAGS, config_dirs, expand_sweep, split_hydra_flags
 from recipe_engine.config.compose import (
@@ -27,12 +27,13 @@ from recipe_engine.config.compose import (
 )
 from recipe_engine.config.schema import EngineConfig, HardwareConfig, register_configs
 from recipe_engine.errors import EXIT_INCOMPLETE, EXIT_USER_ERROR, RecipeError, StageFailed
-from recipe_engine.plan.dag import canonical_hash
-from recipe_engine.plan.hardware import is_main_process, parse_gpus
-from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.hashing import canonical_hash
+from recipe_engine.plan.hardware import parse_gpus
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.run_report import report_run
+from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.run.gpu_pool import is_scheduler, job_pool, lease_gpu
+from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import incomplete, run_recipe, stages_to_run
 from recipe_engine.store.store import Store, check_output_root, mark_engine_folder
 
@@ -70,23 +71,69 @@ def main(args: list[str], multirun: bool) -> int:
     if any(flag in PRINT_FLAGS for flag in flags):  # Hydra prints the config or its info
         run_hydra_app([*overrides, *flags], {})  # flags last: `--info` takes no override
         return 0
-    jobs = expand_sweep(overrides) if multirun else [overrides]
     if multirun:
-        check_scheduler(jobs[0], config_dirs(flags))
-    plans = [plan_from_config(compose_config(job, extra_dirs=config_dirs(flags))) for job in jobs]
-    for plan in plans:  # `only` needs its parents stored: refused here, before any folder
-        check_output_root(plan.config.output_root)
-        stages_to_run(plan, Store(plan.config.output_root))
-    if not multirun:
-        visible = plans[0].cuda_visible_devices
-        if visible is not None:  # before anything initialises CUDA
-            os.environ["CUDA_VISIBLE_DEVICES"] = visible
-        if plans[0].launcher_processes:
-            return relaunch(args, plans[0])
+        return _sweep(overrides, flags, args)
     if int(os.environ.get("RANK", "0")) > 0:
-        args = [*args, "hydra.output_subdir=null"]  # rank 0 writes the run folder's config
+        overrides = [*overrides, "hydra.output_subdir=null"]  # rank 0 writes the run config
+    composed = compose_config(overrides, extra_dirs=config_dirs(flags), with_hydra=True)
+    plan = plan_from_config(without_hydra(composed))
+    _refuse_before_writing(plan)
+    visible = plan.cuda_visible_devices
+    if visible is not None:  # before anything initialises CUDA
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    if plan.launcher_processes:
+        return relaunch(args, plan)
+    run_composed(composed, plan)
+    return 0
+
+
+def _sweep(overrides: list[str], flags: list[str], args: list[str]) -> int:
+    """Each job of a multirun planned up front (a bad one writes nothing); Hydra's launcher
+    then composes and runs the jobs, each finding the plan made for its config."""
+    jobs = expand_sweep(overrides)
+    check_scheduler(jobs[0], config_dirs(flags))
+    plans = [plan_from_config(compose_config(job, extra_dirs=config_dirs(flags))) for job in jobs]
+    for plan in plans:
+        _refuse_before_writing(plan)
     run_hydra_app(args, {config_key(plan.config): plan for plan in plans})
     return 0
+
+
+def _refuse_before_writing(plan: RecipePlan) -> None:
+    """`only` needs its parents stored: refused here, before any folder is made."""
+    check_output_root(plan.config.output_root)
+    stages_to_run(plan, Store(plan.config.output_root))
+
+
+def run_composed(composed: DictConfig, plan: RecipePlan) -> None:
+    """One run, on the config composed once: Hydra's own job runner makes the run folder, its
+    .hydra/ record and the callbacks as `hydra.main` would, then runs the plan made from it."""
+    from hydra._internal.callbacks import Callbacks  # what Hydra.run builds for a run
+    from hydra.core.utils import run_job as hydra_run_job
+    from hydra.types import HydraContext, RunMode
+
+    with open_dict(composed.hydra):
+        composed.hydra.mode = RunMode.RUN
+    plans = {config_key(plan.config): plan}
+    callbacks = Callbacks(composed)
+    callbacks.on_run_start(config=composed, config_name=CONFIG_NAME)
+    done = hydra_run_job(
+        task_function=lambda cfg: run_job(cfg, plans),
+        config=composed,
+        job_dir_key="hydra.run.dir",
+        job_subdir_key=None,
+        hydra_context=HydraContext(config_loader=None, callbacks=callbacks),  # type: ignore[arg-type]
+    )
+    callbacks.on_run_end(config=composed, config_name=CONFIG_NAME, job_return=done)
+    _ = done.return_value  # a failed job raises its exception here, as hydra.main does
+
+
+def without_hydra(composed: DictConfig) -> DictConfig:
+    """The job's config: the composed one without Hydra's own section."""
+    job = composed.copy()
+    with open_dict(job):
+        del job["hydra"]
+    return job
 
 
 def check_scheduler(overrides: list[str], extra_dirs: list[str]) -> None:
@@ -146,8 +193,11 @@ def run_job(cfg: DictConfig, plans: Plans) -> None:
 
 
 def _plan_of(cfg: DictConfig, plans: Plans) -> RecipePlan:
-    config = to_engine_config(cfg)
-    return plans.get(config_key(config)) or plan_from_config(config)
+    """The plan made for this job's config before anything ran (never made again here)."""
+    key = config_key(to_engine_config(cfg))
+    if key not in plans:  # a launcher that changed the config it was given
+        raise RuntimeError(f"No plan was made for this job's config ({key[:12]}).")
+    return plans[key]
 
 
 def _plan_on_this_node(cfg: DictConfig) -> RecipePlan:

@@ -84,7 +84,7 @@ FIELDS_FORMAT = "v2"
 
 
 def cache_dir() -> Path:
-    from recipe_engine.tiny import default_cache_dir
+    from recipe_engine.files import default_cache_dir
 
     return default_cache_dir()
 

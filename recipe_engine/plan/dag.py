@@ -7,13 +7,12 @@ same weights and a stored stage can be reused instead of retrained.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.hashing import canonical_hash
 
 # Bump when the meaning of a stage changes (how policies or training apply), so stored
 # stages made under the old meaning are not reused.
@@ -177,12 +176,6 @@ def stage_settings(stage: Mapping[str, Any]) -> dict[str, Any]:
     settings.pop("init", None)  # the source enters the fingerprint as an identity below
     settings.pop("data", None)
     return settings
-
-
-def canonical_hash(value: Any) -> str:
-    """sha256 of a canonical JSON form: independent of key order and YAML formatting."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def fingerprints(

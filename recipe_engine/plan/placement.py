@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.resolve.machine import GpuInfo
 
 PARALLEL_MODES = ("auto", "single", "model_parallel", "ddp", "fsdp", "deepspeed")
 # What `plan` says of parallel=deepspeed until a GPU run shows the engine's path works: the
@@ -54,15 +55,6 @@ K_QUANT = "quantization"
 K_QUANT_STORAGE = "quantization.bnb_4bit_quant_storage"
 K_ON_UNSUPPORTED = "quantization.on_unsupported"
 K_DS_STAGE = "deepspeed.stage"
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """One GPU: physical index (as nvidia-smi numbers it), name, total memory in GiB."""
-
-    index: int
-    name: str
-    memory_gib: float  # 0 or less = unknown: fit checks are skipped for it
 
 
 @dataclass(frozen=True)

@@ -12,79 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recipe_engine.config.components import Layout
-from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
-from recipe_engine.plan import data
+from recipe_engine.config.schema import EngineConfig, ModelConfig, StageConfig
 from recipe_engine.plan.dag import StageGraph
-from recipe_engine.plan.data_rows import PROMPT_COMPLETION
 from recipe_engine.plan.determinism import Determinism
-from recipe_engine.plan.hardware import Machine
-from recipe_engine.plan.hub_revisions import HubRevision
 from recipe_engine.plan.memory import StageMemory
 from recipe_engine.plan.placement import PlacementPlan
-
-# Where a stage's weights come from.
-HUB, TINY, LOCAL, PARENT = "hub", "tiny", "local", "stage"
-
-
-@dataclass(frozen=True)
-class InitSource:
-    """A stage's starting weights: a hub id (+ revision), a local folder, or a parent stage."""
-
-    kind: str  # HUB | TINY | LOCAL | PARENT
-    description: str  # in words, as `plan` and the run table print it
-    location: str | None = None  # what from_pretrained gets; None for a parent stage
-    revision: str | None = None  # a hub model's: the resolved commit when one is known
-    parent: str | None = None  # the parent stage's name (PARENT only)
-    adapter: bool = False  # a local PEFT adapter folder: merged into its base before loading
-    unavailable: str | None = None  # a hub model that cannot be had here: why (plan only)
-    identity: Any = None  # what the stage key hashes (a parent is hashed through its key)
-    hub_revision: HubRevision | None = None  # a hub model's commit and how it was chosen
-
-
-@dataclass
-class DataPlan:
-    """A stage's rows: identity, format after detection and split sizes, checked row by row.
-
-    The rows themselves are read at most once per process (`splits`): by the planner when
-    it has not checked this exact data before, otherwise by the first step that needs them.
-    """
-
-    config: DataConfig
-    kind: str  # the model kind the rows are for (vlm | causal_lm)
-    seed: int  # the eval_fraction split depends on it
-    identity: str
-    format: str  # rows as TRL gets them: messages | prompt_completion | vlm
-    train_rows: int
-    eval_rows: int  # 0: no held-out split
-    _splits: data.DataSplits | None = field(default=None, repr=False, compare=False)
-    # How prompt/completion text reaches the model: "through the chat template", or as
-    # plain text and why (`plan` prints it on the data line); "" for conversations.
-    rendering: str = ""
-
-    def splits(self) -> data.DataSplits:
-        if self._splits is None:
-            self._splits = data.load_splits(self.config, kind=self.kind, seed=self.seed)
-        return self._splits
-
-    def __getstate__(self) -> dict[str, Any]:  # a sweep worker re-reads rather than unpickles
-        return {**self.__dict__, "_splits": None}
-
-    def describe(self) -> str:
-        held_out = f"{self.eval_rows} held out" if self.eval_rows else "no held-out split"
-        rows = f"{self.train_rows} train / {held_out}"
-        if self.rendering:  # the rows' own format, then how they reach the model
-            return f"{self.origin} ({PROMPT_COMPLETION}, {self.rendering}, {rows})"
-        return f"{self.origin} ({self.format}, {rows})"
-
-    @property
-    def origin(self) -> str:
-        """Where the rows come from, as the user named it."""
-        source, path = self.config.source, self.config.path
-        if source == "local":
-            return f"data file {path}"
-        return (
-            f"{'hub dataset' if source == 'hub' else 'built-in dataset'} {path or self.config.name}"
-        )
+from recipe_engine.resolve.inputs import Rows
+from recipe_engine.resolve.machine import Machine
+from recipe_engine.resolve.sources import InitSource
 
 
 @dataclass
@@ -155,7 +90,7 @@ class StagePlan:
     config: StageConfig  # the stage's settings, dtypes resolved
     init: InitSource
     model: ModelConfig  # the model entry the stage's weights descend from
-    data: DataPlan
+    data: Rows  # the rows as this stage reads them (`rendering` says how)
     policy: PolicyPlan
     dtype: str
     placement: PlacementPlan

@@ -9,34 +9,19 @@ the resolved row format (and the model's chat template) says which one can apply
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.library_keys import ENGINE_TRAIN_KEYS
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.data_rows import is_prompt_completion
 from recipe_engine.plan.placement import PlacementPlan
+from recipe_engine.resolve.formats import is_prompt_completion
+from recipe_engine.resolve.templates import MARKED, PATCHED, UNMARKED, UNREAD
 
 # TRL's own test for `{% generation %}` markers (trl.chat_template_utils.has_generation_markers),
 # repeated so that planning imports neither trl nor torch.
-GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
-# Where a saved tokenizer or processor keeps its chat template, in the order transformers reads.
-TEMPLATE_FILES = (
-    "chat_template.jinja",
-    "chat_template.json",
-    "processor_config.json",
-    "tokenizer_config.json",
-)
-# What the chat template allows for assistant-only loss.
-MARKED, PATCHED, UNMARKED, UNREAD = "marked", "patched", "unmarked", "unread"
-
 # ZeRO-2 with the batch settings taken from the Trainer ("auto"); a user's own config file
 # goes in stage.<name>.train.deepspeed.
 DEFAULT_DEEPSPEED = {
@@ -83,21 +68,10 @@ def trainer_settings(
     return settings
 
 
-def zero_stage(name: str, train: dict[str, Any]) -> int | None:
-    """The DeepSpeed ZeRO stage a stage trains with: its own config's (a mapping or a JSON
-    file in `train.deepspeed`), else the engine's default ZeRO-2."""
-    config = train.get("deepspeed") or DEFAULT_DEEPSPEED
-    if isinstance(config, str):
-        path = Path(config).expanduser()
-        try:
-            config = json.loads(path.read_text())
-        except (OSError, ValueError) as error:
-            raise RecipeError(
-                f"`stage.{name}.train.deepspeed` is {config}, which is not a readable DeepSpeed "
-                f"JSON config ({error}). Point it at one, or drop it for the default ZeRO-2.",
-                key=f"stage.{name}.train.deepspeed",
-            ) from None
-    stage = (config.get("zero_optimization") or {}).get("stage")
+def zero_stage(config: Mapping[str, Any] | None) -> int | None:
+    """The DeepSpeed ZeRO stage of a stage's DeepSpeed config (`resolve` reads a JSON file
+    named in `train.deepspeed`), else of the engine's default ZeRO-2."""
+    stage = ((config or DEFAULT_DEEPSPEED).get("zero_optimization") or {}).get("stage")
     return stage if isinstance(stage, int) else None
 
 
@@ -176,86 +150,3 @@ def _refuse_contradictions(name: str, train: Mapping[str, Any], data_format: str
             "data.columns.prompt=<column> data.columns.completion=<column>.",
             key=f"stage.{name}.train.completion_only_loss",
         )
-
-
-def template_support(location: str | None, revision: str | None = None) -> str:
-    """What the chat template saved at `location` (a folder, or a hub id in the local cache)
-    allows for assistant-only loss, decided as TRL decides: markers, or a template TRL knows
-    a training version of (trl/chat_templates/<name>_training.jinja)."""
-    return support_of(read_chat_template(location, revision))
-
-
-def support_of(template: str | None) -> str:
-    """What a chat template's text allows for assistant-only loss (None: not read)."""
-    if template is None:
-        return UNREAD
-    if GENERATION_MARKER.search(template):
-        return MARKED
-    return PATCHED if template in _templates_trl_patches() else UNMARKED
-
-
-def has_chat_template(location: str | None, revision: str | None = None) -> bool | None:
-    """Whether the tokenizer or processor saved at `location` has a chat template; None when
-    that cannot be told here (a hub model whose tokenizer files are not in the local cache)."""
-    if read_chat_template(location, revision) is not None:
-        return True
-    if not location:
-        return None
-    if Path(location).expanduser().is_dir():
-        return False
-    read = _template_file(location, "tokenizer_config.json", revision) is not None
-    return False if read else None
-
-
-def read_chat_template(location: str | None, revision: str | None = None) -> str | None:
-    if not location:
-        return None
-    for name in TEMPLATE_FILES:
-        path = _template_file(location, name, revision)
-        if path is None:
-            continue
-        try:
-            template = _template_in(path)
-        except (OSError, ValueError):  # unreadable or not JSON: look at the next file
-            continue
-        if template:
-            return template
-    return None
-
-
-def _template_file(location: str, name: str, revision: str | None) -> Path | None:
-    folder = Path(location).expanduser()
-    if folder.is_dir():
-        return folder / name if (folder / name).is_file() else None
-    try:  # a hub id: its files in the local cache, if they are there (never downloaded here)
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(location, name, revision=revision)
-    except Exception:  # a malformed id or cache: the template stays unknown
-        return None
-    return Path(cached) if isinstance(cached, str) else None
-
-
-def _template_in(path: Path) -> str | None:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jinja":
-        return text
-    template = json.loads(text).get("chat_template")
-    if isinstance(template, list):  # named variants: transformers uses `default`
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default")
-    return template if isinstance(template, str) else None
-
-
-@functools.cache
-def _templates_trl_patches() -> frozenset[str]:
-    """The chat templates TRL replaces with a training version for assistant-only loss."""
-    spec = importlib.util.find_spec("trl")  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        return frozenset()
-    folder = Path(next(iter(spec.submodule_search_locations))) / "chat_templates"
-    return frozenset(
-        (folder / f"{path.name.removesuffix('_training.jinja')}.jinja").read_text(encoding="utf-8")
-        for path in folder.glob("*_training.jinja")
-        if (folder / f"{path.name.removesuffix('_training.jinja')}.jinja").is_file()
-    )

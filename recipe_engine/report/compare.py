@@ -382,7 +382,7 @@ def _probe_rows(
     probes: str | Path | None, root: Stage, seed: int, held_out: Any
 ) -> tuple[list[dict[str, Any]], str]:
     """Probe rows {messages, images, reference, input, image} and a description of the source."""
-    from recipe_engine.plan.data import load_splits
+    from recipe_engine.resolve.data import load_splits
 
     root_manifest, kind = root[2], root[2].kind
     if probes is None:
@@ -426,7 +426,7 @@ def probe_file_rows(
 ) -> list[dict[str, Any]]:
     """A probe file's rows, read and checked like training data (`data.chat_template`: how
     plain prompt/completion rows are asked)."""
-    from recipe_engine.plan.data import load_splits
+    from recipe_engine.resolve.data import load_splits
 
     splits = load_splits(
         {
@@ -446,7 +446,7 @@ def _probe_chat_template(root: Stage) -> str:
     """Plain prompt/completion probes are asked as the run's own rows were: through the chat
     template where the plan put them there (or the tokenizer has one, when the run's rows were
     conversations already), as plain text where it did not."""
-    from recipe_engine.plan.trainer_settings import read_chat_template
+    from recipe_engine.resolve.templates import read_chat_template
 
     decided = str(root[2].data.get("chat_template") or "auto").lower()
     if decided in ("true", "false"):
@@ -491,7 +491,7 @@ def _device_map(manifest: Manifest) -> Any:
 
 
 def _load_base(folder: Path, root: Manifest) -> tuple[Any, Any]:
-    from recipe_engine.plan.models import model_location
+    from recipe_engine.resolve.models import model_location
 
     entry = root.model_entry
     location = root.base_path(folder.parent) or model_location(entry)

@@ -26,7 +26,8 @@ from typing import Any
 
 from recipe_engine.config.schema import EngineConfig, StageConfig
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.hardware import Machine, detect_machine, profile_gpus
+from recipe_engine.plan.hardware import profile_gpus
+from recipe_engine.resolve.machine import Machine, detect_machine
 from recipe_engine.versions import LIBRARIES, package_version
 
 # deepspeed is optional (only parallel=deepspeed needs it), so no manifest records it.

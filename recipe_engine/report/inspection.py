@@ -24,7 +24,7 @@ from recipe_engine.config.components import (
     report_layout,
 )
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
-from recipe_engine.plan.model_files import adapter_base_location
+from recipe_engine.resolve.model_files import adapter_base_location
 from recipe_engine.store.records import ADAPTER, MANIFEST_FILE, SUMMARY_FILE, Manifest, RunSummary
 from recipe_engine.tables import text_table
 
@@ -251,7 +251,7 @@ def _local_entry(location: Path, folder: Path) -> dict[str, Any]:
 
 def inspect_target(target: Target, options: Mapping[str, Any]) -> Inspection:
     """Load (or build on meta) the target as asked, and measure it per component."""
-    from recipe_engine.plan.models import load_config, meta_model, model_location
+    from recipe_engine.resolve.models import load_config, meta_model, model_location
 
     config_at = target.path if target.kind != "entry" else None
     if target.kind == "adapter":  # the base's config (a GGUF entry's: its converted folder)
@@ -305,7 +305,7 @@ def _default_dtype(target: Target, config: Any) -> str:
 def _load(
     target: Target, meta: Any, layout: Layout, dtype: str, bits: int | None, device: str
 ) -> Any:
-    from recipe_engine.plan.models import model_location
+    from recipe_engine.resolve.models import model_location
     from recipe_engine.run.loading import load_pretrained
 
     quant_config = None
@@ -380,7 +380,7 @@ def measure(
     model: Any, layout: Layout, manifest: Manifest | None = None
 ) -> tuple[dict[str, Row], list[str]]:
     """Per-component rows (+ "total") and the LoRA adapters (name and rank) of a model."""
-    from recipe_engine.plan.policies.quant import quantized_modules
+    from recipe_engine.resolve.inventory import quantized_modules
     from recipe_engine.run.census import census, trainable_report
 
     report = trainable_report(model, layout=layout)

@@ -19,9 +19,10 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from recipe_engine.plan.data import quietly
-from recipe_engine.plan.data_rows import MESSAGES, PROMPT_COMPLETION
-from recipe_engine.plan.trainer_settings import choose_loss, support_of
+from recipe_engine.plan.trainer_settings import choose_loss
+from recipe_engine.resolve.templates import support_of
+from recipe_engine.resolve.data import quietly
+from recipe_engine.resolve.formats import MESSAGES, PROMPT_COMPLETION
 
 # SFTConfig keys that decide which tokens a held-out loss counts and how rows are batched; the
 # rest of a stage's settings (optimizer, schedule, checkpoints, launchers) cannot change it.

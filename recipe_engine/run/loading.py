@@ -20,9 +20,10 @@ import torch
 
 from recipe_engine.errors import RecipeError, StageFailed
 from recipe_engine.files import atomic_write_text, share_as_umask
-from recipe_engine.plan.dag import canonical_hash
-from recipe_engine.plan.models import auto_model_class
-from recipe_engine.plan.recipe_plan import PARENT, RecipePlan, StagePlan
+from recipe_engine.hashing import canonical_hash
+from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
+from recipe_engine.resolve.models import auto_model_class
+from recipe_engine.resolve.sources import PARENT
 from recipe_engine.run.merge_check import MERGE_CHECK, check_merge, reference, tensor_bytes_hash
 from recipe_engine.store.records import Manifest
 from recipe_engine.store.store import Store, make_engine_folder

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from recipe_engine.config.library_keys import cache_dir
 from recipe_engine.files import atomic_write_json
-from recipe_engine.plan.dag import canonical_hash
+from recipe_engine.hashing import canonical_hash
 from recipe_engine.store.records import Platform
 from recipe_engine.versions import LIBRARIES, package_version
 

@@ -16,6 +16,7 @@ from recipe_engine.config.components import Layout, component_of
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.policies.freeze import check_freeze, compile_patterns, matches_any
 from recipe_engine.plan.recipe_plan import AdapterPlan, QuantPlan
+from recipe_engine.resolve.inventory import inventory_of
 
 if TYPE_CHECKING:
     import peft
@@ -38,10 +39,12 @@ def apply_freeze(
     Frozen parameters get ``requires_grad=False``; every other floating-point parameter
     gets ``True`` (quantized integer storage cannot require grad).
     """
-    decisions = check_freeze(model, layout=layout, components=components, patterns=patterns)
+    inventory = inventory_of(model)
+    decisions = check_freeze(inventory, layout=layout, components=components, patterns=patterns)
     frozen_names = []
-    for name, param in model.named_parameters(remove_duplicate=False):
-        if decisions[id(param)][name]:
+    named = model.named_parameters(remove_duplicate=False)
+    for (name, param), listed in zip(named, inventory.parameters, strict=True):
+        if decisions[listed.tensor][name]:
             param.requires_grad_(False)
             frozen_names.append(name)
         elif param.is_floating_point() or param.is_complex():

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.dag import short
-from recipe_engine.plan.hardware import is_main_process
-from recipe_engine.plan.hub_revisions import pin_revisions, pins_path
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
+from recipe_engine.resolve.hub_revisions import pin_revisions, pins_path
+from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.store.records import (
     Difference,
     Manifest,

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.components import report_layout
-from recipe_engine.plan.hardware import is_main_process
-from recipe_engine.plan.policy import decide_policy, model_inventory
+from recipe_engine.plan.policy import decide_policy
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
+from recipe_engine.resolve.inventory import model_inventory
+from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.run import evaluation, tracking
 from recipe_engine.run.census import census, format_report, trainable_report
 from recipe_engine.run.loading import (
@@ -267,7 +268,7 @@ class StageRecipe:
         if not self.stage.policy.deferred:
             return self.stage.policy
         inventory = model_inventory(self.stage.model)
-        return decide_policy(self.stage.name, self.stage.config, inventory)
+        return decide_policy(self.stage.name, self.stage.config, self.stage.model, inventory)
 
     def _base_location(self) -> str:
         """What the stage loaded, as records name it: a store folder relative to the store."""

@@ -287,7 +287,7 @@ class Manifest:
             return location
         if not self._base_is_built_from_entry():
             return location
-        from recipe_engine.plan.models import model_location
+        from recipe_engine.resolve.models import model_location
 
         built = model_location(self.model_entry)
         # A tiny model of another build version has other weights: the adapter fits it no more.

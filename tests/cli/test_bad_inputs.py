@@ -545,7 +545,7 @@ def build_kit(kit: Path) -> None:
 
 def build_model_kit(models: Path) -> None:
     """The user's own model folders, each one wrong in one way."""
-    from recipe_engine.tiny import build_tiny_model
+    from recipe_engine.resolve.tiny import build_tiny_model
 
     text, vision = build_tiny_model("tiny-qwen2"), build_tiny_model("tiny-qwen2-vl")
     shutil.copytree(text, models / "text")

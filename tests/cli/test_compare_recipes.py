@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from recipe_engine.cli.main import main
-from recipe_engine.tiny import build_dataset
+from recipe_engine.resolve.tiny import build_dataset
 
 RECIPES = ("r1-llm-only", "r3-two-stage")
 SHORT = (

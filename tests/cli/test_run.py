@@ -44,7 +44,12 @@ def test_run_through_hydra_with_a_relative_output_root(tmp_path):
 
     # The cached rerun, through the same entry point, reporting what it imported.
     rerun = (
-        "import sys; from recipe_engine.cli.main import main; code = main(sys.argv[1:]); "
+        "import sys\n"
+        "from hydra._internal.config_loader_impl import ConfigLoaderImpl as Loader\n"
+        "composed, compose = [], Loader.load_configuration\n"
+        "Loader.load_configuration = lambda *a, **k: composed.append(1) or compose(*a, **k)\n"
+        "from recipe_engine.cli.main import main; code = main(sys.argv[1:])\n"
+        "print('compositions:', len(composed))\n"
         "print('heavy imports:', sorted({'torch', 'transformers', 'datasets'} & set(sys.modules)))"
     )
     second = subprocess.run(
@@ -56,6 +61,7 @@ def test_run_through_hydra_with_a_relative_output_root(tmp_path):
     )
     assert second.returncode == 0, second.stderr[-3000:]
     assert "heavy imports: []" in second.stdout  # a cached rerun loads no torch
+    assert "compositions: 1" in second.stdout  # the run composed its config once
     newest = max((tmp_path / "out" / "runs" / "text-lora").iterdir())
     assert newest != run_dir
     summary = json.loads((newest / "summary.json").read_text())

@@ -50,7 +50,7 @@ def test_a_scheduled_job_plans_on_the_node_it_runs_on():
     CUDA_VISIBLE_DEVICES), not the profile."""
     from recipe_engine.cli.run import _plan_on_this_node
     from recipe_engine.config.compose import to_engine_config
-    from recipe_engine.plan.planner import plan_from_config
+    from recipe_engine.run.planning import plan_from_config
 
     cfg = compose_config(["recipe=r2-vision-only", "hardware=8x-a100-80gb"])
     on_login_node = plan_from_config(to_engine_config(cfg))

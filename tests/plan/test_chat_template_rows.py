@@ -13,7 +13,7 @@ from plans import pairs_csv, plan
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.render import render_plan
-from recipe_engine.tiny import build_tiny_model
+from recipe_engine.resolve.tiny import build_tiny_model
 
 
 def pairs(folder: Path, *more: str) -> list[str]:

@@ -7,15 +7,10 @@ import subprocess
 import pytest
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan import hardware
-from recipe_engine.plan.hardware import (
-    Machine,
-    detect_machine,
-    parse_gpus,
-    parse_nvidia_smi,
-    profile_gpus,
-)
+from recipe_engine.plan.hardware import parse_gpus, profile_gpus
 from recipe_engine.plan.placement import GpuInfo, PlacementRequest, plan_placement
+from recipe_engine.resolve import machine as hardware
+from recipe_engine.resolve.machine import Machine, detect_machine, parse_nvidia_smi
 
 SMI = "0, NVIDIA H100 80GB HBM3, 81559\n1, NVIDIA H100 80GB HBM3, 81559\n"
 

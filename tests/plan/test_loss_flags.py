@@ -12,14 +12,8 @@ from plans import pairs_csv, plan
 
 from recipe_engine.config.compose import CONFIG_DIR
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.trainer_settings import (
-    MARKED,
-    PATCHED,
-    UNMARKED,
-    UNREAD,
-    choose_loss,
-    template_support,
-)
+from recipe_engine.plan.trainer_settings import choose_loss
+from recipe_engine.resolve.templates import MARKED, PATCHED, UNMARKED, UNREAD, template_support
 
 STAGES = CONFIG_DIR / "stages"
 
@@ -63,7 +57,7 @@ def test_a_flag_the_user_sets_is_kept_and_a_contradiction_refused() -> None:
 def test_template_support_is_read_from_the_saved_files_as_trl_decides(tmp_path: Path) -> None:
     import importlib.util
 
-    from recipe_engine.tiny import build_tiny_model
+    from recipe_engine.resolve.tiny import build_tiny_model
 
     assert template_support(str(build_tiny_model("tiny-qwen2"))) == MARKED  # tiny: markers
     assert template_support(None) == UNREAD

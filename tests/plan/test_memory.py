@@ -18,7 +18,7 @@ from recipe_engine.plan.memory import (
     model_shape,
     optimizer_states,
 )
-from recipe_engine.plan.memory_inputs import SNAPSHOTS, snapshot_folder
+from recipe_engine.resolve.resolver import SNAPSHOTS, snapshot_folder
 
 # A 7B-class decoder (Qwen2-VL-7B's language model) without a vision tower.
 CONFIG = {
@@ -168,7 +168,7 @@ def test_snapshot_builds_to_the_entrys_parameter_count(entry: str) -> None:
     import yaml
 
     from recipe_engine.config.compose import CONFIG_DIR
-    from recipe_engine.plan.models import meta_model
+    from recipe_engine.resolve.models import meta_model
 
     transformers = pytest.importorskip("transformers")
     model = yaml.safe_load((CONFIG_DIR / "model" / f"{entry}.yaml").read_text())
@@ -189,8 +189,8 @@ SEED_R1_GB = (16, 20)
 
 def _seed_plan(recipe: str, *extra: str):  # noqa: ANN202 - a RecipePlan
     from recipe_engine.config.compose import compose_config
-    from recipe_engine.plan.hardware import Machine
-    from recipe_engine.plan.planner import plan_from_config
+    from recipe_engine.resolve.machine import Machine
+    from recipe_engine.run.planning import plan_from_config
 
     overrides = [f"recipe={recipe}", "model=qwen2-vl-7b", "hardware=2x-rtx6000-ada", *extra]
     machine = Machine((), False, None, 1, 0, 0, "python")

@@ -11,8 +11,8 @@ from machines import CPU_ONLY
 from recipe_engine.cli.main import main
 from recipe_engine.config.compose import available, compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.render import render_plan
+from recipe_engine.run.planning import plan_from_config
 
 USER_RECIPES = Path(__file__).resolve().parents[1] / "fixtures" / "recipes"
 
@@ -88,11 +88,12 @@ def test_a_child_of_an_unreadable_hub_stage_does_not_ask_for_the_config_again(mo
     """The root stage already knows the hub model cannot be had here; asking again for the
     child imports transformers and, with a network that does not answer, waits for the
     hub's timeouts (26 s for r3 on a 7B entry)."""
-    from recipe_engine.plan import policy
+    from recipe_engine.resolve import resolver
 
     asked = []
-    real = policy.load_config
-    monkeypatch.setattr(policy, "load_config", lambda m, *a: asked.append(m["id"]) or real(m, *a))
+    real = resolver.model_inventory
+    asking = lambda model, *more: asked.append(model.id) or real(model, *more)  # noqa: E731
+    monkeypatch.setattr(resolver, "model_inventory", asking)
     result = plan("recipe=r3-two-stage", "model=qwen2-vl-7b")
     assert all(stage.policy.deferred for stage in result.stages.values())
     assert asked == []
@@ -101,14 +102,18 @@ def test_a_child_of_an_unreadable_hub_stage_does_not_ask_for_the_config_again(mo
 def test_the_zero_stage_comes_from_the_stages_deepspeed_config(tmp_path):
     from recipe_engine.errors import RecipeError
     from recipe_engine.plan.trainer_settings import zero_stage
+    from recipe_engine.resolve.resolver import deepspeed_config
 
-    assert zero_stage("llm", {}) == 2  # the engine's default config
-    assert zero_stage("llm", {"deepspeed": {"zero_optimization": {"stage": 3}}}) == 3
+    def stage_of(train):
+        return zero_stage(deepspeed_config("llm", train))
+
+    assert stage_of({}) == 2  # the engine's default config
+    assert stage_of({"deepspeed": {"zero_optimization": {"stage": 3}}}) == 3
     config = tmp_path / "ds.json"
     config.write_text('{"zero_optimization": {"stage": 1}}')
-    assert zero_stage("llm", {"deepspeed": str(config)}) == 1
+    assert stage_of({"deepspeed": str(config)}) == 1
     with pytest.raises(RecipeError, match="stage.llm.train.deepspeed"):
-        zero_stage("llm", {"deepspeed": str(tmp_path / "missing.json")})
+        stage_of({"deepspeed": str(tmp_path / "missing.json")})
 
 
 def test_library_keys_can_be_set_on_a_template_that_leaves_the_section_empty():

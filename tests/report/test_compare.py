@@ -18,13 +18,13 @@ from platforms import EPYC, XEON
 from recipe_engine.cli.main import main
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.report.compare import (
     compare_run,
     platform_warning_lines,
     report_name,
     task_metrics,
 )
+from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import run_recipe
 from recipe_engine.store.records import Manifest, RunSummary
 
@@ -158,7 +158,7 @@ def test_plain_probe_rows_are_asked_as_the_runs_rows_were(tmp_path):
     """A probe file of plain prompt/completion rows goes through the chat template where the
     plan put the run's rows there (or, for a run on conversations, where the model has one)."""
     from recipe_engine.report.compare import _probe_chat_template, probe_file_rows
-    from recipe_engine.tiny import build_tiny_model
+    from recipe_engine.resolve.tiny import build_tiny_model
 
     probes = tmp_path / "probes.jsonl"
     probes.write_text('{"prompt": "2 + 2?", "completion": "4"}\n')

@@ -27,7 +27,7 @@ FLOATS = {"float32", "bfloat16", "float16"}
 def r3(tmp_path_factory) -> Path:
     """A finished two-stage run (2 steps per stage): its run folder."""
     from recipe_engine.config.compose import compose_config
-    from recipe_engine.plan.planner import plan_from_config
+    from recipe_engine.run.planning import plan_from_config
     from recipe_engine.run.recipe import run_recipe
 
     root = tmp_path_factory.mktemp("r3")

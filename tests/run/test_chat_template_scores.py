@@ -16,9 +16,9 @@ from pathlib import Path
 from machines import CPU_ONLY
 
 from recipe_engine.config.compose import compose_config
-from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.run.evaluation import exact_match
 from recipe_engine.run.loading import load_pretrained, load_processor
+from recipe_engine.run.planning import plan_from_config
 
 CAPITALS = {"France": "Paris", "Italy": "Rome", "Germany": "Berlin", "Spain": "Madrid"}
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from PIL import Image, ImageDraw
 
 from recipe_engine.cli.main import main
-from recipe_engine.plan.data import load_splits
+from recipe_engine.resolve.data import load_splits
 
 QUICK = ["data.max_samples=12", "data.eval_fraction=0.25", "eval.max_samples=3"]
 QUICK += ["eval.max_new_tokens=4"]
@@ -106,8 +106,8 @@ def test_vision_prompt_completion_rows_reach_trls_collator_with_their_images(
     the completion only (prompt and image tokens masked)."""
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
+    from recipe_engine.resolve.tiny import build_tiny_model
     from recipe_engine.run.loading import load_processor
-    from recipe_engine.tiny import build_tiny_model
 
     columns = dict(m.split("=") for m in VQA_COLUMNS)
     data = {"source": "local", "path": str(vqa_parquet(tmp_path)), "columns": columns}

@@ -218,7 +218,7 @@ def losses_by_step(rows: list[dict[str, Any]]) -> dict[int, float]:
 def chain(tmp_path_factory) -> dict[str, Any]:
     from recipe_engine.cli.argv import normalise_argv
     from recipe_engine.config.compose import compose_config
-    from recipe_engine.plan.planner import plan_from_config
+    from recipe_engine.run.planning import plan_from_config
     from recipe_engine.store.store import Store
 
     tmp = tmp_path_factory.mktemp("faults")

@@ -20,9 +20,9 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 from recipe_engine.cli.main import main
 from recipe_engine.config.compose import compose_config
 from recipe_engine.files import current_umask
-from recipe_engine.plan.model_files import adapter_base_location
-from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.resolve.model_files import adapter_base_location
 from recipe_engine.run.loading import name_adapter_base
+from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import run_recipe
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
 
@@ -170,7 +170,7 @@ def test_engine_readers_resolve_a_relative_base_against_the_adapters_store(tmp_p
 
 
 def test_a_tiny_base_missing_on_this_machine_is_rebuilt_from_the_model_entry(tmp_path):
-    from recipe_engine.plan.models import model_location
+    from recipe_engine.resolve.models import model_location
 
     entry = {"name": "tiny-qwen2", "source": "tiny", "id": "tiny-qwen2", "kind": "causal_lm"}
     here = Path(model_location(entry))

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from recipe_engine.config.compose import compose_config
-from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import run_recipe
 
 USER_RECIPES = str(Path(__file__).parents[1] / "fixtures" / "recipes")

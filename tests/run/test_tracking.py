@@ -12,8 +12,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from recipe_engine.config.compose import compose_config
-from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.run import tracking
+from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import run_recipe
 from recipe_engine.store.store import Store
 

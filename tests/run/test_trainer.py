@@ -38,7 +38,6 @@ from trl import SFTConfig, SFTTrainer
 from recipe_engine.config.compose import compose_config
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.hardware import Machine, detect_machine
 from recipe_engine.plan.placement import (
     GpuInfo,
     PlacementPlan,
@@ -46,8 +45,10 @@ from recipe_engine.plan.placement import (
     PlacementRequest,
     plan_placement,
 )
-from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.trainer_settings import trainer_settings
+from recipe_engine.resolve.machine import Machine, detect_machine
+from recipe_engine.resolve.tiny import build_tiny_model
+from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.trainer import (
     GuardViolation,
     apply_guard,
@@ -56,7 +57,6 @@ from recipe_engine.run.trainer import (
     planned_steps,
     verify_trainer,
 )
-from recipe_engine.tiny import build_tiny_model
 
 TWO_GPUS = (GpuInfo(0, "NVIDIA RTX 6000 Ada", 48.0), GpuInfo(1, "NVIDIA RTX 6000 Ada", 48.0))
 ROWS = 8  # conversational rows in the tiny dataset

@@ -30,7 +30,7 @@ from recipe_engine.store.store import Store, make_engine_folder, mark_engine_fol
 def trained(tmp_path_factory) -> Path:
     """An output root with one small real run of r2 (one stage, two steps)."""
     from recipe_engine.config.compose import compose_config
-    from recipe_engine.plan.planner import plan_from_config
+    from recipe_engine.run.planning import plan_from_config
     from recipe_engine.run.recipe import run_recipe
 
     tmp = tmp_path_factory.mktemp("real")

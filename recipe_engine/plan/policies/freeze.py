@@ -7,8 +7,7 @@ parameter names) are frozen; every other parameter is trained.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from recipe_engine.config.components import (
     ALL_COMPONENTS,
@@ -20,6 +19,7 @@ from recipe_engine.config.components import (
     validate_components,
 )
 from recipe_engine.errors import RecipeError
+from recipe_engine.resolve.inventory import ModelInventory
 
 
 def compile_patterns(patterns: Sequence[str], key: str = "freeze.patterns") -> list[re.Pattern]:
@@ -43,26 +43,31 @@ def matches_any(name: str, patterns: Sequence[re.Pattern]) -> bool:
     return any(p.search(canonical) for p in patterns)
 
 
-def _param_names(model_or_names: Any) -> list[str]:
-    if hasattr(model_or_names, "named_parameters"):
-        # Keep duplicates: a tied lm_head only shows up under its second name this way.
-        return [n for n, _ in model_or_names.named_parameters(remove_duplicate=False)]
-    return list(model_or_names)
+def _param_names(inventory_or_names: ModelInventory | Iterable[str]) -> list[str]:
+    if isinstance(inventory_or_names, ModelInventory):
+        # Every name: a tied lm_head only shows up under its second name.
+        return inventory_or_names.parameter_names()
+    return list(inventory_or_names)
 
 
 def check_freeze(
-    model: Any, *, layout: Layout | str, components: Sequence[str], patterns: Sequence[str]
+    inventory: ModelInventory,
+    *,
+    layout: Layout | str,
+    components: Sequence[str],
+    patterns: Sequence[str],
 ) -> dict[int, dict[str, bool]]:
-    """The freeze policy checked against a model (on the meta device at plan time).
+    """The freeze policy checked against a model's inventory (the meta model's at plan time,
+    the loaded model's at run time).
 
-    Returns, per tensor, whether each of its names is frozen. Raises RecipeError for an
-    unknown component, a component or pattern that selects nothing in this model, and for
-    tied weights (``lm_head`` tied to ``embed_tokens``) frozen on one side only.
+    Returns, per tensor (`Parameter.tensor`), whether each of its names is frozen. Raises
+    RecipeError for an unknown component, a component or pattern that selects nothing in this
+    model, and for tied weights (``lm_head`` tied to ``embed_tokens``) frozen on one side only.
     """
     validate_components(components, "freeze.components")
     compiled = compile_patterns(patterns)
     frozen_components = set(components)
-    named = list(model.named_parameters(remove_duplicate=False))
+    named = [(p.name, p.tensor) for p in inventory.parameters]
     present = {component_of(name, layout) for name, _ in named}
 
     missing = [c for c in components if c not in present]
@@ -86,9 +91,9 @@ def check_freeze(
             )
 
     decisions: dict[int, dict[str, bool]] = {}
-    for name, param in named:
+    for name, tensor in named:
         frozen = component_of(name, layout) in frozen_components or matches_any(name, compiled)
-        decisions.setdefault(id(param), {})[name] = frozen
+        decisions.setdefault(tensor, {})[name] = frozen
     for names in decisions.values():
         if len(set(names.values())) > 1:
             # One tensor cannot be both frozen and trained.
@@ -104,7 +109,7 @@ def check_freeze(
 
 
 def trained_components(
-    model_or_names: Any,
+    inventory_or_names: ModelInventory | Iterable[str],
     *,
     layout: Layout | str,
     frozen: Sequence[str],
@@ -113,13 +118,13 @@ def trained_components(
     """Components of the model that the stage trains (any way: fully or through LoRA).
 
     A component counts when it is not in ``frozen`` and at least one of its parameters
-    escapes the freeze patterns. Takes a model or an iterable of parameter names.
+    escapes the freeze patterns. Takes an inventory or parameter names.
     """
     validate_components(frozen, "freeze.components")
     compiled = compile_patterns(patterns)
     frozen_set = set(frozen)
     found = set()
-    for name in _param_names(model_or_names):
+    for name in _param_names(inventory_or_names):
         comp = component_of(name, layout)
         if comp not in frozen_set and not matches_any(name, compiled):
             found.add(comp)

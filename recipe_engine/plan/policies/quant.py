@@ -9,8 +9,8 @@ we pass bitsandbytes an explicit ``llm_int8_skip_modules``, which in transformer
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from recipe_engine.config.components import (
     ALL_COMPONENTS,
@@ -24,7 +24,6 @@ from recipe_engine.config.library_keys import (
     DEFAULT_QUANT_COMPONENTS,
     ENGINE_QUANT_KEYS,
     dtype_name,
-    validate_quantization,
 )
 from recipe_engine.config.library_objects import DTYPE_KEYS
 from recipe_engine.errors import RecipeError
@@ -46,7 +45,6 @@ def quantization_plan(
     quantizing one of them is a RecipeError, since k-bit weights cannot be trained.
     Dtypes stay names here (`bfloat16`); `run.policies.bnb_config` makes them torch dtypes.
     """
-    validate_quantization(quant)
     # Without a component map the whole model is `other`: quantize it, bar the user's skips.
     default = DEFAULT_QUANT_COMPONENTS if as_layout(layout).mapped else [OTHER]
     components = list(quant.get("components", default))
@@ -85,8 +83,6 @@ def quantization_plan(
 def _check_skips(skips: Sequence[str], module_names: Sequence[str]) -> None:
     """Every `llm_int8_skip_modules` entry keeps some module out of quantization, matched the
     way transformers matches it (from the start of the name up to a dot, or as a suffix)."""
-    from transformers.quantizers.quantizers_utils import should_convert_module
-
     ordered = sorted(module_names)
     # Leaves: bitsandbytes replaces layers, so matching only a container keeps nothing out.
     # In sorted order a module's children follow it directly ("." sorts before [0-9A-Z_a-z]).
@@ -95,7 +91,7 @@ def _check_skips(skips: Sequence[str], module_names: Sequence[str]) -> None:
         n for n, after in zip(ordered, following, strict=True) if not after.startswith(n + ".")
     ]
     for skip in skips:
-        if all(should_convert_module(name, [skip]) for name in leaves):
+        if not any(skipped_by(name, skip) for name in leaves):
             near = [n for n in ordered if f".{skip}." in f".{n}."][:1]
             hint = f" Did you mean `{near[0]}`?" if near else ""
             raise RecipeError(
@@ -106,20 +102,9 @@ def _check_skips(skips: Sequence[str], module_names: Sequence[str]) -> None:
             )
 
 
-def linear_module_names(model: Any) -> list[str]:
-    """Names of the layers bitsandbytes would replace (``nn.Linear`` and GPT-2's Conv1D)."""
-    import torch
-    from transformers.pytorch_utils import Conv1D
-
-    return [n for n, m in model.named_modules() if isinstance(m, (torch.nn.Linear, Conv1D))]
-
-
-def quantized_modules(model: Any) -> list[str]:
-    """Names of the bitsandbytes 4-bit/8-bit layers in ``model``."""
-    try:
-        import bitsandbytes as bnb
-
-        kinds: tuple[type, ...] = (bnb.nn.Linear4bit, bnb.nn.Linear8bitLt)
-    except ImportError:  # No bitsandbytes: nothing can be quantized by it.
-        return []
-    return [n for n, m in model.named_modules() if isinstance(m, kinds)]
+def skipped_by(module: str, skip: str) -> bool:
+    """Whether transformers keeps `module` out of quantization for a skip entry: the entry
+    matches from the start of the name up to a module boundary (as a regex), or as a suffix
+    (transformers 5.23, quantizers/quantizers_utils.py `should_convert_module`)."""
+    boundary = r"(?:(?<=\.)|(?=\.|$))"
+    return bool(re.match(rf"(?:{skip}){boundary}", module)) or module.endswith(skip)

@@ -10,6 +10,7 @@ from tiny_configs import tiny_model
 from recipe_engine.config.components import component_of
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.policies.freeze import trained_components
+from recipe_engine.resolve.inventory import inventory_of
 from recipe_engine.run.policies import apply_freeze
 
 
@@ -93,7 +94,7 @@ def test_freeze_tied_weights_one_side_only() -> None:
 
 def test_trained_components() -> None:
     model = tiny_model("qwen2_vl", device="meta")
-    assert trained_components(model, layout="qwen2_vl", frozen=["vision_tower"]) == [
+    assert trained_components(inventory_of(model), layout="qwen2_vl", frozen=["vision_tower"]) == [
         "projector",
         "language_model",
         "embeddings",

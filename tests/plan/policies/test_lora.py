@@ -13,6 +13,7 @@ from tiny_configs import QWEN_TEXT, QWEN_VISION, tiny_model
 from recipe_engine.config.components import component_of
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.policies.lora import plan_lora
+from recipe_engine.resolve.inventory import inventory_of
 from recipe_engine.run.policies import apply_freeze
 
 LM_LINEARS = [
@@ -32,7 +33,7 @@ LM_LINEARS = [
 def test_all_linear_inside_language_model_only() -> None:
     model = tiny_model("qwen2_vl")
     lora = {"r": 4, "target_modules": "all-linear", "components": ["language_model"]}
-    plan = plan_lora(model, layout="qwen2_vl", lora=lora, frozen=["vision_tower"])
+    plan = plan_lora(inventory_of(model), layout="qwen2_vl", lora=lora, frozen=["vision_tower"])
     assert plan.targets == LM_LINEARS
     assert plan.components == ["language_model"]
     # Everything else that is not frozen is trained in full.
@@ -124,7 +125,7 @@ def test_suffix_target_restricted_to_lora_components() -> None:
     # CLIP and Llama both name their projections q_proj/v_proj.
     model = tiny_model("llava", device="meta")
     plan = plan_lora(
-        model,
+        inventory_of(model),
         layout="llava",
         lora={"target_modules": ["q_proj", "v_proj"]},
         frozen=["vision_tower"],
@@ -144,7 +145,7 @@ def test_explicit_component_without_target() -> None:
     model = tiny_model("llava", device="meta")
     with pytest.raises(RecipeError, match="no LoRA target lies there"):
         plan_lora(
-            model,
+            inventory_of(model),
             layout="llava",
             lora={"target_modules": ["q_proj"], "components": ["language_model", "projector"]},
             frozen=["vision_tower"],
@@ -162,7 +163,10 @@ def test_target_outside_lora_components() -> None:
         )
     # Named explicitly with default components, lm_head can carry an adapter.
     plan = plan_lora(
-        model, layout="causal_lm", lora={"target_modules": ["lm_head"]}, frozen=["embeddings"]
+        inventory_of(model),
+        layout="causal_lm",
+        lora={"target_modules": ["lm_head"]},
+        frozen=["embeddings"],
     )
     assert plan.targets == ["lm_head"] and plan.components == ["lm_head"]
     assert plan.fully_trained == ["language_model"]
@@ -201,12 +205,14 @@ def test_exclude_modules() -> None:
 
 
 def test_unknown_lora_key() -> None:
-    model = tiny_model("llama", device="meta")
+    """Keys are checked once, where the recipe's LoRA section is read (before any model)."""
+    from recipe_engine.config.library_keys import validate_lora
+
     with pytest.raises(RecipeError, match="Did you mean `lora_alpha`") as info:
-        lora_targets(model, layout="causal_lm", lora={"lora_alpah": 8}, frozen=[])
+        validate_lora({"lora_alpah": 8})
     assert info.value.key == "lora.lora_alpah"
     with pytest.raises(RecipeError, match="set by the engine"):
-        lora_targets(model, layout="causal_lm", lora={"modules_to_save": ["lm_head"]}, frozen=[])
+        validate_lora({"modules_to_save": ["lm_head"]})
 
 
 def test_meta_device_model_resolves_targets() -> None:
@@ -290,4 +296,4 @@ def test_omegaconf_mapping_becomes_plain_config() -> None:
 
 def lora_targets(model, **policy) -> list[str]:
     """The exact module names that get adapters (sorted), as the planner resolves them."""
-    return plan_lora(model, **policy).targets
+    return plan_lora(inventory_of(model), **policy).targets

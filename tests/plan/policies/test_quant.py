@@ -15,11 +15,8 @@ from recipe_engine.config.components import component_of
 from recipe_engine.config.library_keys import validate_quantization
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.policies.lora import plan_lora
-from recipe_engine.plan.policies.quant import (
-    linear_module_names,
-    quantization_plan,
-    quantized_modules,
-)
+from recipe_engine.plan.policies.quant import quantization_plan
+from recipe_engine.resolve.inventory import LINEAR, inventory_of, quantized_modules
 from recipe_engine.run.census import census, trainable_report
 from recipe_engine.run.policies import apply_freeze
 
@@ -45,7 +42,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def load(kind: str, path: Path, quant: dict, layout: str) -> Any:
     cls = tf.Qwen2VLForConditionalGeneration if kind == "qwen2_vl" else tf.LlamaForCausalLM
-    names = linear_module_names(tiny_model(kind, device="meta"))
+    names = linear_names(tiny_model(kind, device="meta"))
     config = bnb_config(quant, layout=layout, module_names=names, trained=[])
     return cls.from_pretrained(
         path, quantization_config=config, device_map={"": "cpu"}, dtype=torch.bfloat16
@@ -79,11 +76,11 @@ def test_validate_quantization_ok() -> None:
 
 
 def test_skip_modules_per_architecture() -> None:
-    qwen = linear_module_names(tiny_model("qwen2_vl", device="meta"))
+    qwen = linear_names(tiny_model("qwen2_vl", device="meta"))
     config = bnb_config(FOUR_BIT, layout="qwen2_vl", module_names=qwen, trained=[])
     assert config.llm_int8_skip_modules == ["lm_head", "model.visual"]
     assert config.bnb_4bit_compute_dtype == torch.bfloat16
-    llava = linear_module_names(tiny_model("llava", device="meta"))
+    llava = linear_names(tiny_model("llava", device="meta"))
     config = bnb_config(FOUR_BIT, layout="llava", module_names=llava, trained=[])
     assert config.llm_int8_skip_modules == [
         "lm_head",
@@ -99,7 +96,7 @@ def test_skip_modules_per_architecture() -> None:
 
 
 def test_quantizing_trained_component_errors() -> None:
-    names = linear_module_names(tiny_model("llama", device="meta"))
+    names = linear_names(tiny_model("llama", device="meta"))
     with pytest.raises(RecipeError, match="trains in full") as info:
         bnb_config(
             FOUR_BIT,
@@ -151,7 +148,7 @@ def test_qlora_trains_on_cpu(saved: dict[str, Path]) -> None:
     frozen = ["vision_tower", "projector", "embeddings", "lm_head"]
     apply_freeze(model, layout="qwen2_vl", components=frozen, patterns=[])
     lora = {"r": 4, "lora_alpha": 8}
-    plan = plan_lora(model, layout="qwen2_vl", lora=lora, frozen=frozen)
+    plan = plan_lora(inventory_of(model), layout="qwen2_vl", lora=lora, frozen=frozen)
     assert plan.components == ["language_model"] and plan.modules_to_save == []
     peft_model = apply_lora(
         model, layout="qwen2_vl", lora=lora, frozen=frozen, gradient_checkpointing=True
@@ -180,3 +177,8 @@ def test_a_skip_entry_that_keeps_no_layer_out_is_refused_with_the_full_name():
     quant["llm_int8_skip_modules"] = ["model.vision_model"]
     planned = quantization_plan(quant, layout="idefics3", module_names=names, trained=[])
     assert "model.vision_model" in planned.config["llm_int8_skip_modules"]
+
+
+def linear_names(model: Any) -> list[str]:
+    """The layers bitsandbytes would replace, as the inventory lists them."""
+    return inventory_of(model).names_of(LINEAR)

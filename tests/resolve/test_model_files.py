@@ -15,8 +15,9 @@ import pytest
 from huggingface_hub import constants
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.model_files import check_hub_model, check_model_folder, hub_offline
-from recipe_engine.tiny import build_tiny_model
+from recipe_engine.resolve.hub_models import check_hub_model, hub_offline
+from recipe_engine.resolve.model_files import check_model_folder
+from recipe_engine.resolve.tiny import build_tiny_model
 
 KEY = "stage.llm.init.path"
 

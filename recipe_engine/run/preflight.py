@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan import memo
 from recipe_engine.plan.recipe_plan import StagePlan
+from recipe_engine.resolve import cache
 
 # Placement decides these for the machine that runs the stage; the child runs on CPU, so
 # they are left to the trainer (a bf16 plan for a GPU profile is valid on a laptop).
@@ -39,7 +39,7 @@ def check_with_libraries(stages: Sequence[StagePlan]) -> None:
         _check_device_settings(stage)
     payload = [library_arguments(s) for s in stages if not s.config.evaluate_only]
     if payload:
-        memo.remembered("libraries", {"stages": payload}, lambda: _judge(payload))
+        cache.remembered("libraries", {"stages": payload}, lambda: _judge(payload))
 
 
 def _check_device_settings(stage: StagePlan) -> None:

@@ -11,8 +11,8 @@ from recipe_engine.config import library_objects
 from recipe_engine.config.compose import compose_config
 from recipe_engine.config.library_keys import check_train
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan import library_check
-from recipe_engine.plan.planner import plan_from_config
+from recipe_engine.run import preflight as library_check
+from recipe_engine.run.planning import plan_from_config
 
 # Settings that change what is logged and where, never what is learned.
 TRACKER_ONLY = {
@@ -57,12 +57,12 @@ def nothing_but_tensorboard(monkeypatch):
     """An environment where only TensorBoard is installed, whatever is installed here."""
     monkeypatch.setattr(library_objects, "available_integrations", lambda: {"tensorboard"})
     monkeypatch.setattr(library_check, "_ask_child", only_reporting)
-    remembered = library_check.memo.remembered  # a passing verdict kept earlier must not answer
+    remembered = library_check.cache.remembered  # a passing verdict kept earlier must not answer
 
     def fresh_libraries(kind, inputs, check):
         return check() if kind == "libraries" else remembered(kind, inputs, check)
 
-    monkeypatch.setattr(library_check.memo, "remembered", fresh_libraries)
+    monkeypatch.setattr(library_check.cache, "remembered", fresh_libraries)
 
 
 @pytest.mark.usefixtures("nothing_but_tensorboard")

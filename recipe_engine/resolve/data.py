@@ -16,7 +16,6 @@ import contextlib
 import csv
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import random
 import tempfile
@@ -27,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config.schema import DataConfig
 from recipe_engine.errors import RecipeError, did_you_mean
-from recipe_engine.plan import data_rows
-from recipe_engine.plan.data_rows import CANONICAL_COLUMNS, INPUT_FORMATS, row_error
-from recipe_engine.tiny import TINY_DATASETS
+from recipe_engine.resolve import formats as data_rows
+from recipe_engine.resolve.formats import CANONICAL_COLUMNS, INPUT_FORMATS, row_error
+from recipe_engine.resolve.tiny import TINY_DATASETS
 
 if TYPE_CHECKING:
     import datasets
@@ -200,9 +199,9 @@ def resolve_path(cfg: Mapping[str, Any]) -> Path:
     """The local file or folder the data lives in (builds the tiny dataset if needed)."""
     source = _source(cfg)
     if source == "tiny":
-        from recipe_engine.tiny import build_dataset
+        from recipe_engine.resolve import tiny
 
-        return Path(build_dataset(_tiny_name(cfg)))
+        return Path(tiny.build_dataset(_tiny_name(cfg)))
     if source == "hub":
         raise RecipeError(
             "data.source=hub has no local path; use data.source=local for files.",
@@ -276,18 +275,8 @@ def data_identity(cfg: DataConfig | Mapping[str, Any]) -> str:
     if source == "tiny":
         settings["path"] = _tiny_name(cfg)
     h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
-    if source == "local":
+    if source in ("local", "tiny"):  # a built-in dataset by the rows it was built to
         _hash_tree(h, resolve_path(cfg))
-    elif source == "tiny":
-        # Tiny datasets are a pure function of (name, builder code); hashing the builder's
-        # source stands in for a version without building or importing anything heavy.
-        try:
-            spec = importlib.util.find_spec("recipe_engine.tiny")
-        except (ImportError, ValueError):  # ValueError: an already-imported module lacks a spec
-            spec = None
-        if spec is not None and spec.origin and Path(spec.origin).is_file():
-            h.update(b"tiny-builder\0")
-            _hash_file(h, Path(spec.origin))
     return h.hexdigest()
 
 

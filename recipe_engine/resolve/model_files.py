@@ -13,15 +13,16 @@ libraries are imported inside the functions that use them.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError, closest
+from recipe_engine.resolve.hub_models import (
+    Where,
+    check_hub,
+)
 
-# One question to the hub while planning, not a download with retries.
-HUB_TIMEOUT_S = 5
 KIND_NAMES = {"vlm": "a vision-language model", "causal_lm": "a causal LM"}
 # Files a data folder holds; seeing them where a model should be means the paths were mixed up.
 _DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".arrow")
@@ -34,17 +35,12 @@ _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 
 @dataclass(frozen=True)
-class _Where:
-    """Who pointed at the folder: the message names it, the error carries the key."""
+class _Loading:
+    """How the folder will be loaded: as which kind, and what the entry allows."""
 
-    key: str
-    subject: str
-
-    def error(self, text: str) -> RecipeError:
-        return RecipeError(f"{self.subject} {text}", key=self.key)
-
-    def refuse(self, folder: Path, text: str) -> RecipeError:
-        return self.error(f"is {folder}: {text}")
+    kind: str
+    trust_remote_code: bool
+    allow_pickle: bool
 
 
 # --------------------------------------------------------------------------- local folders
@@ -63,21 +59,20 @@ def check_model_folder(
     `kind` is "vlm" or "causal_lm". A PEFT adapter folder is checked, and so is its base
     model when the base is a local folder.
     """
-    _check_folder(Path(path), kind, _Where(key, f"`{key}`"), trust_remote_code, allow_pickle)
+    loading = _Loading(kind, trust_remote_code, allow_pickle)
+    _check_folder(Path(path), Where(key, f"`{key}`"), loading)
 
 
-def _check_folder(
-    folder: Path, kind: str, where: _Where, trust_remote_code: bool, allow_pickle: bool
-) -> None:
+def _check_folder(folder: Path, where: Where, loading: _Loading) -> None:
     if not folder.is_dir():
         raise where.refuse(folder, _not_a_folder(folder))
     # An adapter folder loads as adapter (see run.loading.is_adapter_folder), config or not.
     if (folder / "adapter_config.json").is_file():
-        _check_adapter(folder, kind, where, trust_remote_code, allow_pickle)
+        _check_adapter(folder, where, loading)
         return
     config = _read_config(folder, where)
-    _check_architecture(folder, config, kind, where, trust_remote_code)
-    for file in _weight_files(folder, where, allow_pickle):
+    _check_architecture(folder, config, loading.kind, where, loading.trust_remote_code)
+    for file in _weight_files(folder, where, loading.allow_pickle):
         _check_safetensors(file, folder, where)
 
 
@@ -90,7 +85,7 @@ def _not_a_folder(path: Path) -> str:
     )
 
 
-def _read_config(folder: Path, where: _Where) -> dict[str, Any]:
+def _read_config(folder: Path, where: Where) -> dict[str, Any]:
     file = folder / "config.json"
     if not file.is_file():
         raise where.refuse(folder, _no_config(folder, where.key))
@@ -150,7 +145,7 @@ def _is_data_file(path: Path) -> bool:
 
 
 def _check_architecture(
-    folder: Path, config: dict[str, Any], kind: str, where: _Where, trust_remote_code: bool
+    folder: Path, config: dict[str, Any], kind: str, where: Where, trust_remote_code: bool
 ) -> None:
     """The model type must be one transformers builds (or trusted remote code), of `kind`."""
     import transformers
@@ -181,7 +176,7 @@ def _check_architecture(
     _check_kind(folder, model_type, kind, where)
 
 
-def _check_kind(folder: Path, model_type: str, kind: str, where: _Where) -> None:
+def _check_kind(folder: Path, model_type: str, kind: str, where: Where) -> None:
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
@@ -210,7 +205,7 @@ def _check_kind(folder: Path, model_type: str, kind: str, where: _Where) -> None
     )
 
 
-def _weight_files(folder: Path, where: _Where, allow_pickle: bool) -> list[Path]:
+def _weight_files(folder: Path, where: Where, allow_pickle: bool) -> list[Path]:
     """The safetensors files from_pretrained will read (pickle weights are only located)."""
     # The names from_pretrained looks for, in its order; other names it never loads.
     index = folder / "model.safetensors.index.json"
@@ -254,7 +249,7 @@ def _pickle_refusal(name: str) -> str:
     )
 
 
-def _shards(folder: Path, index: Path, where: _Where) -> list[Path]:
+def _shards(folder: Path, index: Path, where: Where) -> list[Path]:
     """The shard files a weight index names; all must be present."""
     try:
         names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -276,7 +271,7 @@ def _shards(folder: Path, index: Path, where: _Where) -> list[Path]:
     return [folder / str(name) for name in names]
 
 
-def _check_safetensors(file: Path, folder: Path, where: _Where) -> None:
+def _check_safetensors(file: Path, folder: Path, where: Where) -> None:
     from safetensors import SafetensorError, safe_open
 
     # safe_open memory-maps the file and parses only its header; it also checks that the
@@ -292,9 +287,7 @@ def _check_safetensors(file: Path, folder: Path, where: _Where) -> None:
         ) from None
 
 
-def _check_adapter(
-    folder: Path, kind: str, where: _Where, trust_remote_code: bool, allow_pickle: bool
-) -> None:
+def _check_adapter(folder: Path, where: Where, loading: _Loading) -> None:
     """A PEFT adapter: its config names a base, its weights are readable, its base loads."""
     base, revision = _adapter_base(folder, where)
     weights = folder / "adapter_model.safetensors"
@@ -307,24 +300,20 @@ def _check_adapter(
             "(adapter_model.safetensors). Copy them beside adapter_config.json, or re-save the "
             "adapter with save_pretrained.",
         )
-    elif not allow_pickle:
+    elif not loading.allow_pickle:
         raise where.refuse(folder, _pickle_refusal("adapter_model.bin"))
-    base_where = _Where(
+    base_where = Where(
         where.key, f"{where.subject} is the adapter {folder}; its base model (adapter_config.json)"
     )
-    _check_adapter_base(folder, base, revision, kind, base_where, trust_remote_code, allow_pickle)
+    _check_adapter_base(folder, (base, revision), base_where, loading)
 
 
 def _check_adapter_base(
-    adapter: Path,
-    base: str,
-    revision: str | None,
-    kind: str,
-    where: _Where,
-    trust_remote_code: bool,
-    allow_pickle: bool,
+    adapter: Path, named: tuple[str, str | None], where: Where, loading: _Loading
 ) -> None:
-    """The base an adapter applies to: a local folder, or a hub id (offline: it must be cached)."""
+    """The base an adapter applies to (`named`: its folder or hub id, and revision): a local
+    folder, or a hub id (offline: it must be cached)."""
+    base, revision = named
     folder: Path | None = Path(base).expanduser()
     if folder.is_dir() and folder.resolve() == adapter.resolve():  # would check forever
         raise where.refuse(
@@ -340,12 +329,12 @@ def _check_adapter_base(
                 "Copy the base model there, or set base_model_name_or_path in "
                 "adapter_config.json to its folder or hub id.",
             )
-        hub = _check_hub(base, revision, where, None)
+        hub = check_hub(base, revision, where, None)
         if hub.unavailable:  # the adapter is here, so its base is needed here
             raise RecipeError(hub.unavailable, key=where.key)
         folder = hub.cached  # None: the hub has it; fetched at load time
     if folder is not None:
-        _check_folder(folder, kind, where, trust_remote_code, allow_pickle)
+        _check_folder(folder, where, loading)
 
 
 def adapter_base_location(adapter: Path, base: str) -> str:
@@ -364,7 +353,7 @@ def adapter_base_location(adapter: Path, base: str) -> str:
     return str(beside.resolve()) if beside.exists() else base
 
 
-def _adapter_base(folder: Path, where: _Where) -> tuple[str, str | None]:
+def _adapter_base(folder: Path, where: Where) -> tuple[str, str | None]:
     """The base model (folder or hub id) and revision an adapter's config names."""
     try:
         adapter = json.loads((folder / "adapter_config.json").read_text())
@@ -379,146 +368,3 @@ def _adapter_base(folder: Path, where: _Where) -> tuple[str, str | None]:
             "save_pretrained, or set base_model_name_or_path to the base's hub id or folder.",
         )
     return adapter_base_location(folder, base), revision if isinstance(revision, str) else None
-
-
-# --------------------------------------------------------------------------- hub ids
-
-
-@dataclass(frozen=True)
-class HubModel:
-    """What planning could learn of a hub model without downloading weights."""
-
-    cached: Path | None = None  # the cached snapshot folder holding its config
-    unavailable: str | None = None  # why it cannot be loaded from here (offline, no answer)
-
-
-def check_hub_model(
-    model_id: str, revision: str | None, *, key: str, cache_dir: Path | None = None
-) -> HubModel:
-    """Refuse a malformed hub id, one the hub does not have (or not at that revision, or
-    gated), or one that cannot be fetched because HF_HUB_OFFLINE is set.
-
-    A model whose config is in the local cache is checked there (the caller may run
-    `check_model_folder` on `cached`). Otherwise, online, the hub is asked once with a short
-    timeout and no retries. When the model cannot be had from here (offline and not cached,
-    or the hub did not answer) `unavailable` says why and what to do: `plan` notes it for a
-    plan made for another machine, `run` refuses with it. `cache_dir` defaults to
-    huggingface_hub's.
-    """
-    return _check_hub(model_id, revision, _Where(key, f"`{key}`"), cache_dir)
-
-
-def hub_offline() -> bool:
-    """HF_HUB_OFFLINE as huggingface_hub read it at import, or as the environment has it now."""
-    from huggingface_hub import constants
-
-    value = os.environ.get("HF_HUB_OFFLINE", "").strip().upper()
-    return bool(constants.HF_HUB_OFFLINE) or value in constants.ENV_VARS_TRUE_VALUES
-
-
-def _check_hub(
-    model_id: str, revision: str | None, where: _Where, cache_dir: Path | None
-) -> HubModel:
-    _check_repo_id(model_id, where)
-    from huggingface_hub import constants, try_to_load_from_cache
-
-    # Resolved here, once, for both lookups: scan_cache_dir keeps its own import-time copy.
-    cache = Path(cache_dir if cache_dir is not None else constants.HF_HUB_CACHE)
-    found = try_to_load_from_cache(model_id, "config.json", cache_dir=cache, revision=revision)
-    if isinstance(found, str):  # otherwise None (not cached) or a "known missing" marker
-        return HubModel(cached=Path(found).parent)
-    if not hub_offline() and _ask_hub(model_id, revision, where):
-        return HubModel()
-    at = f" at revision {revision}" if revision else ""
-    download = f"hf download {model_id}" + (f" --revision {revision}" if revision else "")
-    why = (
-        "HF_HUB_OFFLINE=1 is set, so it cannot be downloaded"
-        if hub_offline()
-        else "the hub did not answer from here (set HF_HUB_OFFLINE=1 to use only the cache)"
-    )
-    return HubModel(
-        unavailable=f"{where.subject} is the hub model {model_id}{at}, which is not in the "
-        f"local Hugging Face cache ({cache}), and {why}.{_cached_hint(model_id, cache)} "
-        f"Download it where the hub is reachable (`{download}`), or point at a local folder "
-        f"instead ({_local_fix(where.key)})."
-    )
-
-
-def _ask_hub(model_id: str, revision: str | None, where: _Where) -> bool:
-    """Whether the hub answered; refuses what it answered no to."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    try:
-        HfApi().model_info(model_id, revision=revision, timeout=HUB_TIMEOUT_S)
-    except GatedRepoError:
-        raise where.error(
-            f"is the hub model {model_id}, which is gated: accept its terms on its hub page "
-            "and log in (`hf auth login`), or point at a local copy "
-            f"({_local_fix(where.key)})."
-        ) from None
-    except RevisionNotFoundError:
-        raise where.error(
-            f"is the hub model {model_id}, which has no revision {revision!r}. Fix "
-            "model.revision (a branch, tag or commit of that repository)."
-        ) from None
-    except RepositoryNotFoundError:
-        raise where.error(
-            f"is {model_id}, which the hub does not have (or it is private: log in with "
-            f"`hf auth login`). Check the spelling, or point at a local folder "
-            f"({_local_fix(where.key)})."
-        ) from None
-    except HfHubHTTPError:
-        return False  # the hub answered with a server error: as good as unreachable
-    except Exception:  # noqa: BLE001 - any transport failure (DNS, proxy, timeout) alike
-        return False
-    return True
-
-
-def _check_repo_id(model_id: str, where: _Where) -> None:
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    try:
-        validate_repo_id(model_id)
-    except HFValidationError:
-        looks_local = str(model_id).startswith(("/", ".", "~")) or Path(str(model_id)).exists()
-        fix = (
-            f"For a local folder use {_local_fix(where.key)}."
-            if looks_local
-            else "Use owner/name or name, e.g. Qwen/Qwen2.5-0.5B-Instruct."
-        )
-        raise where.error(
-            f"is {model_id!r}, which is not a Hugging Face model id (owner/name or name; "
-            "letters, digits, '-', '_' and '.'; no '--' or '..'; at most 96 characters). "
-            f"{fix}"
-        ) from None
-
-
-def _local_fix(key: str) -> str:
-    """The override that points the same slot at a local folder."""
-    parts = key.split(".")
-    if parts[0] == "stage" and len(parts) > 2:
-        return f"stage.{parts[1]}.init.path=/path/to/folder"
-    return "model.source=local model.id=/path/to/folder"
-
-
-def _cached_hint(model_id: str, cache_dir: Path) -> str:
-    """' Did you mean ...?' against the model repos in the cache (case-insensitively)."""
-    from huggingface_hub import scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound, CorruptedCacheException
-
-    try:
-        repos = [r.repo_id for r in scan_cache_dir(cache_dir).repos if r.repo_type == "model"]
-    except (CacheNotFound, CorruptedCacheException, OSError, ValueError):
-        return ""  # a hint only: no cache, or one it cannot read, leaves the message as it is
-    if model_id in repos:
-        return " The cache holds other revisions of it."
-    by_lower = {repo.lower(): repo for repo in repos}
-    near = closest(model_id.lower(), by_lower)
-    return f" Did you mean `{by_lower[near]}` (in the cache)?" if near else ""

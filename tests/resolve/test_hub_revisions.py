@@ -17,11 +17,11 @@ from machines import CPU_ONLY
 
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.hub_revisions import pin_revisions, pins_path
-from recipe_engine.plan.planner import plan_from_config
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.plan.render import render_plan
-from recipe_engine.tiny import build_tiny_model
+from recipe_engine.resolve.hub_revisions import pin_revisions, pins_path
+from recipe_engine.resolve.tiny import build_tiny_model
+from recipe_engine.run.planning import plan_from_config
 
 REPO = "acme/tiny-lm"
 A = "a" * 40

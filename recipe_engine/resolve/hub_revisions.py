@@ -30,7 +30,7 @@ from typing import Any
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import atomic_write_json, file_lock
-from recipe_engine.plan import model_files
+from recipe_engine.resolve import hub_models
 
 PINS_FILE = "hub-revisions.json"
 PINS_VERSION = 1
@@ -102,8 +102,8 @@ class HubRevisions:
 
 def _resolve_now(model_id: str, requested: str | None) -> HubRevision | None:
     if not _valid_id(model_id):
-        return None  # model_files.check_hub_model refuses it with the message
-    if not model_files.hub_offline():
+        return None  # hub_models.check_hub_model refuses it with the message
+    if not hub_models.hub_offline():
         commit = _hub_commit(model_id, requested)
         if commit is not None:
             return HubRevision(model_id, requested, commit, HUB)
@@ -127,7 +127,7 @@ def _hub_commit(model_id: str, requested: str | None) -> str | None:
     from huggingface_hub import HfApi
 
     try:
-        info = HfApi().model_info(model_id, revision=requested, timeout=model_files.HUB_TIMEOUT_S)
+        info = HfApi().model_info(model_id, revision=requested, timeout=hub_models.HUB_TIMEOUT_S)
     except Exception:  # noqa: BLE001 - refusals are check_hub_model's; the cache decides now
         return None
     commit = getattr(info, "sha", None)

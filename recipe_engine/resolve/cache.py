@@ -1,9 +1,11 @@
-"""Checks that passed once, remembered: `plan` skips the meta model and the row check.
+"""What was read once, remembered: a second `plan` reads no rows and builds no meta model.
 
-Building a model on the meta device costs seconds of imports and reading every row costs
-seconds more, so a passing check is kept in the cache folder under a key made of everything
-its outcome depends on: the inputs the caller names, the planner code that decided it and
-the library versions. Any change to those checks again; a failing check is never kept.
+Reading every row costs seconds and building a model on the meta device costs seconds of
+imports, so what such a read found is kept in the cache folder under a key made of the
+content it was read from (the inputs the caller names: file hashes, config hashes, data
+identities), the versions of the libraries that read it, and the version of what is recorded
+(`RECORDS`). Facts about content do not change when the planner changes, so no list of the
+engine's own source files is part of a key. A failed read is never kept.
 """
 
 from __future__ import annotations
@@ -16,24 +18,17 @@ from typing import Any
 
 from recipe_engine.config.library_keys import cache_dir
 from recipe_engine.files import atomic_write_json
-from recipe_engine.plan.dag import canonical_hash
+from recipe_engine.hashing import canonical_hash
 from recipe_engine.versions import package_version
 
-PACKAGE = Path(__file__).resolve().parents[1]
-# The code whose behaviour each kind of check depends on (paths inside the package).
-CODE = {
-    "policies": (
-        "plan/policy.py",
-        "config/components.py",
-        "config/layouts.yaml",
-        "plan/policies/freeze.py",
-        "plan/policies/lora.py",
-        "plan/policies/quant.py",
-    ),
-    "rows": ("plan/data.py", "plan/data_rows.py"),
-    "libraries": ("config/library_objects.py", "plan/library_check.py"),
-    "models": ("plan/model_files.py",),
-    "lengths": ("plan/memory_inputs.py", "plan/data.py", "plan/data_rows.py"),
+# What each kind of record holds, versioned: bump a kind's number when its reader changes
+# what it records (a new field, another way of counting), so old records are not served.
+RECORDS = {
+    "inventory": 1,  # a model's parameters and modules, read on the meta device
+    "models": 1,  # a model folder loads as its kind of model (config, weights' headers)
+    "rows": 1,  # a dataset's format and split sizes, checked row by row
+    "lengths": 1,  # the longest training row (characters, messages, images)
+    "libraries": 1,  # the libraries accept the planned SFTConfig / LoraConfig / bnb settings
 }
 # Distributions of the `report_to` integrations (transformers' is_*_available checks).
 TRACKERS = (
@@ -54,8 +49,8 @@ TRACKERS = (
     "flytekit",
 )
 LIBRARIES_BY_KIND = {
-    "policies": ("transformers", "peft", "bitsandbytes"),
-    "rows": ("datasets",),
+    "inventory": ("torch", "transformers"),
+    "rows": ("datasets", "trl", "pillow"),
     # The trackers too: whether `report_to` passes depends on which of them are installed.
     "libraries": ("trl", "transformers", "peft", "bitsandbytes", "accelerate", *TRACKERS),
     "models": ("transformers", "safetensors", "huggingface_hub"),
@@ -64,13 +59,13 @@ LIBRARIES_BY_KIND = {
 
 
 def remembered(
-    kind: str, inputs: Mapping[str, Any], check: Callable[[], dict[str, Any] | None]
+    kind: str, inputs: Mapping[str, Any], read: Callable[[], dict[str, Any] | None]
 ) -> dict[str, Any] | None:
-    """`check()`'s result for these inputs: from the cache, or computed (and kept if not None)."""
+    """`read()`'s result for these inputs: from the cache, or computed (kept if not None)."""
     path = cache_dir() / kind / f"{_key(kind, inputs)}.json"
     if path.is_file():
         return json.loads(path.read_text())
-    result = check()
+    result = read()
     if result is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, result)
@@ -85,7 +80,7 @@ def _key(kind: str, inputs: Mapping[str, Any]) -> str:
     return canonical_hash(
         {
             "inputs": inputs,
-            "code": [file_digest(PACKAGE / f) for f in CODE[kind]],
+            "record": RECORDS[kind],
             "versions": [package_version(d) for d in LIBRARIES_BY_KIND[kind]],
         }
     )

@@ -1,4 +1,4 @@
-"""Tests for recipe_engine.plan.data: file types, formats, splits, validation errors, identity."""
+"""recipe_engine.resolve.data: file types, formats, splits, validation errors, identity."""
 
 from __future__ import annotations
 
@@ -6,14 +6,13 @@ import csv
 import json
 import subprocess
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.data import data_identity, load_splits
+from recipe_engine.resolve.data import data_identity, load_splits
 
 CHAT = [
     {"role": "user", "content": "Hi"},
@@ -204,9 +203,9 @@ def test_saved_dataset_dict_and_dataset(tmp_path: Path) -> None:
 def test_tiny_source_uses_built_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_jsonl(tmp_path / "train.jsonl", [chat(0)])
     write_jsonl(tmp_path / "eval.jsonl", [chat(1)])
-    fake = types.ModuleType("recipe_engine.tiny")
-    fake.build_dataset = lambda name: tmp_path  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "recipe_engine.tiny", fake)
+    from recipe_engine.resolve import tiny
+
+    monkeypatch.setattr(tiny, "build_dataset", lambda name: tmp_path)
     splits = load_splits({"source": "tiny", "path": "arithmetic"}, kind="causal_lm")
     assert (len(splits.train), len(splits.eval)) == (1, 1)
 
@@ -458,7 +457,7 @@ def test_identity_for_hub_and_tiny_needs_no_files() -> None:
 
 def test_module_import_is_light() -> None:
     code = (
-        "import sys, recipe_engine.plan.data as d\n"
+        "import sys, recipe_engine.resolve.data as d\n"
         "d.data_identity({'source': 'hub', 'path': 'x'})\n"
         "print(sorted(m for m in ('torch', 'datasets', 'pyarrow', 'PIL') if m in sys.modules))"
     )

@@ -28,7 +28,7 @@ from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.files import share_as_umask
-from recipe_engine.plan import model_files
+from recipe_engine.resolve import hub_models
 
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
 RECORD = "gguf_source.json"  # in a converted folder: the file it came from (written last)
@@ -122,11 +122,11 @@ def _hub_file(model_id: str, revision: str | None, name: str) -> tuple[Path | No
     cached = try_to_load_from_cache(model_id, name, revision=revision)
     if isinstance(cached, str):  # otherwise None or a "known missing" marker
         return Path(cached), None
-    hub = model_files.check_hub_model(model_id, revision, key="model.id")
+    hub = hub_models.check_hub_model(model_id, revision, key="model.id")
     download = f"`hf download {model_id} {name}" + (f" --revision {revision}`" if revision else "`")
     if hub.unavailable:
         return None, f"{hub.unavailable} The file needed is model.gguf_file {name}: {download}."
-    if model_files.hub_offline():  # the repository's config is cached, the GGUF file is not
+    if hub_models.hub_offline():  # the repository's config is cached, the GGUF file is not
         return None, (
             f"`model.gguf_file` {name} of the hub model {model_id} is not in the local Hugging "
             f"Face cache, and HF_HUB_OFFLINE=1 is set. Download it where the hub is reachable "
@@ -197,7 +197,7 @@ def convert_once(file: Path, kind: str, cache_dir: Path | None = None) -> Path:
 
 def conversion_folder(file: Path, kind: str, cache_dir: Path | None = None) -> Path:
     """`<cache>/models/gguf/<file stem>-<hash>`: the hash changes when the file does."""
-    from recipe_engine.tiny import default_cache_dir
+    from recipe_engine.files import default_cache_dir
 
     resolved = file.resolve()
     stat = resolved.stat()

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from recipe_engine.tiny_shapes import ALL_SHAPES, draw_any_shape
+from recipe_engine.resolve.tiny.shapes import ALL_SHAPES, draw_any_shape
 
 # Neutral words the span's other places hold: in the tokenizer's vocabulary, never an answer.
 _FILLERS = ("Picture", "Video", "system", "user")

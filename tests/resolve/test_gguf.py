@@ -19,10 +19,11 @@ from recipe_engine.config.compose import compose_config, to_engine_config
 from recipe_engine.config.resolvers import package_dir
 from recipe_engine.config.schema import ModelConfig, StageConfig
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan import gguf
-from recipe_engine.plan.models import check_model_entry, model_location
-from recipe_engine.plan.planner import resolve_init
-from recipe_engine.tiny import build_tiny_model
+from recipe_engine.resolve import gguf
+from recipe_engine.resolve.hub_revisions import HubRevisions
+from recipe_engine.resolve.models import model_location
+from recipe_engine.resolve.sources import check_model_entry, model_source
+from recipe_engine.resolve.tiny import build_tiny_model
 
 FILE = "tiny.Q4_1.gguf"
 
@@ -122,7 +123,7 @@ def test_resolve_init_loads_the_converted_folder_and_keys_the_gguf_file(
     model = ModelConfig(
         name="m", source="local", id=str(tmp_path / "pkg"), kind="causal_lm", gguf_file=FILE
     )
-    init, resolved = resolve_init("llm", StageConfig(), model, None)
+    init, resolved = model_source("llm", StageConfig(), model, HubRevisions())
     assert init.location == model_location(dataclasses.asdict(model))
     assert Path(str(init.location)).parent == cache / "models" / "gguf"
     assert init.identity["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
@@ -131,7 +132,7 @@ def test_resolve_init_loads_the_converted_folder_and_keys_the_gguf_file(
     # A stage starting from a save_pretrained folder does not look for the GGUF file in it.
     stage = StageConfig()
     stage.init.path = str(build_tiny_model("tiny-llama"))
-    init, resolved = resolve_init("llm", stage, model, None)
+    init, resolved = model_source("llm", stage, model, HubRevisions())
     assert resolved.gguf_file is None and "files" in init.identity
 
 

@@ -1,0 +1,71 @@
+"""How a stage's rows reach the model, and what the trainer and evaluation need of them.
+
+Pure: `resolve` surveyed the rows each way the planner may read them (`StageInputs.data`);
+this module picks one and says why on the data line of `plan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from recipe_engine.config.schema import StageConfig
+from recipe_engine.errors import RecipeError
+from recipe_engine.resolve.data import chat_template_setting
+from recipe_engine.resolve.formats import CHAT_PROMPT_COMPLETION, PROMPT_COMPLETION
+from recipe_engine.resolve.inputs import Rows, StageInputs
+
+
+def rows_through_template(inputs: StageInputs, shared: dict[tuple[str, str], Rows]) -> Rows:
+    """Plain prompt/completion rows as TRL's conversational prompt-completion where the model
+    has a chat template (`data.chat_template`), so that training, evaluation and `compare` ask
+    an instruct model as it was made to be asked; the data line of `plan` says which, and why.
+    Conversations go through the template anyway; image rows are conversational already."""
+    rows = inputs.data[""]
+    setting = chat_template_setting(rows.config)
+    if rows.format not in (PROMPT_COMPLETION, CHAT_PROMPT_COMPLETION):
+        return inputs.data["auto"] if setting == "true" else rows  # moot for these rows
+    if setting == "false":
+        return _rendered(rows, "as plain text (data.chat_template=false)", shared)
+    found, model = inputs.model.template.found, inputs.model.entry
+    if setting == "true" and found is False:
+        raise RecipeError(
+            f"data.chat_template=true, but the tokenizer of `{model.name}` has no chat "
+            "template to put the prompt/completion rows through. Use data.chat_template=auto "
+            "(plain text for such a model) or a model with a chat template.",
+            key="data.chat_template",
+        )
+    if setting == "auto" and not found:
+        why = "has no chat template" if found is False else "chat template cannot be read here"
+        # Recorded as decided (the key stays: `false` is not hashed), so that `compare` asks
+        # probes as these rows were asked.
+        plain = dataclasses.replace(rows.config, chat_template="false")
+        rows = dataclasses.replace(rows, config=plain)
+        return _rendered(rows, f"as plain text: the model's tokenizer {why}", shared)
+    if setting == "auto":  # the same rows, read as conversations: another data identity
+        rows = inputs.data["true"]
+    return _rendered(rows, "through the chat template", shared)
+
+
+def _rendered(rows: Rows, rendering: str, shared: dict[tuple[str, str], Rows]) -> Rows:
+    """`rows` with how they reach the model, shared by the stages that read them so (a run
+    reads them once)."""
+    key = (rows.identity, f"{rows.kind}: {rendering}")
+    return shared.setdefault(key, dataclasses.replace(rows, rendering=rendering))
+
+
+def check_trainable_rows(name: str, stage: StageConfig, rows: Rows, evaluation: bool) -> None:
+    """What the trainer and the evaluation will do with these rows must be possible."""
+    if stage.evaluate_only and not rows.eval_rows:
+        raise RecipeError(
+            f"Evaluation stage `{name}` needs a held-out split: set data.eval_split "
+            "to a split your data has, or data.eval_fraction=0.1.",
+            key="data.eval_split",
+        )
+    if evaluation and not stage.evaluate_only and not rows.eval_rows:
+        raise RecipeError(
+            f"Stage `{name}` is evaluated after training (eval.enabled), but its data "
+            f"({rows.origin}) has no held-out rows. Hold some out with "
+            "data.eval_fraction=0.1, point data.eval_split at a split your data has, or "
+            "train without evaluation: eval.enabled=false.",
+            key="data.eval_split",
+        )

@@ -1,0 +1,115 @@
+"""What `resolve` yields and `plan` decides on: each stage's inputs made concrete, as data.
+
+Nothing here reads anything: a `Rows` reads its rows (once, on first use) only when the run
+asks for them; the planner takes its survey (format, split sizes, longest row) as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from recipe_engine.config.schema import DataConfig, ModelConfig
+from recipe_engine.resolve.inventory import ModelInventory
+from recipe_engine.resolve.machine import Machine
+from recipe_engine.resolve.sources import InitSource
+
+if TYPE_CHECKING:
+    from recipe_engine.resolve.data import DataSplits
+
+PROMPT_COMPLETION = "prompt_completion"
+
+
+@dataclass(frozen=True)
+class TemplateFacts:
+    """The chat template of the weights' tokenizer, as far as it can be read here."""
+
+    found: bool | None  # None: cannot be told here (a hub tokenizer not in the local cache)
+    support: str  # what it allows for assistant-only loss (plan.trainer_settings: MARKED ...)
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """config.json and the processor's config, as the memory estimate reads them."""
+
+    config: dict[str, Any]
+    processor: dict[str, Any]
+
+
+@dataclass
+class ModelInputs:
+    """A stage's model made concrete: where its weights come from and what they hold."""
+
+    init: InitSource
+    entry: ModelConfig  # the model entry the weights descend from (a hub commit pinned)
+    inventory: ModelInventory | None  # parameters and modules; None: config unreadable here
+    snapshot: ModelInventory | None  # the shipped snapshot's, where `inventory` is None
+    files: ModelFiles | None  # None: neither the model's config nor a snapshot at hand
+    template: TemplateFacts
+
+
+@dataclass
+class Rows:
+    """A stage's rows: identity, format after detection and split sizes, checked row by row.
+
+    The rows themselves are read at most once per process (`splits`): by `resolve` when it has
+    not surveyed this exact data before, otherwise by the first step of the run that needs them.
+    """
+
+    config: DataConfig
+    kind: str  # the model kind the rows are for (vlm | causal_lm)
+    seed: int  # the eval_fraction split depends on it
+    identity: str
+    format: str  # rows as TRL gets them: messages | prompt_completion | vlm
+    train_rows: int
+    eval_rows: int  # 0: no held-out split
+    # The longest training row: characters, messages, images, image pixels (memory estimate).
+    longest: dict[str, int] = field(default_factory=dict)
+    _splits: DataSplits | None = field(default=None, repr=False, compare=False)
+    # How prompt/completion text reaches the model: "through the chat template", or as
+    # plain text and why (`plan` prints it on the data line); "" for conversations.
+    rendering: str = ""
+
+    def splits(self) -> DataSplits:
+        if self._splits is None:
+            from recipe_engine.resolve.data import load_splits
+
+            self._splits = load_splits(self.config, kind=self.kind, seed=self.seed)
+        return self._splits
+
+    def __getstate__(self) -> dict[str, Any]:  # a sweep worker re-reads rather than unpickles
+        return {**self.__dict__, "_splits": None}
+
+    def describe(self) -> str:
+        held_out = f"{self.eval_rows} held out" if self.eval_rows else "no held-out split"
+        rows = f"{self.train_rows} train / {held_out}"
+        if self.rendering:  # the rows' own format, then how they reach the model
+            return f"{self.origin} ({PROMPT_COMPLETION}, {self.rendering}, {rows})"
+        return f"{self.origin} ({self.format}, {rows})"
+
+    @property
+    def origin(self) -> str:
+        """Where the rows come from, as the user named it."""
+        source, path = self.config.source, self.config.path
+        if source == "local":
+            return f"data file {path}"
+        return (
+            f"{'hub dataset' if source == 'hub' else 'built-in dataset'} {path or self.config.name}"
+        )
+
+
+@dataclass
+class StageInputs:
+    """One stage's inputs: its model, and its rows read each way the planner may choose
+    (`data`: by `data.chat_template` setting; "" is the setting as written)."""
+
+    name: str
+    model: ModelInputs
+    data: dict[str, Rows]
+    deepspeed: dict[str, Any] | None = None  # the stage's own DeepSpeed config, read
+
+
+@dataclass
+class RecipeInputs:
+    machine: Machine
+    stages: dict[str, StageInputs]

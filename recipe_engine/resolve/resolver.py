@@ -1,0 +1,287 @@
+"""Resolve a recipe: every stage's model and rows made concrete, in the order stages train.
+
+`resolve_recipe` reads as the list of what a recipe needs from the world: the machine, the
+store's hub pins, then per stage its model (source, inventory, files, chat template) and its
+rows (each way the planner may read them). Every read happens here, and every cache is keyed
+by what was read, so `plan` decides on plain data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
+from recipe_engine.errors import RecipeError, unknown_key
+from recipe_engine.resolve import cache, templates
+from recipe_engine.resolve.data import chat_template_setting, data_identity, load_splits
+from recipe_engine.resolve.formats import is_prompt_completion
+from recipe_engine.resolve.hub_revisions import HubRevisions
+from recipe_engine.resolve.inputs import (
+    ModelFiles,
+    ModelInputs,
+    RecipeInputs,
+    Rows,
+    StageInputs,
+    TemplateFacts,
+)
+from recipe_engine.resolve.inventory import ModelInventory, model_inventory
+from recipe_engine.resolve.machine import Machine, detect_machine
+from recipe_engine.resolve.models import model_location
+from recipe_engine.resolve.sources import PARENT, InitSource, model_source, parent_source
+
+SNAPSHOTS = Path(__file__).parent / "model_snapshots"
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+
+
+def resolve_recipe(
+    cfg: EngineConfig, parents: Mapping[str, str | None], machine: Machine | None = None
+) -> RecipeInputs:
+    """The inputs of every stage, `parents` in training order (a child after its parent)."""
+    revisions = HubRevisions.of_store(cfg.output_root)  # read only: `run` pins
+    surveyed: dict[tuple[str, str], Rows] = {}
+    stages: dict[str, StageInputs] = {}
+    for name, parent in parents.items():
+        stage = cfg.stage[name]
+        if parent is None:
+            model = _root_model(name, stage, cfg.model, revisions)
+        else:
+            model = dataclasses.replace(stages[parent].model, init=parent_source(parent))
+        data = stage_data(name, cfg.data, stage.data)
+        rows = _rows_each_way(data, model, cfg.seed, surveyed)
+        stages[name] = StageInputs(name, model, rows, deepspeed_config(name, stage.train))
+    return RecipeInputs(machine or detect_machine(), stages)
+
+
+def stage_data(name: str, recipe_data: DataConfig, keys: Mapping[str, Any] | None) -> DataConfig:
+    """The recipe's data with the stage's own `data` keys in place of the recipe's."""
+    fields = {f.name for f in dataclasses.fields(DataConfig)}
+    for key in keys or {}:
+        if key not in fields:
+            raise unknown_key(f"stage.{name}.data.{key}", fields, "a stage's data (data keys)")
+    return dataclasses.replace(recipe_data, **(keys or {}))
+
+
+def deepspeed_config(name: str, train: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The stage's own DeepSpeed config: a mapping in `train.deepspeed`, or the JSON file it
+    names (None: the engine's default)."""
+    config = train.get("deepspeed")
+    if not isinstance(config, str):
+        return dict(config) if config else None
+    try:
+        return json.loads(Path(config).expanduser().read_text())
+    except (OSError, ValueError) as error:
+        raise RecipeError(
+            f"`stage.{name}.train.deepspeed` is {config}, which is not a readable DeepSpeed "
+            f"JSON config ({error}). Point it at one, or drop it for the default ZeRO-2.",
+            key=f"stage.{name}.train.deepspeed",
+        ) from None
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def _root_model(
+    name: str, stage: StageConfig, recipe_model: ModelConfig, revisions: HubRevisions
+) -> ModelInputs:
+    init, entry = model_source(name, stage, recipe_model, revisions)
+    inventory = None if init.unavailable else _inventory(entry, init)
+    snapshot = _snapshot_inventory(entry) if inventory is None else None
+    return ModelInputs(
+        init=init,
+        entry=entry,
+        inventory=inventory,
+        snapshot=snapshot,
+        files=_model_files(entry, init),
+        template=_template(init, entry),
+    )
+
+
+def _inventory(model: ModelConfig, init: InitSource) -> ModelInventory | None:
+    """The model's parameters and modules from its config on the meta device (remembered per
+    config.json content); None when its config cannot be read here."""
+    config = _config_file(model, init)
+    if config is None:  # a hub config not cached, or an adapter folder: read each time
+        return model_inventory(model, init.location)
+    inputs = {"config": cache.file_digest(config), "kind": model.kind}
+
+    def read() -> dict[str, Any] | None:
+        found = model_inventory(model, init.location)
+        return found.to_dict() if found else None
+
+    recorded = cache.remembered("inventory", inputs, read)
+    return ModelInventory.from_dict(recorded) if recorded else None
+
+
+def _config_file(model: ModelConfig, init: InitSource) -> Path | None:
+    if model.source == "hub" and not model.gguf_file:
+        return _hub_cached(model, "config.json")
+    config = Path(init.location or model_location(dataclasses.asdict(model))) / "config.json"
+    return config if config.is_file() else None
+
+
+def _snapshot_inventory(model: ModelConfig) -> ModelInventory | None:
+    """The shipped snapshot's inventory of a hub model whose own config is out of reach."""
+    folder = snapshot_folder(model.id)
+    if folder is None:
+        return None
+    local = dataclasses.replace(model, source="local", id=str(folder), gguf_file=None)
+    try:
+        return _inventory(local, InitSource("local", "snapshot", str(folder)))
+    except RecipeError:
+        return None
+
+
+def snapshot_folder(model_id: str) -> Path | None:
+    """The shipped config snapshot of a hub model id (`org/name` -> `org--name/`)."""
+    folder = SNAPSHOTS / model_id.replace("/", "--")
+    return folder if (folder / "config.json").is_file() else None
+
+
+def _model_files(model: ModelConfig, init: InitSource) -> ModelFiles | None:
+    """(config.json, processor config) of the model: its folder, the hub cache, or the
+    engine's snapshot; None when none of them has it."""
+    folder = _model_folder(model, init)
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    config = json.loads((folder / "config.json").read_text())
+    processor: dict[str, Any] = {}
+    for name in PROCESSOR_FILES:
+        if (folder / name).is_file():
+            data = json.loads((folder / name).read_text())
+            processor = {**data.get("image_processor", {}), **data, **processor}
+    return ModelFiles(config, processor)
+
+
+def _model_folder(model: ModelConfig, init: InitSource) -> Path | None:
+    if model.source in ("tiny", "local"):
+        try:
+            return Path(init.location or model_location(dataclasses.asdict(model)))
+        except RecipeError:
+            return None
+    cached = _hub_cached(model, "config.json")
+    return cached.parent if cached is not None else snapshot_folder(model.id)
+
+
+def _hub_cached(model: ModelConfig, name: str) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(model.id, name, revision=model.revision)
+    return Path(found) if isinstance(found, str) else None
+
+
+def _template(init: InitSource, model: ModelConfig) -> TemplateFacts:
+    """The chat template of the weights' tokenizer (a stage's output keeps its base's
+    processor, so a child reads the model entry's)."""
+    location = init.location if init.kind != PARENT else _entry_location(model)
+    return TemplateFacts(
+        found=templates.has_chat_template(location, model.revision),
+        support=templates.template_support(location, model.revision),
+    )
+
+
+def _entry_location(model: ModelConfig) -> str | None:
+    try:
+        return model_location(dataclasses.asdict(model))
+    except RecipeError:  # a GGUF file that cannot be had here: `run` refuses it
+        return None
+
+
+# --------------------------------------------------------------------------- the rows
+
+
+def _rows_each_way(
+    data: DataConfig, model: ModelInputs, seed: int, surveyed: dict[tuple[str, str], Rows]
+) -> dict[str, Rows]:
+    """The rows as written, and read the other way where the planner may choose it: plain
+    prompt/completion rows through the chat template (`auto` with a template at hand), and
+    rows `chat_template=true` cannot apply to read as `auto`."""
+    kind = model.entry.kind
+    given = survey(data, kind, seed, surveyed)
+    setting = chat_template_setting(data)
+    ways = {"": given}
+    if setting == "auto" and is_prompt_completion(given.format) and model.template.found:
+        ways["true"] = survey(dataclasses.replace(data, chat_template="true"), kind, seed, surveyed)
+    if setting == "true" and not is_prompt_completion(given.format):
+        ways["auto"] = survey(dataclasses.replace(data, chat_template="auto"), kind, seed, surveyed)
+    return ways
+
+
+def survey(
+    config: DataConfig, kind: str, seed: int, surveyed: dict[tuple[str, str], Rows]
+) -> Rows:
+    """A dataset's rows, checked row by row (once per exact data) and described.
+
+    Stages reading the same rows share one `Rows`, so a run reads them once.
+    """
+    identity = data_identity(config)
+    if (identity, kind) in surveyed:
+        return surveyed[identity, kind]
+    read: list[Any] = []
+
+    def splits() -> Any:
+        if not read:
+            read.append(load_splits(config, kind=kind, seed=seed))
+        return read[0]
+
+    def check() -> dict[str, Any]:
+        found = splits()
+        held_out = len(found.eval) if found.eval is not None else 0
+        return {"format": found.format, "train_rows": len(found.train), "eval_rows": held_out}
+
+    inputs = {"identity": identity, "kind": kind, "seed": seed}
+    # Hub data may change upstream under the same name: checked every time.
+    hub = config.source == "hub"
+    checked = check() if hub else cache.remembered("rows", inputs, check)
+    longest = cache.remembered("lengths", inputs, lambda: _longest(splits)) if not hub else None
+    rows = Rows(config, kind, seed, identity, **checked, longest=longest or _longest(splits))
+    rows._splits = read[0] if read else None  # read once, kept for the run
+    surveyed[identity, kind] = rows
+    return rows
+
+
+def _longest(splits: Any) -> dict[str, int]:
+    """The longest training row: text characters, messages and images."""
+    longest = {"chars": 0, "messages": 0, "images": 0, "image_pixels": 0}
+    for row in splits().train:
+        counts = _row_counts(row)
+        for key in longest:
+            longest[key] = max(longest[key], counts[key])
+    return longest
+
+
+def _row_counts(row: Mapping[str, Any]) -> dict[str, int]:
+    chars, messages, images, pixels = 0, 0, 0, 0
+    for key, value in row.items():
+        if key == "images":
+            images += len(value or [])
+            sizes = [getattr(image, "size", None) for image in value or []]
+            pixels = max([w * h for w, h in filter(None, sizes)], default=0)
+            continue
+        for text, is_message, image in _walk(value):
+            chars += text
+            messages += is_message
+            images += image
+    if not messages:
+        messages = sum(1 for key in ("prompt", "completion") if key in row)
+    return {"chars": chars, "messages": messages, "images": images, "image_pixels": pixels}
+
+
+def _walk(value: Any) -> list[tuple[int, int, int]]:
+    """(characters, is-a-message, is-an-image) for every piece inside a row's field."""
+    if isinstance(value, str):
+        return [(len(value), 0, 0)]
+    if isinstance(value, Mapping):
+        if value.get("type") == "image":
+            return [(0, 0, 1)]
+        found = [(0, 1 if "role" in value else 0, 0)]
+        for key in ("content", "text"):
+            if key in value and value[key] is not None:
+                found += _walk(value[key])
+        return found
+    if isinstance(value, list | tuple):
+        return [piece for item in value for piece in _walk(item)]
+    return []
