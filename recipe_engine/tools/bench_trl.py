@@ -1,5 +1,5 @@
 """The engine against a plain TRL script doing the same work, and SmolLM2-135M LoRA throughput
-(`make bench-trl`; on a GPU: `python -m recipe_engine.bench_trl --device cuda`).
+(`make bench-trl`; on a GPU: `python -m recipe_engine.tools.bench_trl --device cuda`).
 
 - `r1-llm-only`'s QLoRA stage on the tiny Qwen2-VL, twice, each in a fresh process:
   through the engine (`python -m recipe_engine`: plan, checks, load, policies, guard,
@@ -34,7 +34,7 @@ QUIET = ("eval.enabled=false", "eval.compare=false")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m recipe_engine.bench_trl")
+    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.bench_trl")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (the engine's device=)")
     parser.add_argument("--smollm2-steps", type=int, default=20, help="optimizer steps to time")
     options = parser.parse_args(argv)
