@@ -374,7 +374,7 @@ def _measure(
 ) -> dict[str, Score | None]:
     """Scores the stored evaluations cannot give (all of them on a probe file), measured as
     `compare` measures them."""
-    from recipe_engine.report.compare import evaluate_models
+    from recipe_engine.run.probing import evaluate_models
 
     print(f"experiment: evaluating {', '.join(models)} of `{job.recipe}` (seed {job.seed})")
     metrics = evaluate_models(job.run_dir, models, settings=settings, seed=job.seed, probes=probes)
@@ -441,7 +441,7 @@ def _probe_file_text(runs: list[RecipeRun], probes: Path) -> str:
 
 def check_probe_file(probes: Path, plan: RecipePlan) -> None:
     """The probe rows read as `compare` will read them, for the recipes' model kind."""
-    from recipe_engine.report.compare import probe_file_rows
+    from recipe_engine.run.probing import probe_file_rows
 
     root = plan.stages[root_stage(plan)]
     probe_file_rows(probes, root.model.kind, plan.config.seed, chat_template="false")

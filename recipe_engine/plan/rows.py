@@ -11,7 +11,7 @@ import dataclasses
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.data import chat_template_setting
-from recipe_engine.resolve.formats import CHAT_PROMPT_COMPLETION, PROMPT_COMPLETION
+from recipe_engine.resolve.formats import is_text_prompt_completion
 from recipe_engine.resolve.inputs import Rows, StageInputs
 
 
@@ -22,7 +22,7 @@ def rows_through_template(inputs: StageInputs, shared: dict[tuple[str, str], Row
     Conversations go through the template anyway; image rows are conversational already."""
     rows = inputs.data[""]
     setting = chat_template_setting(rows.config)
-    if rows.format not in (PROMPT_COMPLETION, CHAT_PROMPT_COMPLETION):
+    if not is_text_prompt_completion(rows.format):
         return inputs.data["auto"] if setting == "true" else rows  # moot for these rows
     if setting == "false":
         return _rendered(rows, "as plain text (data.chat_template=false)", shared)

@@ -19,34 +19,25 @@ the stage's loss settings), so compare's and the run's agree wherever the base i
 from __future__ import annotations
 
 import csv
-import gc
 import json
 import logging
-import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import atomic_write_text
 from recipe_engine.report.plots import PlotStage, write_loss_plot, write_metric_bars
-from recipe_engine.run.evaluation import (
-    GENERATION_KEYS,
-    contains_reference,
-    generate_answers,
-    is_exact_match,
-    message_text,
-    reference_text,
-)
-from recipe_engine.run.held_out_loss import held_out_loss, loss_settings
+from recipe_engine.run.probing import Measured, Stage, measure_run
 from recipe_engine.run.recipe import accuracy_text, loss_text
-from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary, platform_lines
+from recipe_engine.store.records import platform_lines
 from recipe_engine.tables import markdown_table, text_table
 
 log = logging.getLogger("recipe_engine")
 
-BASE = "base"
+
 METRICS = {  # metric -> (title, higher is better)
     "exact_match": ("Exact match (answer == reference)", True),
     "contains": ("Contains (reference in answer, case-insensitive)", True),
@@ -76,46 +67,31 @@ def newest_run(output_root: Path, recipe: str) -> Path:
 
 
 def compare_run(
-    run_dir: Path,
-    *,
-    probes: str | Path | None = None,
-    settings: Mapping[str, Any] | None = None,
-    seed: int | None = None,
-    held_out: Any = None,
+    run_dir: Path, *, probes: str | Path | None = None, **measuring: Any
 ) -> dict[str, Any]:
-    """Compare base and every stage of a finished run on one probe set; write the outputs.
+    """Compare base and every stage of a finished run on one probe set (measured by
+    `run.probing.measure_run`, which takes `settings`, `seed` and `held_out`); write the
+    outputs. Returns the written paths, the per-model metrics and the printed table."""
+    return write_compare(measure_run(run_dir, probes=probes, **measuring), probes)
 
-    `settings` override the run's eval settings (EvalConfig keys); `seed` the run's seed;
-    `held_out` are the held-out rows when the caller has them (the run that just trained),
-    so they are not read again. Returns the written paths, the per-model metrics and the
-    printed table.
-    """
-    run_dir = Path(run_dir)
-    summary = _read_summary(run_dir)
-    stages = _stage_outputs(summary, run_dir)
-    run_cfg = _run_config(run_dir, summary.recipe)
-    evaluation = {**run_cfg["eval"], **dict(settings or {})}
-    seed = run_cfg["seed"] if seed is None else seed
-    root = _root(stages)
-    rows, source = _probe_set(probes, root, seed, held_out, evaluation.get("max_samples"))
-    generation = {k: evaluation[k] for k in GENERATION_KEYS if k in evaluation}
-    outputs, metrics = _answer_all(_loaders(stages, root), rows, root[2].kind, seed, generation)
-    _label_precision(metrics, stages, root)
 
+def write_compare(measured: Measured, probes: str | Path | None = None) -> dict[str, Any]:
+    """The comparison's files in its run folder; returns the written paths, the per-model
+    metrics and the printed table."""
+    metrics, stages, run_dir = measured.metrics, measured.stages, measured.run_dir
+    _label_precision(metrics, stages, measured.root)
     stem = report_name(probes)
-    written = _write_outputs(run_dir, stem, rows, outputs, metrics)
+    written = _write_outputs(run_dir, stem, measured.rows, measured.outputs, metrics)
     loss_plot = _loss_plot(run_dir, stages)
     bars = _metric_bars(run_dir, stem, metrics)
     table = metrics_table(metrics)
-    shown = {"probes": source, "seed": seed, **generation}
-    report = _write_report(
-        run_dir, stem, summary.recipe, rows, outputs, table, bars, loss_plot, shown, stages
-    )
+    figures = Figures(table, bars, loss_plot)
+    report = _write_report(measured, stem, figures)
     return {
         "run_dir": run_dir,
-        "probes": len(rows),
-        "probe_source": source,
-        "models": list(outputs),
+        "probes": len(measured.rows),
+        "probe_source": measured.source,
+        "models": list(measured.outputs),
         "metrics": metrics,
         "table": table,
         "platform_warning": platform_warning_lines(stages),
@@ -126,24 +102,11 @@ def compare_run(
     }
 
 
-def evaluate_models(
-    run_dir: Path,
-    models: Sequence[str],
-    *,
-    settings: Mapping[str, Any],
-    seed: int,
-    probes: str | Path | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Metrics of some models of a finished run (`BASE` and/or stage names) on the run's
-    held-out probes (or `probes`, a file), measured as `compare_run` measures them
-    (full-precision base), writing nothing: for a caller that has the others' metrics stored
-    already."""
-    stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
-    root = _root(stages)
-    rows, _ = _probe_set(probes, root, seed, None, settings.get("max_samples"))
-    generation = {k: settings[k] for k in GENERATION_KEYS if k in settings}
-    wanted = [loader for loader in _loaders(stages, root) if loader[0] in models]
-    return _answer_all(wanted, rows, root[2].kind, seed, generation)[1]
+@dataclass(frozen=True)
+class Figures:
+    table: str
+    bars: dict[str, Path]
+    loss_plot: Path | None
 
 
 def report_name(probes: str | Path | None) -> str:
@@ -177,68 +140,6 @@ def _label_precision(metrics: dict[str, dict[str, Any]], stages: list[Stage], ro
         metrics[name]["run_loss"] = loss_text(manifest)
 
 
-# Model name, what loads it (model, processor), and the loss settings it is measured with.
-Loader = tuple[str, Callable[[], tuple[Any, Any]], dict[str, Any]]
-
-
-def _loaders(stages: list[Stage], root: Stage) -> list[Loader]:
-    """The base model first, then every stage, each loaded only when its turn comes. Each stage
-    is measured with its own loss settings, the base with the root stage's (trained on it)."""
-    base_name = BASE if BASE not in {name for name, _, _ in stages} else "base_model"
-    loaders: list[Loader] = [
-        (base_name, lambda: _load_base(root[1], root[2]), _loss_settings(root[2]))
-    ]
-    loaders += [
-        (
-            name,
-            lambda f=folder, m=manifest, n=name: _load_stage(n, f, m, stages),
-            _loss_settings(manifest),
-        )
-        for name, folder, manifest in stages
-    ]
-    return loaders
-
-
-def _loss_settings(manifest: Manifest) -> dict[str, Any]:
-    """The stage's held-out loss settings; a manifest written before they were recorded gives
-    its `train` keys and the engine's defaults of then."""
-    if manifest.trainer:
-        return loss_settings(manifest.trainer)
-    train = dict(manifest.config.get("train") or {})
-    defaults: dict[str, Any] = {
-        "per_device_eval_batch_size": train.get("per_device_train_batch_size", 8)
-    }
-    if manifest.kind == "vlm":
-        defaults |= {"max_length": None, "remove_unused_columns": False}
-    return loss_settings({**defaults, **train})
-
-
-def _answer_all(
-    loaders: list[Loader],
-    rows: list[dict[str, Any]],
-    kind: str,
-    seed: int,
-    generation: Mapping[str, Any],
-) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
-    """Every model's answers to the probes and its metrics (task metrics need references)."""
-    has_reference = all(r["reference"] is not None for r in rows)
-    outputs: dict[str, list[str]] = {}
-    metrics: dict[str, dict[str, Any]] = {}
-    for name, load, settings in loaders:
-        log.info("compare: %s on %d probe(s)", name, len(rows))
-        model, processor = load()
-        answers = generate_answers(model, processor, rows, kind, seed=seed, **generation)
-        outputs[name] = answers
-        metrics[name] = {"n": len(rows)}
-        if has_reference:
-            metrics[name] |= task_metrics(answers, [r["reference"] for r in rows])
-            loss = held_out_loss(model, processor, rows, settings)
-            metrics[name]["eval_loss"] = None if math.isnan(loss) else loss
-        del model, processor
-        gc.collect()  # one model in memory at a time
-    return outputs, metrics
-
-
 def _metric_bars(
     run_dir: Path, stem: str, metrics: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Path]:
@@ -253,16 +154,6 @@ def _metric_bars(
         if all(values.get(metric) is not None for values in metrics.values())
     }
     return {metric: chart for metric, chart in charts.items() if chart is not None}
-
-
-def task_metrics(answers: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Exact match (after stripping) and "contains" (reference inside the answer, any case)."""
-    pairs = list(zip(answers, references, strict=True))
-    n = max(len(pairs), 1)
-    return {
-        "exact_match": sum(is_exact_match(a, r) for a, r in pairs) / n,
-        "contains": sum(contains_reference(a, r) for a, r in pairs) / n,
-    }
 
 
 # Label columns of the table: the base precision compare measured on, and the accuracy the
@@ -295,289 +186,10 @@ def _fmt(value: Any) -> str:
 # --------------------------------------------------------------------------- reading the run
 
 
-def _read_summary(run_dir: Path) -> RunSummary:
-    if not run_dir.is_dir():
-        raise RecipeError(f"Run folder {run_dir} does not exist. Pass run=<a run folder>.", "run")
-    summary = RunSummary.load(run_dir)
-    if not summary.stages:
-        raise RecipeError(f"{run_dir} lists no stages: nothing to compare.", key="run")
-    return summary
-
-
-Stage = tuple[str, Path, Manifest]  # name, output folder, manifest
-
-
-def _stage_outputs(summary: RunSummary, run_dir: Path) -> list[Stage]:
-    """(stage, output folder, manifest) per stage of the run, each checked to be complete."""
-    found = []
-    for row in summary.stages:
-        folder = row.output_path(run_dir)
-        manifest = _stage_manifest(row.stage, folder)
-        if manifest.format != EVALUATION:  # evaluation stages hold results, not weights
-            found.append((row.stage, folder, manifest))
-    return found
-
-
-def _stage_manifest(name: str, folder: Path) -> Manifest:
-    fix = f"Rerun the recipe (force=[{name}] retrains it)."
-    if not folder.is_dir():
-        raise RecipeError(f"Stage `{name}`: its output folder {folder} is missing. {fix}", "run")
-    if not (folder / "COMPLETE").is_file():
-        raise RecipeError(
-            f"Stage `{name}`: {folder} is not a completed stage output (no COMPLETE marker). {fix}",
-            key="run",
-        )
-    return Manifest.load(folder, stage=name)
-
-
-def _root(stages: list[Stage]) -> Stage:
-    """The run's root stage (no parent); with `only=[...]` runs, the first stage listed."""
-    return next((s for s in stages if not s[2].parent), stages[0])
-
-
-def _run_config(run_dir: Path, recipe: str) -> dict[str, Any]:
-    """The run's eval settings and seed: Hydra's saved config, else the recipe recomposed."""
-    from omegaconf import OmegaConf
-
-    from recipe_engine.config.schema import EngineConfig, EvalConfig
-
-    saved = run_dir / ".hydra" / "config.yaml"
-    cfg: Any = None
-    if saved.is_file():
-        try:
-            cfg = OmegaConf.to_container(OmegaConf.load(saved), resolve=False)
-        except Exception:  # an unreadable saved config falls back to recomposing
-            cfg = None
-    if cfg is None:
-        from recipe_engine.config.compose import compose_config
-
-        try:  # the run's own overrides are unknown here: the recipe's defaults stand in
-            cfg = OmegaConf.to_container(compose_config([f"recipe={recipe}"]), resolve=False)
-        except RecipeError:  # e.g. a recipe from a --config-dir not given now
-            cfg = {}
-    from dataclasses import asdict
-
-    return {
-        "eval": {**asdict(EvalConfig()), **(cfg.get("eval") or {})},
-        "seed": cfg.get("seed", EngineConfig.seed),
-    }
-
-
 # --------------------------------------------------------------------------- probes
 
 
-def _probe_set(
-    probes: str | Path | None, root: Stage, seed: int, held_out: Any, limit: int | None
-) -> tuple[list[dict[str, Any]], str]:
-    """The probe rows (at most `limit`) and their source; an empty set is a user error."""
-    rows, source = _probe_rows(probes, root, seed, held_out)
-    if limit is not None:
-        rows = rows[: int(limit)]
-    if not rows:
-        raise RecipeError(f"The probe set ({source}) has no rows.", key="probes")
-    return rows, source
-
-
-def _probe_rows(
-    probes: str | Path | None, root: Stage, seed: int, held_out: Any
-) -> tuple[list[dict[str, Any]], str]:
-    """Probe rows {messages, images, reference, input, image} and a description of the source."""
-    from recipe_engine.resolve.data import load_splits
-
-    root_manifest, kind = root[2], root[2].kind
-    if probes is None:
-        data = root_manifest.data
-        if not data:
-            raise RecipeError(
-                "The root stage's manifest names no data; pass probes=FILE.", "probes"
-            )
-        if held_out is not None:
-            return [_probe(r) for r in held_out], f"held-out split of data `{data.get('name')}`"
-        splits = load_splits(data, kind=kind, seed=seed)
-        if splits.eval is None:
-            raise RecipeError(
-                f"Data `{data.get('name') or data.get('path')}` has no held-out split to probe "
-                "with. Pass probes=FILE (rows like the data, or a .txt of prompts).",
-                key="probes",
-            )
-        return [_probe(r) for r in splits.eval], f"held-out split of data `{data.get('name')}`"
-    path = Path(probes).expanduser().resolve()
-    if not path.exists():
-        raise RecipeError(f"Probe file {path} does not exist.", key="probes")
-    if path.suffix.lower() == ".txt":
-        prompts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-        rows = [
-            {
-                "messages": [
-                    {"role": "user", "content": p},
-                    {"role": "assistant", "content": ""},  # dropped: generation sees the prompt
-                ],
-                "images": [],
-                "reference": None,
-            }
-            for p in prompts
-        ]
-        return [_describe(r) for r in rows], f"prompts in {path}"
-    return probe_file_rows(path, kind, seed, _probe_chat_template(root)), f"rows of {path}"
-
-
-def probe_file_rows(
-    path: Path, kind: str, seed: int, chat_template: str = "auto"
-) -> list[dict[str, Any]]:
-    """A probe file's rows, read and checked like training data (`data.chat_template`: how
-    plain prompt/completion rows are asked)."""
-    from recipe_engine.resolve.data import load_splits
-
-    splits = load_splits(
-        {
-            "source": "local",
-            "path": str(path),
-            "format": "auto",
-            "eval_split": None,
-            "chat_template": chat_template,
-        },
-        kind=kind,
-        seed=seed,
-    )
-    return [_probe(r) for r in splits.train]
-
-
-def _probe_chat_template(root: Stage) -> str:
-    """Plain prompt/completion probes are asked as the run's own rows were: through the chat
-    template where the plan put them there (or the tokenizer has one, when the run's rows were
-    conversations already), as plain text where it did not."""
-    from recipe_engine.resolve.templates import read_chat_template
-
-    decided = str(root[2].data.get("chat_template") or "auto").lower()
-    if decided in ("true", "false"):
-        return decided
-    return "true" if read_chat_template(str(root[1])) else "false"
-
-
-def _probe(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A probe keeps its row's own shape (conversation, or prompt and completion), so the
-    models are asked exactly what training taught them to answer."""
-    probe = {key: row[key] for key in ("messages", "prompt", "completion") if key in row}
-    probe["images"] = list(row.get("images") or [])
-    probe["reference"] = reference_text(probe).strip()
-    return _describe(probe)
-
-
-def _describe(probe: dict[str, Any]) -> dict[str, Any]:
-    """Adds the CSV's `input` (prompt text) and `image` (file paths) columns."""
-    asked = probe["messages"][:-1] if "messages" in probe else probe["prompt"]
-    if isinstance(asked, str):
-        probe["input"] = asked
-    elif len(asked) == 1:
-        probe["input"] = message_text(asked[0])
-    else:
-        probe["input"] = "\n".join(f"{m['role']}: {message_text(m)}" for m in asked)
-    # Images from files keep their path; images that came as bytes (hub data) have none.
-    probe["image"] = ";".join(getattr(im, "filename", "") or "(embedded)" for im in probe["images"])
-    return probe
-
-
 # --------------------------------------------------------------------------- models
-
-
-def _device_map(manifest: Manifest) -> Any:
-    """The stage's recorded device map where this machine can honour it, else the CPU."""
-    import torch
-
-    planned = manifest.placement.get("device_map")
-    if planned and torch.cuda.is_available():
-        return planned
-    return {"": "cpu"}
-
-
-def _load_base(folder: Path, root: Manifest) -> tuple[Any, Any]:
-    from recipe_engine.resolve.models import model_location
-
-    entry = root.model_entry
-    location = root.base_path(folder.parent) or model_location(entry)
-    if _missing_local(location):
-        # A merged handoff folder is deleted after its stage commits: rebuild from the entry.
-        location = model_location(entry)
-    return _guarded(BASE, location, lambda: _pretrained(location, root), stage=False)
-
-
-def _load_stage(
-    name: str, folder: Path, manifest: Manifest, stages: list[Stage]
-) -> tuple[Any, Any]:
-    def load() -> tuple[Any, Any]:
-        if manifest.format != ADAPTER:
-            return _pretrained(str(folder), manifest)
-        from peft import PeftModel
-
-        base = _adapter_base(folder, manifest, stages)
-        model = PeftModel.from_pretrained(base, str(folder))
-        return model, _processor(str(folder), manifest)
-
-    return _guarded(name, folder, load)
-
-
-def _adapter_base(folder: Path, manifest: Manifest, stages: list[Stage]) -> Any:
-    """The full-precision model an adapter applies to (its 4-bit training base, unquantized)."""
-    location = manifest.base_path(folder.parent)
-    if location and not _missing_local(location):
-        return _pretrained(location, manifest)[0]
-    parent = manifest.parent
-    for name, folder, parent_manifest in stages:
-        if name == parent:
-            # The parent was an adapter whose merged handoff folder is gone: merge it again.
-            model, _ = _load_stage(name, folder, parent_manifest, stages)
-            return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
-    raise RecipeError(
-        f"The base of adapter stage `{manifest.stage}` ({location}) no longer exists and "
-        "its parent stage is not in this run. Rerun the recipe.",
-        key="run",
-    )
-
-
-def _pretrained(location: str, manifest: Manifest) -> tuple[Any, Any]:
-    from recipe_engine.run.loading import load_pretrained
-
-    model = load_pretrained(
-        str(location),
-        manifest.model_entry,
-        dtype=manifest.dtype,
-        device_map=_device_map(manifest),
-    )
-    return model, _processor(str(location), manifest)
-
-
-def _processor(location: str, manifest: Manifest) -> Any:
-    from recipe_engine.run.loading import load_processor
-
-    return load_processor(location, manifest.kind, manifest.model_entry)
-
-
-def _guarded(
-    name: str, where: Any, load: Callable[[], tuple[Any, Any]], *, stage: bool = True
-) -> tuple[Any, Any]:
-    """Loading errors of a damaged folder become one RecipeError naming the stage."""
-    try:
-        return load()
-    except RecipeError:
-        raise
-    except Exception as error:  # safetensors, PEFT and transformers raise many types
-        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise RecipeError(
-            f"Could not load `{name}` from {where}: {detail}. The folder is damaged or "
-            + (
-                f"incomplete; rerun the recipe (force=[{name}] retrains the stage)."
-                if stage
-                else "incomplete; check the model entry's source (tiny models rebuild on use)."
-            ),
-            key="run",
-        ) from None
-
-
-def _missing_local(location: str) -> bool:
-    # Hub ids ("org/name") are not local paths; only absolute/relative folders can be missing.
-    path = Path(location).expanduser()
-    looks_local = path.is_absolute() or location.startswith((".", "~"))
-    return looks_local and not path.exists()
 
 
 # --------------------------------------------------------------------------- writing
@@ -638,19 +250,16 @@ def _cell(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _write_report(
-    run_dir: Path,
-    stem: str,
-    recipe: str,
-    rows: list[dict[str, Any]],
-    outputs: dict[str, list[str]],
-    table: str,
-    bars: dict[str, Path],
-    loss_plot: Path | None,
-    settings: dict[str, Any],
-    stages: list[Stage],
-) -> Path:
-    warning = platform_warning_lines(stages, bullet="- ")
+def _write_report(measured: Measured, stem: str, figures: Figures) -> Path:
+    run_dir, recipe, rows, outputs = (
+        measured.run_dir,
+        measured.recipe,
+        measured.rows,
+        measured.outputs,
+    )
+    table, bars, loss_plot = figures.table, figures.bars, figures.loss_plot
+    settings = {"probes": measured.source, "seed": measured.seed, **measured.generation}
+    warning = platform_warning_lines(measured.stages, bullet="- ")
     lines = [
         f"# Compare: recipe `{recipe}`",
         "",
@@ -697,4 +306,4 @@ def _side_by_side(rows: list[dict[str, Any]], outputs: dict[str, list[str]]) -> 
     return markdown_table(table, header=header)
 
 
-__all__ = ["compare_run", "evaluate_models", "metrics_table", "newest_run", "task_metrics"]
+__all__ = ["compare_run", "metrics_table", "newest_run", "write_compare"]

@@ -12,14 +12,11 @@ module for `data_identity` only and must stay light.
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import dataclasses
 import hashlib
 import json
 import random
-import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 from recipe_engine.config.schema import DataConfig
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.resolve import formats as data_rows
-from recipe_engine.resolve.formats import CANONICAL_COLUMNS, INPUT_FORMATS, row_error
+from recipe_engine.resolve.data_files import Split, quietly, read_hub, read_local
+from recipe_engine.resolve.formats import CANONICAL_COLUMNS, INPUT_FORMATS
+from recipe_engine.resolve.rows import RowConverter
 from recipe_engine.resolve.tiny import TINY_DATASETS
 
 if TYPE_CHECKING:
@@ -36,10 +35,6 @@ if TYPE_CHECKING:
 SOURCES = ("local", "hub", "tiny")
 FORMATS = ("auto", *INPUT_FORMATS)
 KINDS = ("vlm", "causal_lm")
-EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet")
-BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
-# Tried in this order when `eval_split` is left at its default, matching common hub layouts.
-DEFAULT_EVAL_SPLITS = ("eval", "validation", "test")
 # `data.chat_template`: whether plain prompt/completion rows go through the model's chat
 # template (as one user and one assistant turn). The planner resolves `auto` by the tokenizer:
 # rows it reads with `true` are converted, with `auto` or `false` kept as plain text.
@@ -55,21 +50,6 @@ class DataSplits:
     identity: str
     format: str  # data_rows.OUTPUT_FORMATS: messages | prompt_completion | vlm | vlm_prompt_...
     source_format: str = ""  # what the rows were: messages, sharegpt, alpaca, ... (+ images)
-
-
-@dataclass
-class _Split:
-    """One split's raw rows as read; `label` names it in errors ("data file /x/train.jsonl")."""
-
-    label: str
-    rows: datasets.Dataset
-    base_dir: Path | None  # relative image paths resolve here
-    lines: Path | None = None  # a JSON-lines file: errors name its line numbers
-
-    def row_number(self, index: int) -> int:
-        """The number errors give the row at `index`: its line in a JSON-lines file (blank
-        lines are skipped when reading), else its 1-based position."""
-        return index + 1 if self.lines is None else _line_of_record(self.lines, index)
 
 
 # --------------------------------------------------------------------------- config helpers
@@ -280,305 +260,13 @@ def data_identity(cfg: DataConfig | Mapping[str, Any]) -> str:
     return h.hexdigest()
 
 
-# --------------------------------------------------------------------------- reading files
-
-
-def _unreadable(path: Path, exc: BaseException) -> RecipeError:
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    cause = exc.__cause__ or exc.__context__
-    if cause is not None and str(cause).strip():  # datasets wraps the reader's own error
-        detail = str(cause).strip().splitlines()[0]
-    return RecipeError(
-        f"data file {path}: cannot read it ({type(cause or exc).__name__}: {detail}). "
-        "Check the file's permissions and that it is UTF-8 text or valid parquet.",
-        key="data.path",
-    )
-
-
-@contextlib.contextmanager
-def quietly() -> Iterator[None]:
-    """No progress bars or logged errors from `datasets`: a bad file is one RecipeError."""
-    import datasets
-    from datasets.utils import logging as ds_logging
-    from datasets.utils.tqdm import are_progress_bars_disabled
-
-    bars_were_off = are_progress_bars_disabled()
-    verbosity = ds_logging.get_verbosity()
-    datasets.disable_progress_bars()
-    ds_logging.set_verbosity(ds_logging.CRITICAL)
-    try:
-        yield
-    finally:
-        ds_logging.set_verbosity(verbosity)
-        if not bars_were_off:
-            datasets.enable_progress_bars()
-
-
-def _read_file(path: Path) -> _Split:
-    suffix = path.suffix.lower()
-    if suffix not in EXTENSIONS:
-        raise RecipeError(
-            f"data file {path} has an unsupported extension `{suffix or '(none)'}`. "
-            f"Supported: {', '.join(EXTENSIONS)}, a folder of those (train.*, eval.*), "
-            "or a folder written by datasets' save_to_disk.",
-            key="data.path",
-        )
-    try:
-        rows = _load_file(BUILDERS[suffix], path)
-    except RecipeError:
-        raise
-    except Exception as exc:  # datasets, pyarrow and pandas raise many types
-        raise _why_unloadable(path, suffix, exc) from exc
-    json_lines = suffix in (".jsonl", ".json") and not _starts_with(path, b"[")
-    if suffix == ".json" and not json_lines and rows.column_names == ["text"]:
-        _scan(path, suffix)  # a list of non-objects, which `datasets` reads as `text` rows
-    return _Split(f"data file {path}", rows, path.parent, path if json_lines else None)
-
-
-def _load_file(builder: str, path: Path) -> datasets.Dataset:
-    """The file as an in-memory Arrow dataset; `datasets`' own cache of it goes with the
-    temporary folder, so reading a user's file leaves nothing behind."""
-    import datasets
-
-    options: dict[str, Any] = {}
-    if builder == "csv":
-        # Every cell as text, as written (pandas would make `2` an int and `` a NaN).
-        header = _csv_header(path)
-        options = {
-            "features": datasets.Features({name: datasets.Value("string") for name in header}),
-            "na_filter": False,
-            "encoding": "utf-8-sig",
-        }
-    with tempfile.TemporaryDirectory(prefix="recipe-engine-data-") as cache:
-        return datasets.load_dataset(
-            builder,
-            data_files=str(path),
-            split="train",
-            cache_dir=cache,
-            keep_in_memory=True,
-            **options,
-        )
-
-
-def _csv_header(path: Path) -> list[str]:
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as handle:
-            return next(csv.reader(handle), [])
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise _unreadable(path, exc) from exc
-
-
-def _starts_with(path: Path, prefix: bytes) -> bool:
-    with path.open("rb") as handle:
-        head = handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    return head.startswith(prefix)
-
-
-def _why_unloadable(path: Path, suffix: str, exc: BaseException) -> RecipeError:
-    """The row that stopped `load_dataset`, found by the engine's own scanner; else why the
-    file as a whole could not be read."""
-    if suffix == ".parquet":
-        return _unreadable(path, exc)
-    if not _scan(path, suffix):
-        return RecipeError(f"data file {path} has no rows. Add data.", key="data.path")
-    return _unreadable(path, exc)
-
-
-def _scan(path: Path, suffix: str) -> int:
-    """Read a JSON or CSV file line by line, raising the first bad row's error; returns the
-    number of rows when every one is well-formed."""
-    text = _read_text(path)
-    if suffix == ".csv":
-        return _scan_csv(path, text)
-    if text.lstrip().startswith("["):
-        return _scan_json_list(path, text)
-    return _scan_json_lines(path, text)
-
-
-def _read_text(path: Path) -> str:
-    try:
-        # utf-8-sig: tolerate the BOM some editors/Excel write.
-        return path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _unreadable(path, exc) from exc
-
-
-def _scan_json_lines(path: Path, text: str) -> int:
-    label, rows = f"data file {path}", 0
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise row_error(
-                label,
-                lineno,
-                f"invalid JSON ({exc.msg} at column {exc.colno})",
-                "Each line must be one JSON object; fix or remove the line.",
-            ) from exc
-        if not isinstance(record, dict):
-            raise row_error(
-                label,
-                lineno,
-                f"expected a JSON object, got {type(record).__name__}",
-                'Each line must be one JSON object like {"messages": [...]}.',
-            )
-        rows += 1
-    return rows
-
-
-def _scan_json_list(path: Path, text: str) -> int:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RecipeError(
-            f"data file {path}, line {exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})."
-            " A .json file must hold a list of objects or one object per line.",
-            key="data.path",
-        ) from exc
-    for i, record in enumerate(data, start=1):
-        if not isinstance(record, dict):
-            raise row_error(
-                f"data file {path}",
-                i,
-                f"expected a JSON object, got {type(record).__name__}",
-                "The list must contain one object per row.",
-            )
-    return len(data)
-
-
-def _scan_csv(path: Path, text: str) -> int:
-    rows = 0
-    try:
-        for i, record in enumerate(csv.DictReader(text.splitlines()), start=1):
-            if None in record:  # DictReader files surplus cells under the key None
-                raise row_error(
-                    f"data file {path}",
-                    i,
-                    "the row has more cells than the header",
-                    "Quote cells that contain commas, or fix the row.",
-                )
-            rows += 1
-    except csv.Error as exc:
-        raise _unreadable(path, exc) from exc
-    return rows
-
-
-def _line_of_record(path: Path, index: int) -> int:
-    """The line number of the `index`-th (0-based) record of a JSON-lines file."""
-    records = -1
-    with path.open(encoding="utf-8-sig") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            records += bool(line.strip())
-            if records == index:
-                return lineno
-    return index + 1
-
-
-def _pick_splits(
-    available: Iterable[str], cfg: Mapping[str, Any], where: str
-) -> tuple[str, str | None]:
-    """Choose the train and eval split names among `available`."""
-    available = list(available)
-    train = cfg.get("train_split") or "train"
-    if train not in available:
-        raise RecipeError(
-            f"{where} has no `{train}` split.{did_you_mean(train, available)} "
-            f"Available: {', '.join(sorted(available)) or '(none)'}. Set data.train_split.",
-            key="data.train_split",
-        )
-    eval_split = cfg.get("eval_split", "eval")
-    if eval_split is None:
-        return train, None
-    candidates = DEFAULT_EVAL_SPLITS if eval_split == "eval" else (eval_split,)
-    for name in candidates:
-        if name in available and name != train:
-            return train, name
-    if eval_split != "eval":
-        raise RecipeError(
-            f"{where} has no `{eval_split}` split.{did_you_mean(eval_split, available)} "
-            f"Available: {', '.join(sorted(available))}. Set data.eval_split (or null).",
-            key="data.eval_split",
-        )
-    return train, None
-
-
-def _folder_split_files(folder: Path) -> dict[str, Path]:
-    files: dict[str, Path] = {}
-    for path in sorted(folder.iterdir()):
-        if path.is_file() and path.suffix.lower() in EXTENSIONS and not path.name.startswith("."):
-            if path.stem in files:
-                raise RecipeError(
-                    f"data folder {folder} has two files for split `{path.stem}` "
-                    f"({files[path.stem].name}, {path.name}). Keep one.",
-                    key="data.path",
-                )
-            files[path.stem] = path
-    return files
-
-
-def _read_local(path: Path, cfg: Mapping[str, Any]) -> tuple[_Split, _Split | None]:
-    if path.is_file():
-        return _read_file(path), None
-    if (path / "dataset_dict.json").is_file():
-        import datasets
-
-        dd = datasets.load_from_disk(str(path))
-        train, ev = _pick_splits(dd.keys(), cfg, f"saved dataset {path}")
-        return (
-            _Split(f"saved dataset {path} (split {train})", dd[train], path),
-            _Split(f"saved dataset {path} (split {ev})", dd[ev], path) if ev else None,
-        )
-    if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
-        import datasets
-
-        ds = datasets.load_from_disk(str(path))
-        return _Split(f"saved dataset {path}", ds, path), None
-    files = _folder_split_files(path)
-    if not files:
-        raise RecipeError(
-            f"data folder {path} holds no data files. Put train.jsonl (or .json, .csv, "
-            ".parquet) and optionally eval.* there, or point data.path at a file.",
-            key="data.path",
-        )
-    train_name = cfg.get("train_split") or "train"
-    if train_name not in files and len(files) == 1:
-        # A folder with one data file of any name: that file is the training data.
-        return _read_file(next(iter(files.values()))), None
-    train, ev = _pick_splits(files.keys(), cfg, f"data folder {path}")
-    return _read_file(files[train]), (_read_file(files[ev]) if ev else None)
-
-
-def _read_hub(cfg: Mapping[str, Any]) -> tuple[_Split, _Split | None]:
-    name = cfg.get("path")
-    if not name:
-        raise RecipeError("data.path must name the hub dataset (e.g. org/name).", key="data.path")
-    import datasets
-
-    try:
-        dd = datasets.load_dataset(str(name), name=cfg.get("subset"), revision=cfg.get("revision"))
-    except Exception as exc:  # offline, missing repo, bad revision: all the same fix for users
-        raise RecipeError(
-            f"could not load hub dataset `{name}` ({type(exc).__name__}: {exc}). "
-            "The Hugging Face Hub may be unreachable from here, or the name/revision is wrong. "
-            "A local copy works: set data.source=local and data.path=<file or folder>.",
-            key="data.path",
-        ) from exc
-    train, ev = _pick_splits(dd.keys(), cfg, f"hub dataset {name}")
-    return (
-        _Split(f"hub dataset {name} (split {train})", dd[train], None),
-        _Split(f"hub dataset {name} (split {ev})", dd[ev], None) if ev else None,
-    )
-
-
 # --------------------------------------------------------------------------- conversion
 
 
-def _convert(split: _Split, layout: data_rows.Layout) -> datasets.Dataset:
+def _convert(split: Split, layout: data_rows.Layout) -> datasets.Dataset:
     """Every row checked and converted by `Dataset.map`, kept in memory as Arrow."""
     rows = _undecoded_images(split.rows)
-    converter = data_rows.RowConverter(layout, split.label, split.base_dir, split.row_number)
+    converter = RowConverter(layout, split.label, split.base_dir, split.row_number)
     fingerprint = hashlib.sha256(f"{rows._fingerprint}{layout}".encode()).hexdigest()[:32]
     return rows.map(
         converter,
@@ -623,7 +311,7 @@ def _fraction_split(
     return rows.select(train), rows.select(sorted(eval_idx))
 
 
-def _check_not_empty(train: _Split, ev: _Split | None) -> None:
+def _check_not_empty(train: Split, ev: Split | None) -> None:
     if not len(train.rows):
         raise RecipeError(f"{train.label} has no rows. Add data.", key="data.path")
     if ev is not None and not len(ev.rows):
@@ -647,9 +335,9 @@ def load_splits(cfg: DataConfig | Mapping[str, Any], *, kind: str, seed: int = 0
 
     with quietly():
         if source == "hub":
-            train_split, eval_split = _read_hub(cfg)
+            train_split, eval_split = read_hub(cfg)
         else:
-            train_split, eval_split = _read_local(resolve_path(cfg), cfg)
+            train_split, eval_split = read_local(resolve_path(cfg), cfg)
         _check_not_empty(train_split, eval_split)
         layout = data_rows.resolve_layout(
             fmt, data_rows.survey(train_split.rows, train_split.label), columns

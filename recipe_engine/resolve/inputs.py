@@ -10,14 +10,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config.schema import DataConfig, ModelConfig
+from recipe_engine.resolve.formats import PROMPT_COMPLETION
 from recipe_engine.resolve.inventory import ModelInventory
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.sources import InitSource
 
 if TYPE_CHECKING:
     from recipe_engine.resolve.data import DataSplits
-
-PROMPT_COMPLETION = "prompt_completion"
 
 
 @dataclass(frozen=True)

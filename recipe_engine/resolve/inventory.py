@@ -131,4 +131,3 @@ def quantized_modules(model: Any) -> list[str]:
     except ImportError:  # No bitsandbytes: nothing can be quantized by it.
         return []
     return [n for n, m in model.named_modules() if isinstance(m, kinds)]
-

@@ -17,8 +17,9 @@ from typing import Any
 from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
 from recipe_engine.errors import RecipeError, unknown_key
 from recipe_engine.resolve import cache, templates
-from recipe_engine.resolve.data import chat_template_setting, data_identity, load_splits
-from recipe_engine.resolve.formats import is_prompt_completion
+from recipe_engine.resolve import data as rows_data
+from recipe_engine.resolve.data import chat_template_setting, data_identity
+from recipe_engine.resolve.formats import is_text_prompt_completion
 from recipe_engine.resolve.hub_revisions import HubRevisions
 from recipe_engine.resolve.inputs import (
     ModelFiles,
@@ -203,16 +204,14 @@ def _rows_each_way(
     given = survey(data, kind, seed, surveyed)
     setting = chat_template_setting(data)
     ways = {"": given}
-    if setting == "auto" and is_prompt_completion(given.format) and model.template.found:
+    if setting == "auto" and is_text_prompt_completion(given.format) and model.template.found:
         ways["true"] = survey(dataclasses.replace(data, chat_template="true"), kind, seed, surveyed)
-    if setting == "true" and not is_prompt_completion(given.format):
+    if setting == "true" and not is_text_prompt_completion(given.format):
         ways["auto"] = survey(dataclasses.replace(data, chat_template="auto"), kind, seed, surveyed)
     return ways
 
 
-def survey(
-    config: DataConfig, kind: str, seed: int, surveyed: dict[tuple[str, str], Rows]
-) -> Rows:
+def survey(config: DataConfig, kind: str, seed: int, surveyed: dict[tuple[str, str], Rows]) -> Rows:
     """A dataset's rows, checked row by row (once per exact data) and described.
 
     Stages reading the same rows share one `Rows`, so a run reads them once.
@@ -224,7 +223,7 @@ def survey(
 
     def splits() -> Any:
         if not read:
-            read.append(load_splits(config, kind=kind, seed=seed))
+            read.append(rows_data.load_splits(config, kind=kind, seed=seed))
         return read[0]
 
     def check() -> dict[str, Any]:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from recipe_engine.plan.trainer_settings import choose_loss
-from recipe_engine.resolve.data import quietly
+from recipe_engine.resolve.data_files import quietly
 from recipe_engine.resolve.formats import MESSAGES, PROMPT_COMPLETION
 from recipe_engine.resolve.templates import support_of
 

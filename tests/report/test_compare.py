@@ -18,13 +18,9 @@ from platforms import EPYC, XEON
 from recipe_engine.cli.main import main
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.report.compare import (
-    compare_run,
-    platform_warning_lines,
-    report_name,
-    task_metrics,
-)
+from recipe_engine.report.compare import compare_run, platform_warning_lines, report_name
 from recipe_engine.run.planning import plan_from_config
+from recipe_engine.run.probing import task_metrics
 from recipe_engine.run.recipe import run_recipe
 from recipe_engine.store.records import Manifest, RunSummary
 
@@ -157,8 +153,8 @@ def test_eval_loss_is_the_runs_own_where_a_template_writes_past_the_answer(tmp_p
 def test_plain_probe_rows_are_asked_as_the_runs_rows_were(tmp_path):
     """A probe file of plain prompt/completion rows goes through the chat template where the
     plan put the run's rows there (or, for a run on conversations, where the model has one)."""
-    from recipe_engine.report.compare import _probe_chat_template, probe_file_rows
     from recipe_engine.resolve.tiny import build_tiny_model
+    from recipe_engine.run.probing import _probe_chat_template, probe_file_rows
 
     probes = tmp_path / "probes.jsonl"
     probes.write_text('{"prompt": "2 + 2?", "completion": "4"}\n')

@@ -1,0 +1,378 @@
+"""Rows converted one by one (`Dataset.map`) into the shape their format calls for
+(`formats.SHAPES`), with errors that name the split, the row and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.resolve.formats import (
+    CHATML_EXAMPLE,
+    IMAGE_TOKEN,
+    ROLES,
+    SHAPES,
+    SHAREGPT_EXAMPLE,
+    SHAREGPT_ROLES,
+    Layout,
+    json_list,
+    row_error,
+)
+
+_COLUMNS_FIX = "Map your column with data.columns.{canon}=<name> or fix the row."
+
+
+# --------------------------------------------------------------------------- rows
+
+
+class RowConverter:
+    """`Dataset.map(converter, with_indices=True)`: one raw record in, one TRL row out.
+
+    Every error names the split and the row (`row_number(index)`: a JSON-lines file counts
+    its lines, other files their records) and says how to fix it.
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        label: str,
+        base_dir: Path | None,
+        row_number: Callable[[int], int],
+    ) -> None:
+        self.layout = layout
+        self.label = label
+        self.base_dir = base_dir
+        self.row_number = row_number
+        self.index = 0
+        self.record: Mapping[str, Any] = {}
+
+    def __call__(self, record: Mapping[str, Any], index: int) -> dict[str, Any]:
+        self.index, self.record = index, record  # read by fail()/get() for error messages
+        return getattr(self, SHAPES[self.layout.output].make)()
+
+    # ----------------------------------------------------------------------- row shapes
+
+    def messages(self) -> dict[str, Any]:
+        return {"messages": self.conversation(parts=False)[0]}
+
+    def prompt_completion(self) -> dict[str, Any]:
+        return {"prompt": self.text("prompt"), "completion": self.text("completion")}
+
+    def chat_prompt_completion(self) -> dict[str, Any]:
+        """TRL's conversational prompt-completion: one user and one assistant turn."""
+        return {
+            "prompt": [{"role": "user", "content": self.text("prompt")}],
+            "completion": [{"role": "assistant", "content": self.text("completion")}],
+        }
+
+    # ----------------------------------------------------------------------- access
+
+    def fail(self, problem: str, fix: str) -> RecipeError:
+        return row_error(self.label, self.row_number(self.index), problem, fix)
+
+    def name(self, canon: str) -> str:
+        return self.layout.columns.get(canon, canon)
+
+    def get(self, canon: str, required: bool = True) -> Any:
+        name = self.name(canon)
+        value = self.record.get(name)
+        if value is None and required:
+            mapped = f" (data.columns.{canon})" if name != canon else ""
+            cols = ", ".join(k for k, v in self.record.items() if v is not None) or "none"
+            raise self.fail(
+                f"`{name}`{mapped} is missing (columns: {cols})", _COLUMNS_FIX.format(canon=canon)
+            )
+        return value
+
+    def text(self, canon: str, required: bool = True) -> str:
+        value = self.get(canon, required)
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            raise self.fail(
+                f"`{self.name(canon)}` must be a string, got {type(value).__name__}",
+                "Quote the value in the data file.",
+            )
+        if required and not value.strip():
+            raise self.fail(f"`{self.name(canon)}` is empty", "Fill it in or remove the row.")
+        return value
+
+    # ----------------------------------------------------------------------- conversations
+
+    def conversation(self, parts: bool) -> tuple[list[dict[str, Any]], bool]:
+        """Validated messages and whether every content was a plain string."""
+        if self.layout.fmt == "alpaca":
+            return self.validated(self.alpaca(), "alpaca row", parts)
+        if self.layout.fmt == "sharegpt":
+            return self.validated(self.sharegpt(parts), self.name("conversations"), parts)
+        messages = self.message_list("messages", "{role, content}", CHATML_EXAMPLE)
+        return self.validated(messages, self.name("messages"), parts)
+
+    def alpaca(self) -> list[dict[str, Any]]:
+        instruction, extra = self.text("instruction"), self.text("input", required=False)
+        user = f"{instruction}\n\n{extra}" if extra.strip() else instruction
+        return [
+            {"role": "user", "content": user},
+            {"role": "assistant", "content": self.text("output")},
+        ]
+
+    def message_list(self, canon: str, shape: str, example: str) -> list[Any]:
+        value = json_list(self.get(canon))  # CSV cells hold the conversation as JSON
+        if not isinstance(value, list) or not value:
+            raise self.fail(
+                f"`{self.name(canon)}` must be a non-empty list of {shape} objects, "
+                f"got {type(value).__name__}",
+                f"Write it like {example}.",
+            )
+        return value
+
+    def sharegpt(self, parts: bool) -> list[dict[str, Any]]:
+        """ShareGPT messages in ChatML through TRL's own converter, then ShareGPT's role
+        names (`human`, `gpt`), which TRL leaves as they are, as ChatML's."""
+        from trl.data_utils import maybe_convert_to_chatml
+
+        name = self.name("conversations")
+        messages = []
+        for j, message in enumerate(
+            self.message_list("conversations", "{from, value}", SHAREGPT_EXAMPLE), 1
+        ):
+            given = _given(message)
+            if not ({"from", "value"} <= given.keys() or {"role", "content"} <= given.keys()):
+                raise self.fail(
+                    f"message {j} of `{name}` is not a {{from, value}} object (ShareGPT)",
+                    'Write each message like {"from": "human", "value": "..."}.',
+                )
+            messages.append(given)
+        chatml = maybe_convert_to_chatml({"conversations": messages})["messages"]
+        for j, message in enumerate(chatml, start=1):
+            role = message["role"]
+            if role not in SHAREGPT_ROLES:
+                raise self.fail(
+                    f"message {j} of `{name}` is from `{role}`",
+                    f"ShareGPT roles are {', '.join(SHAREGPT_ROLES)}.",
+                )
+            message["role"] = SHAREGPT_ROLES[role]
+            if parts and message["role"] == "user":
+                message["content"] = _image_tokens_as_parts(message["content"])
+        return chatml
+
+    def validated(
+        self, value: list[Any], name: str, parts: bool
+    ) -> tuple[list[dict[str, Any]], bool]:
+        result, all_strings = [], True
+        for j, msg in enumerate(value, start=1):
+            if (
+                not isinstance(msg, Mapping)
+                or msg.get("role") is None
+                or msg.get("content") is None
+            ):
+                raise self.fail(
+                    f"message {j} of `{name}` is not a {{role, content}} object"
+                    + _sharegpt_hint(msg),
+                    "Give every message a `role` and a `content`.",
+                )
+            role = msg["role"]
+            if role not in ROLES:
+                hint = (
+                    f" (`{role}` is a ShareGPT role name: data.format=sharegpt converts it)"
+                    if role in SHAREGPT_ROLES
+                    else ""
+                )
+                raise self.fail(
+                    f"message {j} has role `{role}`{hint}",
+                    f"Roles must be one of {', '.join(ROLES)}.",
+                )
+            content = msg["content"]
+            if isinstance(content, str) or not parts:
+                content = self.text_content(j, content)
+                if parts:
+                    content = [{"type": "text", "text": content}]
+            else:
+                all_strings = False
+                content = self.parts(j, content)
+            result.append({"role": role, "content": content})
+        self.check_turns([m["role"] for m in result])
+        return result, all_strings
+
+    def check_turns(self, roles: list[str]) -> None:
+        """An optional system message first, then user and assistant turns in alternation,
+        ending with the assistant reply the model learns (what chat templates assume)."""
+        for j, role in enumerate(roles, start=1):
+            expected = _expected_role(roles[: j - 1])
+            if role not in expected:
+                raise self.fail(
+                    f"message {j} is from `{role}` where {' or '.join(expected)} comes "
+                    f"(roles: {', '.join(roles)})",
+                    "Start with an optional system message, then alternate user and assistant "
+                    "turns.",
+                )
+        if roles[-1] != "assistant":
+            raise self.fail(
+                f"the last message is from `{roles[-1]}`, not `assistant`",
+                "End each conversation with the assistant reply the model should learn.",
+            )
+
+    def text_content(self, j: int, content: Any) -> str:
+        if not isinstance(content, str):
+            hint = (
+                " (content lists with image/text parts need an images column and a VLM stage)"
+                if isinstance(content, list)
+                else ""
+            )
+            raise self.fail(
+                f"message {j} content must be a string, got {type(content).__name__}{hint}",
+                "Write the message text as a string.",
+            )
+        if not content.strip():
+            raise self.fail(f"message {j} has empty content", "Fill it in or remove the row.")
+        return content
+
+    def parts(self, j: int, content: Any) -> list[dict[str, Any]]:
+        if not isinstance(content, list) or not content:
+            raise self.fail(
+                f"message {j} content must be a string or a non-empty list of parts, "
+                f"got {type(content).__name__}",
+                'Use [{"type": "image"}, {"type": "text", "text": "..."}].',
+            )
+        out = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, Mapping) else None
+            if kind == "image":
+                out.append({"type": "image", "text": None})
+            elif kind == "text":
+                text = part.get("text")
+                if not isinstance(text, str) or not text.strip():
+                    raise self.fail(
+                        f"message {j} has a text part with empty or non-string `text`",
+                        'Give each text part a string: {"type": "text", "text": "..."}.',
+                    )
+                out.append({"type": "text", "text": text})
+            else:
+                raise self.fail(
+                    f"message {j} has a content part that is not "
+                    f'{{"type": "image"}} or {{"type": "text", ...}}: {part!r}',
+                    "Use only image and text parts.",
+                )
+        return out
+
+    # ----------------------------------------------------------------------- images
+
+    def vlm(self) -> dict[str, Any]:
+        images = self.images(self.get("images", required=False))
+        messages, all_strings = self.conversation(parts=True)
+        placeholders = _placeholders(messages)
+        if placeholders == 0 and images and all_strings:
+            # Same rule as TRL's prepare_multimodal_messages: plain-text rows get their image
+            # placeholders before the first user message's text.
+            for m in messages:
+                if m["role"] == "user":
+                    m["content"] = [{"type": "image", "text": None} for _ in images] + m["content"]
+                    break
+            placeholders = _placeholders(messages)
+        self.check_placeholders(placeholders, len(images))
+        return {"images": images, "messages": messages}
+
+    def vlm_prompt_completion(self) -> dict[str, Any]:
+        """TRL's conversational prompt-completion with images: the prompt is one user turn
+        (an image placeholder per image, then the text), the completion one assistant turn."""
+        images = self.images(self.get("images", required=False))
+        prompt = _image_tokens_as_parts(self.text("prompt"))
+        if isinstance(prompt, str):
+            prompt = [{"type": "image", "text": None} for _ in images] + [
+                {"type": "text", "text": prompt}
+            ]
+        self.check_placeholders(sum(p["type"] == "image" for p in prompt), len(images))
+        completion = [{"type": "text", "text": self.text("completion")}]
+        return {
+            "images": images,
+            "prompt": [{"role": "user", "content": prompt}],
+            "completion": [{"role": "assistant", "content": completion}],
+        }
+
+    def check_placeholders(self, placeholders: int, images: int) -> None:
+        if placeholders != images:
+            raise self.fail(
+                f'{placeholders} image placeholder(s) ({{"type": "image"}} or {IMAGE_TOKEN}) '
+                f"but {images} image(s) in `{self.name('images')}`",
+                "Give one entry in the images list per image placeholder.",
+            )
+
+    def images(self, value: Any) -> list[Any]:
+        if value is None:
+            return []  # text-only rows are fine in a VLM dataset
+        value = json_list(value)  # CSV cells hold lists as JSON
+        if not isinstance(value, list):
+            value = [value]
+        return [self.image(k, item) for k, item in enumerate(value, start=1)]
+
+    def image(self, k: int, item: Any) -> Any:
+        from PIL import Image
+
+        if isinstance(item, Image.Image):
+            return item
+        if isinstance(item, Mapping) and item.get("bytes"):
+            return {"bytes": item["bytes"], "path": item.get("path")}
+        if isinstance(item, Mapping) and item.get("path"):
+            item = item["path"]
+        if not isinstance(item, str) or not item:
+            raise self.fail(
+                f"image {k} in `{self.name('images')}` is {type(item).__name__}, not a file path",
+                "List image paths (relative to the data file) as strings.",
+            )
+        path = Path(item).expanduser()
+        if not path.is_absolute() and self.base_dir is not None:
+            path = self.base_dir / path
+        if not path.is_file():
+            raise self.fail(
+                f"image file {path} (image {k}) does not exist",
+                "Image paths are relative to the data file's folder; fix the path or the row.",
+            )
+        try:
+            with Image.open(path):  # parses the header only: cheap, catches non-images
+                pass
+        except Exception as exc:  # PIL raises many types for bad files
+            raise self.fail(
+                f"image file {path} (image {k}) is not a readable image ({exc})",
+                "Replace the file with a PNG/JPEG image.",
+            ) from exc
+        # Keep the path, not pixels: `datasets` decodes lazily, so big VLM sets fit in memory.
+        return {"path": str(path), "bytes": None}
+
+
+def _placeholders(messages: list[dict[str, Any]]) -> int:
+    return sum(1 for m in messages for p in m["content"] if p["type"] == "image")
+
+
+def _image_tokens_as_parts(text: Any) -> Any:
+    """LLaVA-style text with `<image>` marks as image and text parts; other text as it is."""
+    if not isinstance(text, str) or IMAGE_TOKEN not in text:
+        return text
+    parts: list[dict[str, Any]] = []
+    for k, piece in enumerate(text.split(IMAGE_TOKEN)):
+        if k:
+            parts.append({"type": "image", "text": None})
+        if piece.strip():
+            parts.append({"type": "text", "text": piece.strip()})
+    return parts
+
+
+def _given(message: Any) -> dict[str, Any]:
+    """A message's keys that hold a value (Arrow gives every row the keys of all rows)."""
+    if not isinstance(message, Mapping):
+        return {}
+    return {k: v for k, v in message.items() if v is not None}
+
+
+def _sharegpt_hint(message: Any) -> str:
+    if {"from", "value"} <= _given(message).keys():
+        return " (it has `from`/`value` keys: that is ShareGPT; set data.format=sharegpt)"
+    return ""
+
+
+def _expected_role(before: list[str]) -> tuple[str, ...]:
+    turns = [r for r in before if r != "system"]
+    if not before:
+        return ("system", "user")
+    return ("user",) if not turns or turns[-1] == "assistant" else ("assistant",)
