@@ -17,8 +17,8 @@ from recipe_engine.plan.memory import (
     Sharding,
     StageMemory,
     estimate_memory,
-    model_shape,
 )
+from recipe_engine.plan.model_shape import model_shape
 from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.plan.recipe_plan import PolicyPlan
 from recipe_engine.resolve.inputs import ModelFiles

@@ -15,9 +15,9 @@ from recipe_engine.plan.memory import (
     Sharding,
     estimate_memory,
     fit_advice,
-    model_shape,
     optimizer_states,
 )
+from recipe_engine.plan.model_shape import model_shape
 from recipe_engine.resolve.resolver import SNAPSHOTS, snapshot_folder
 
 # A 7B-class decoder (Qwen2-VL-7B's language model) without a vision tower.
