@@ -27,9 +27,7 @@ def apply_lora(
     model: Any, *, layout: str, lora: Mapping, frozen: Sequence[str], patterns=(), **kw: Any
 ) -> Any:
     adapter = _adapter(model, layout, lora, frozen, patterns)
-    return policies.apply_lora(
-        model, adapter, layout=layout, frozen=frozen, patterns=patterns, **kw
-    )
+    return policies.apply_lora(model, adapter, policies.Frozen(layout, frozen, patterns), **kw)
 
 
 def bnb_config(

@@ -11,12 +11,12 @@ from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.run.machine import remembered_platform
+from recipe_engine.store.collect import collect_garbage
 from recipe_engine.store.gc import (
     ACTIONS,
     DRY_RUN,
     USAGE,
     PlatformHere,
-    collect_garbage,
     remove_run,
     render_listing,
 )

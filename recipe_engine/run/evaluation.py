@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,21 +65,24 @@ def reference_text(row: dict[str, Any]) -> str:
     return completion
 
 
+@dataclass(frozen=True)
+class Generation:
+    """How answers are generated (the `eval.*` generation keys, and the sampling seed)."""
+
+    max_new_tokens: int = 8
+    batch_size: int = 16
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+
+
 def generate_answers(
-    model: Any,
-    processor: Any,
-    rows: Any,
-    kind: str,
-    *,
-    max_new_tokens: int = 8,
-    batch_size: int = 16,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    seed: int = 0,
+    model: Any, processor: Any, rows: Any, kind: str, generation: Generation
 ) -> list[str]:
     """Answers to each row's prompt (`prompt_text`); greedy unless do_sample."""
-    torch.manual_seed(seed)  # sampling, when asked for, is reproducible
+    torch.manual_seed(generation.seed)  # sampling, when asked for, is reproducible
+    batch_size = generation.batch_size
     tokenizer = getattr(processor, "tokenizer", processor)
     answers: list[str] = []
     model.eval()
@@ -106,19 +110,25 @@ def generate_answers(
         with torch.no_grad():
             output = model.generate(
                 **inputs,
-                max_new_tokens=max_new_tokens,
-                do_sample=do_sample,
+                max_new_tokens=generation.max_new_tokens,
+                do_sample=generation.do_sample,
                 pad_token_id=tokenizer.pad_token_id,
-                **({"temperature": temperature, "top_p": top_p} if do_sample else {}),
+                **_sampling(generation),
             )
         new_tokens = output[:, inputs["input_ids"].shape[1] :]
         answers += [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
     return answers
 
 
+def _sampling(generation: Generation) -> dict[str, float]:
+    if not generation.do_sample:
+        return {}
+    return {"temperature": generation.temperature, "top_p": generation.top_p}
+
+
 def exact_match(model: Any, processor: Any, rows: Any, kind: str, **kwargs: Any) -> dict[str, Any]:
     """Share of held-out rows whose answer equals the reference exactly (kwargs: generation)."""
-    answers = generate_answers(model, processor, rows, kind, **kwargs)
+    answers = generate_answers(model, processor, rows, kind, Generation(**kwargs))
     references = [reference_text(rows[i]).strip() for i in range(len(rows))]
     pairs = list(zip(answers, references, strict=True))
     hits = [is_exact_match(a, r) for a, r in pairs]

@@ -9,6 +9,7 @@ config.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config import library_objects
@@ -59,13 +60,20 @@ def is_quantized(model: Any) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class Frozen:
+    """What the freeze policy froze: components of `layout`, and parameters by pattern."""
+
+    layout: Layout | str
+    components: Sequence[str]
+    patterns: Sequence[str] = ()
+
+
 def apply_lora(
     model: Any,
     adapter: AdapterPlan,
+    frozen: Frozen,
     *,
-    layout: Layout | str,
-    frozen: Sequence[str],
-    patterns: Sequence[str] = (),
     gradient_checkpointing: bool = False,
     gradient_checkpointing_kwargs: Mapping | None = None,
 ) -> peft.PeftModel:
@@ -95,11 +103,11 @@ def apply_lora(
     peft_model = peft.get_peft_model(model, config)
 
     # ModulesToSaveWrapper makes the whole copy trainable; re-freeze what patterns froze.
-    compiled = compile_patterns(patterns)
+    compiled = compile_patterns(frozen.patterns)
     for name, param in peft_model.named_parameters():
         if ".modules_to_save." in name and matches_any(name, compiled):
             param.requires_grad_(False)
-    _check_trainable(peft_model, layout=layout, frozen=frozen)
+    _check_trainable(peft_model, layout=frozen.layout, frozen=frozen.components)
     return peft_model
 
 

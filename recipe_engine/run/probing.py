@@ -19,6 +19,7 @@ from typing import Any
 from recipe_engine.errors import RecipeError
 from recipe_engine.run.evaluation import (
     GENERATION_KEYS,
+    Generation,
     contains_reference,
     generate_answers,
     is_exact_match,
@@ -152,7 +153,9 @@ def _answer_all(
     for name, load, settings in loaders:
         log.info("compare: %s on %d probe(s)", name, len(rows))
         model, processor = load()
-        answers = generate_answers(model, processor, rows, kind, seed=seed, **generation)
+        answers = generate_answers(
+            model, processor, rows, kind, Generation(seed=seed, **generation)
+        )
         outputs[name] = answers
         metrics[name] = {"n": len(rows)}
         if has_reference:

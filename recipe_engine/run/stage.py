@@ -33,7 +33,7 @@ from recipe_engine.run.loading import (
 )
 from recipe_engine.run.machine import recorded_platform
 from recipe_engine.run.memory_peak import PeakMemory, peak_memory
-from recipe_engine.run.policies import apply_freeze, apply_lora, bnb_config
+from recipe_engine.run.policies import Frozen, apply_freeze, apply_lora, bnb_config
 from recipe_engine.run.policies import enable_gradient_checkpointing as checkpointing
 from recipe_engine.run.seeding import seed_stage
 from recipe_engine.run.trainer import (
@@ -122,9 +122,7 @@ class StageRecipe:
             self.model = apply_lora(
                 self.model,
                 policy.lora,
-                layout=layout,
-                frozen=frozen,
-                patterns=patterns,
+                Frozen(layout, frozen, patterns),
                 gradient_checkpointing=policy.gradient_checkpointing,
             )
         elif policy.gradient_checkpointing:

@@ -15,15 +15,11 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from filelock import Timeout
-
 from recipe_engine.errors import RecipeError
-from recipe_engine.files import file_lock
 from recipe_engine.store.records import (
     SUMMARY_FILE,
     Manifest,
@@ -236,7 +232,7 @@ def render_listing(root: Path, *, here: PlatformHere) -> str:
             )
     total = sum(e.size for e in entries)
     count = f"{len(entries)} folder" + ("" if len(entries) == 1 else "s")
-    lines += ["", f"store ({count}, {_bytes(total)}):"]
+    lines += ["", f"store ({count}, {size_text(total)}):"]
     if not entries:
         lines.append("  (none)")
         return "\n".join(lines)
@@ -245,7 +241,7 @@ def render_listing(root: Path, *, here: PlatformHere) -> str:
     kept = kept_folders(runs, entries)
     unused = [e for e in entries if e.name not in kept]
     if unused:
-        size = _bytes(sum(e.size for e in unused))
+        size = size_text(sum(e.size for e in unused))
         lines.append(
             f"\n{len(unused)} store folder(s) no run references ({size}): "
             "`python -m recipe_engine runs gc` frees them."
@@ -261,7 +257,7 @@ def _store_table(entries: Sequence[EntryInfo], root: Path, here: PlatformHere) -
             e.manifest.stage if e.manifest else "-",
             e.manifest.recipe if e.manifest else "-",
             e.status,
-            _bytes(e.size),
+            size_text(e.size),
             _age(e.modified),
             e.manifest.metrics.eval_text() if e.manifest else "-",
             _platform_mark(e, here),
@@ -329,7 +325,7 @@ def _age(stamp: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def _bytes(size: float) -> str:
+def size_text(size: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if size < 1024 or unit == "GB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
@@ -393,112 +389,14 @@ def remove_run(root: Path, given: str, *, dry_run: bool = False) -> str:
         while parent not in areas and parent.is_relative_to(root) and not any(parent.iterdir()):
             parent.rmdir()
             parent = parent.parent
-    lines = [f"{verb} {path} ({_bytes(size)}); store entries are kept."]
+    lines = [f"{verb} {path} ({size_text(size)}); store entries are kept."]
     runs = [r for r in find_runs(root) if not r.path.is_relative_to(path)]
     entries = find_entries(root, runs)
     kept = kept_folders(runs, entries)
     unused = [e for e in entries if e.name not in kept]
     if unused:
         lines.append(
-            f"{len(unused)} store folder(s) ({_bytes(sum(e.size for e in unused))}) are now "
+            f"{len(unused)} store folder(s) ({size_text(sum(e.size for e in unused))}) are now "
             "referenced by no run: `python -m recipe_engine runs gc` frees them."
         )
-    return "\n".join(lines)
-
-
-@contextmanager
-def unlocked(root: Path, key: str) -> Iterator[bool]:
-    """Try the store's per-key lock without waiting; yield whether we hold it.
-
-    Held for the whole deletion, so a job that asks for the key afterwards waits and then
-    finds it missing (and trains) rather than using a half-deleted folder.
-    """
-    lock = file_lock(root / "store" / "locks" / f"{key}.lock", timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        lock.release()
-
-
-def collect_garbage(
-    root: Path, *, dry_run: bool = False, announce: Callable[[str], None] = print
-) -> str:
-    """Remove store folders no run needs; `announce` what goes before it goes; report the rest.
-
-    Only folders the engine wrote are candidates. A run summary or a stage manifest that cannot
-    be read leaves gc unable to tell what is needed, so every stage output is kept."""
-    runs = find_runs(root)
-    entries = find_entries(root, runs)
-    kept = kept_folders(runs, entries)
-    blind = [r.unreadable for r in runs if r.unreadable]
-    blind += [e.unreadable for e in entries if e.unreadable]
-    store = (root / "store").resolve()
-    candidates = [
-        e
-        for e in entries
-        if e.name not in kept
-        and e.engine
-        and e.path.resolve().parent == store  # never outside the store (defence in depth)
-        and not (blind and e.status in OUTPUT_STATUSES)
-    ]
-    for e in candidates if not dry_run else []:  # a dry run's report lists them
-        announce(f"  will free {e.name}  {_bytes(e.size)}  ({_what(e)})")
-    removed, busy = [], []
-    for entry in candidates:
-        (removed if _remove_entry(root, entry, dry_run=dry_run) else busy).append(entry)
-    foreign = [e for e in entries if not e.engine]
-    held = len([e for e in entries if e.name in kept])
-    return _gc_report(removed, busy, foreign, blind, held, len(runs), dry_run=dry_run)
-
-
-def _remove_entry(root: Path, entry: EntryInfo, *, dry_run: bool) -> bool:
-    """Delete one unneeded store folder unless a writer may still use it; whether it went."""
-    if entry.status == "tmp" and time.time() - entry.modified < TMP_GRACE_S:
-        return False  # its writer may still be at work (tmp folders take no lock)
-    with unlocked(root, entry.key) as free:
-        if free and not dry_run:
-            shutil.rmtree(entry.path)
-    return free
-
-
-def _what(entry: EntryInfo) -> str:
-    what = f"{entry.manifest.stage} of {entry.manifest.recipe}" if entry.manifest else ""
-    return f"{what}, {entry.status}" if what else entry.status
-
-
-def _gc_report(
-    removed: Sequence[EntryInfo],
-    busy: Sequence[EntryInfo],
-    foreign: Sequence[EntryInfo],
-    blind: Sequence[str],
-    held: int,
-    runs: int,
-    *,
-    dry_run: bool,
-) -> str:
-    verb = "would free" if dry_run else "freed"
-    lines = [f"  {verb} {e.name}  {_bytes(e.size)}  ({_what(e)})" for e in removed]
-    for e in busy:
-        why = "being written" if e.status == "tmp" else "a running job holds its lock"
-        lines.append(f"  kept {e.name} ({e.status}): {why}")
-    for e in foreign:
-        lines.append(
-            f"  kept {e.name}: not written by recipe-engine (no {ENGINE_MARKER} marker); "
-            "gc never removes what it did not write"
-        )
-    for problem in blind:
-        lines.append(
-            f"  kept every stage output: {problem} Fix or remove that file (`runs rm RUN_DIR` "
-            "for a run folder), then run gc again."
-        )
-    freed = sum(e.size for e in removed)
-    lines.append(
-        f"{verb} {_bytes(freed)} in {len(removed)} store folder(s); kept {held} referenced "
-        f"by {runs} run(s)."
-    )
     return "\n".join(lines)

@@ -14,14 +14,8 @@ import pytest
 from recipe_engine.cli.main import main
 from recipe_engine.errors import RecipeError
 from recipe_engine.run.machine import platform_here
-from recipe_engine.store.gc import (
-    TMP_GRACE_S,
-    collect_garbage,
-    find_entries,
-    find_runs,
-    remove_run,
-    render_listing,
-)
+from recipe_engine.store.collect import collect_garbage
+from recipe_engine.store.gc import TMP_GRACE_S, find_entries, find_runs, remove_run, render_listing
 from recipe_engine.store.records import Manifest
 from recipe_engine.store.store import Store, make_engine_folder, mark_engine_folder
 
