@@ -132,6 +132,27 @@ def _build_qwen_vl(folder: Path, qwen2_5: bool) -> None:
     )
     ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIALS}
     eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
+    config, model_cls, processor_cls = _qwen_vl_classes(tok, ids, qwen2_5)
+    # Shapes images keep their size (9 merged tokens); larger inputs are capped at 8x8 patches.
+    pixels = {"min_pixels": 56 * 56, "max_pixels": 112 * 112}
+    image_processor = tf.Qwen2VLImageProcessor(**pixels)
+    model = _init_model(model_cls, config)
+    _pretrain_parts(model, tok, image_processor)
+    model.save_pretrained(folder)
+    processor = processor_cls(
+        image_processor=image_processor,
+        video_processor=tf.Qwen2VLVideoProcessor(**pixels),
+        tokenizer=tok,
+        chat_template=QWEN_CHAT_TEMPLATE,
+    )
+    processor.save_pretrained(folder)
+    save_generation_config(folder, ids["<|endoftext|>"], eos, ids["<|endoftext|>"])
+
+
+def _qwen_vl_classes(tok: Any, ids: dict[str, int], qwen2_5: bool) -> tuple[Any, Any, Any]:
+    """The tiny Qwen2-VL (or Qwen2.5-VL) config, model class and processor class."""
+    import transformers as tf
+
     text = dict(
         _TEXT_SIZE,
         vocab_size=len(tok),
@@ -168,32 +189,21 @@ def _build_qwen_vl(folder: Path, qwen2_5: bool) -> None:
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,
     )
-    # Shapes images keep their size (9 merged tokens); larger inputs are capped at 8x8 patches.
-    pixels = {"min_pixels": 56 * 56, "max_pixels": 112 * 112}
-    image_processor = tf.Qwen2VLImageProcessor(**pixels)
-    model = _init_model(model_cls, config)
-    # A real VLM starts from a pretrained vision encoder and LLM: see tiny_pretrain.
-    from recipe_engine.resolve.tiny.pretrain import pretrain_language_model, pretrain_vision_tower
+    return config, model_cls, processor_cls
+
+
+def _pretrain_parts(model: Any, tok: Any, image_processor: Any) -> None:
+    """A real VLM starts from a pretrained vision encoder and LLM: see `pretrain`."""
+    from recipe_engine.resolve.tiny.pretrain import (
+        ShapesText,
+        pretrain_language_model,
+        pretrain_vision_tower,
+    )
 
     pretrain_vision_tower(model, image_processor, seed=_SEED)
-    pretrain_language_model(
-        model,
-        tok,
-        colours=list(COLOURS),
-        shapes=SHAPES,
-        question=SHAPES_QUESTION,
-        span_tokens=(SHAPES_IMAGE_SIZE // 28) ** 2,  # merged patches of one shapes picture
-        seed=_SEED,
-    )
-    model.save_pretrained(folder)
-    processor = processor_cls(
-        image_processor=image_processor,
-        video_processor=tf.Qwen2VLVideoProcessor(**pixels),
-        tokenizer=tok,
-        chat_template=QWEN_CHAT_TEMPLATE,
-    )
-    processor.save_pretrained(folder)
-    save_generation_config(folder, ids["<|endoftext|>"], eos, ids["<|endoftext|>"])
+    span = (SHAPES_IMAGE_SIZE // 28) ** 2  # merged patches of one shapes picture
+    task = ShapesText(list(COLOURS), SHAPES, SHAPES_QUESTION, span)
+    pretrain_language_model(model, tok, task, seed=_SEED)
 
 
 def _llama_text(specials: tuple[str, ...]) -> tuple[Any, dict[str, int], Any]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -53,27 +54,37 @@ def pretrain_vision_tower(model: Any, image_processor: Any, *, seed: int) -> Non
         pictures,
         collate=lambda batch: pictures.collate(batch, image_processor),
         seed=seed,
-        max_steps=_VISION_STEPS,
+        schedule=Schedule(max_steps=_VISION_STEPS),
     )
 
 
-def pretrain_language_model(
-    model: Any,
-    tokenizer: Any,
-    *,
-    colours: Sequence[str],
-    shapes: Sequence[str],
-    question: str,
-    span_tokens: int,
-    seed: int,
-) -> None:
+@dataclass(frozen=True)
+class ShapesText:
+    """The shapes task's text: the words of its answers, its question, and how many tokens
+    stand in for one picture (its merged patches)."""
+
+    colours: Sequence[str]
+    shapes: Sequence[str]
+    question: str
+    span_tokens: int
+
+
+@dataclass(frozen=True)
+class Schedule:
+    epochs: int = 1
+    max_steps: int = -1
+
+
+def pretrain_language_model(model: Any, tokenizer: Any, task: ShapesText, *, seed: int) -> None:
     """Train ``model``'s language model in place on the shapes task's text (see the module doc)."""
     from datasets import Dataset
     from transformers import default_data_collator
 
     rng = random.Random(seed)
     rows = [
-        _encode(tokenizer, *_sample(rng, colours, shapes, span_tokens), question)
+        _encode(
+            tokenizer, *_sample(rng, task.colours, task.shapes, task.span_tokens), task.question
+        )
         for _ in range(_TEXT_ROWS)
     ]
     vision = model.model.visual
@@ -86,7 +97,7 @@ def pretrain_language_model(
             Dataset.from_list(rows),
             collate=default_data_collator,
             seed=seed,
-            epochs=_TEXT_EPOCHS,
+            schedule=Schedule(epochs=_TEXT_EPOCHS),
         )
     finally:
         for param in frozen:
@@ -99,8 +110,7 @@ def _train(
     *,
     collate: Callable[[list[Any]], dict[str, Any]],
     seed: int,
-    epochs: int = 1,
-    max_steps: int = -1,
+    schedule: Schedule,
 ) -> None:
     from transformers import PrinterCallback, Trainer, TrainingArguments
 
@@ -108,8 +118,8 @@ def _train(
         args = TrainingArguments(
             output_dir=scratch,
             per_device_train_batch_size=_BATCH,
-            num_train_epochs=epochs,
-            max_steps=max_steps,
+            num_train_epochs=schedule.epochs,
+            max_steps=schedule.max_steps,
             learning_rate=_LR,
             lr_scheduler_type="cosine",
             warmup_steps=20,
