@@ -28,15 +28,14 @@ from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.diff import diff_recipes, render_diff
 from recipe_engine.report.experiment import (
     BASE,
-    Experiment,
     RecipeRun,
     Score,
     differences_sentence,
     stored_base_score,
     stored_score,
     summarize,
-    write_experiment,
 )
+from recipe_engine.report.experiment_report import Experiment, write_experiment
 from recipe_engine.report.plots import MISSING
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import stages_to_run

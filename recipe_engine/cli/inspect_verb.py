@@ -6,12 +6,12 @@ from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.errors import RecipeError
 from recipe_engine.report.inspection import (
     USAGE,  # noqa: F401  (`--help` shows it)
-    inspect_target,
     parse_args,
     render,
     render_pair,
     resolve_target,
 )
+from recipe_engine.run.inspecting import inspect_target
 
 
 def main(args: list[str], multirun: bool) -> int:

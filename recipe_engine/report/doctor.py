@@ -89,7 +89,7 @@ def doctor_report(
     if machine is not None:
         _placement(placement, cfg, machine, list(overrides))
     torch_info = _torch(report, machine, versions)
-    _bitsandbytes(report, versions, torch_info, machine, cfg, env)
+    _bitsandbytes(report, Here(versions, torch_info, machine, env), cfg)
     report.sections += placement.sections
     report.advice += placement.advice
     return report.render()
@@ -247,14 +247,18 @@ def _cuda_library(libs: Sequence[str], cuda_build: str, env: Mapping[str, str]) 
     return available[pick] if pick else None
 
 
-def _bitsandbytes(
-    report: Report,
-    versions: Mapping[str, str | None],
-    torch_info: Mapping[str, Any],
-    machine: Machine | None,
-    cfg: EngineConfig,
-    env: Mapping[str, str],
-) -> None:
+@dataclass(frozen=True)
+class Here:
+    """What the report learned of this machine before bitsandbytes' section."""
+
+    versions: Mapping[str, str | None]
+    torch_info: Mapping[str, Any]
+    machine: Machine | None
+    env: Mapping[str, str]
+
+
+def _bitsandbytes(report: Report, here: Here, cfg: EngineConfig) -> None:
+    versions, torch_info, machine, env = here.versions, here.torch_info, here.machine, here.env
     folder, libs, backends = _bnb_files()
     if versions["bitsandbytes"] is None or folder is None:
         report.section("bitsandbytes", ["not installed: 4-bit / 8-bit stages cannot load"])

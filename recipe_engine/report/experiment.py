@@ -10,15 +10,12 @@ writes experiment.md / experiment.csv / bar charts. It imports no torch.
 
 from __future__ import annotations
 
-import csv
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.files import atomic_write_text
-from recipe_engine.report.plots import MISSING, write_metric_bars
 from recipe_engine.report.significance import (
     METHOD,
     PROBES_ONLY,
@@ -26,8 +23,8 @@ from recipe_engine.report.significance import (
     Difference,
     difference,
 )
-from recipe_engine.store.records import Manifest, Platform, platform_lines, relative_to
-from recipe_engine.tables import markdown_table, text_table
+from recipe_engine.store.records import Manifest, Platform
+from recipe_engine.tables import text_table
 
 BASE = "base"
 METRICS = {  # metric -> (title, higher is better)
@@ -184,7 +181,7 @@ def _summary(recipe: str, runs: list[RecipeRun]) -> RecipeSummary:
     )
 
 
-def _base_per_seed(runs: Sequence[RecipeRun]) -> dict[int, tuple[RecipeRun, Score]]:
+def base_per_seed(runs: Sequence[RecipeRun]) -> dict[int, tuple[RecipeRun, Score]]:
     """The base's score per seed, from the first recipe run that measured it."""
     found: dict[int, tuple[RecipeRun, Score]] = {}
     for run in runs:
@@ -195,7 +192,7 @@ def _base_per_seed(runs: Sequence[RecipeRun]) -> dict[int, tuple[RecipeRun, Scor
 
 def base_summary(runs: Sequence[RecipeRun]) -> RecipeSummary | None:
     """The shared base, once per seed (every recipe measured it on the same probes)."""
-    per_seed = _base_per_seed(runs)
+    per_seed = base_per_seed(runs)
     if not per_seed:
         return None
     seeds = sorted({run.seed for run in runs})
@@ -362,181 +359,3 @@ def _number(value: float, percent: bool | None) -> str:
 def experiment_table(summaries: Sequence[RecipeSummary], base: RecipeSummary | None) -> str:
     """The plain-text table the command prints."""
     return "\n".join(text_table(table_rows(summaries, base), header=COLUMNS))
-
-
-# --------------------------------------------------------------------------- writing
-
-
-@dataclass
-class Experiment:
-    """Everything the report shows."""
-
-    runs: list[RecipeRun]
-    settings: dict[str, Any]  # the evaluation settings every model was measured with
-    differences: str  # the rendered settings diff between the recipes
-    probes: str = "the held-out split of the shared data"
-
-    @property
-    def recipes(self) -> list[str]:
-        return list(dict.fromkeys(run.recipe for run in self.runs))
-
-
-def write_experiment(folder: Path, experiment: Experiment) -> dict[str, Any]:
-    """experiment.md, experiment.csv and a bar chart per metric in `folder`; returns the
-    paths, the printed table and the answer line."""
-    folder.mkdir(parents=True, exist_ok=True)
-    summaries = summarize(experiment.runs)
-    base = base_summary(experiment.runs)
-    table = experiment_table(summaries, base)
-    answer = answer_line(summaries)
-    csv_path = _write_csv(folder / "experiment.csv", experiment.runs)
-    charts = _write_bars(folder, [*([base] if base else []), *summaries])
-    lines = _report_lines(folder, experiment, summaries, base, answer, charts)
-    report = folder / "experiment.md"
-    atomic_write_text(report, "\n".join(lines) + "\n")
-    warning = platform_warning_lines(experiment.runs)
-    return {
-        "report": report,
-        "csv": csv_path,
-        "plots": charts,
-        "table": table,
-        "answer": answer,
-        "platform_warning": warning,
-    }
-
-
-def platform_warning_lines(runs: Sequence[RecipeRun], *, bullet: str = "  ") -> list[str]:
-    """A warning, and which recipe ran where, when the recipes' stages were trained on
-    different platforms: a difference between them may then be partly the platforms'."""
-    labelled = [(run.recipe, platform) for run in runs for platform in run.platforms]
-    return platform_lines("the recipes compared", labelled, bullet=bullet)
-
-
-CSV_FIELDS = (
-    "recipe",
-    "seed",
-    "model",
-    "exact_match",
-    "contains",
-    "eval_loss",
-    "samples",
-    "base_precision",
-    "source",
-    "trained",
-    "steps",
-    "wall_s",
-    "peak_gib",
-    "run_dir",
-)
-
-
-def _write_csv(path: Path, runs: Sequence[RecipeRun]) -> Path:
-    """One row per (recipe, seed) for its final stage, and one per seed for the base."""
-    rows = [
-        _csv_row(run.recipe, run, run.final_stage, run.score, costs=path.parent) for run in runs
-    ]
-    rows += [_csv_row(BASE, run, BASE, score) for run, score in _base_per_seed(runs).values()]
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
-def _csv_row(
-    recipe: str, run: RecipeRun, model: str, score: Score | None, *, costs: Path | None = None
-) -> dict[str, Any]:
-    """A CSV row; `costs`: the report folder, for a recipe's row (its costs and run folder,
-    relative to the report like every path the engine records)."""
-    row: dict[str, Any] = {"recipe": recipe, "seed": run.seed, "model": model}
-    if score is not None:
-        row |= {m: getattr(score, m) for m in METRICS}
-        row |= {"samples": score.samples, "base_precision": score.precision}
-        row["source"] = score.source
-    if costs is not None:
-        row |= {"trained": run.trained, "steps": run.steps, "wall_s": round(run.wall_s, 1)}
-        row |= {"peak_gib": run.peak_gib, "run_dir": relative_to(run.run_dir, costs)}
-    return row
-
-
-def _write_bars(folder: Path, summaries: Sequence[RecipeSummary]) -> dict[str, Path | None]:
-    """A bar chart of each metric's mean per model (models without the metric left out);
-    None where matplotlib is missing."""
-    charts: dict[str, Path | None] = {}
-    for metric, (title, _) in METRICS.items():
-        values = {s.recipe: s.metrics[metric] for s in summaries}
-        means = {name: spread.mean for name, spread in values.items() if spread is not None}
-        if len(means) >= 2:
-            charts[metric] = write_metric_bars(folder / f"experiment_{metric}.png", means, title)
-    return charts
-
-
-def _report_lines(
-    folder: Path,
-    experiment: Experiment,
-    summaries: Sequence[RecipeSummary],
-    base: RecipeSummary | None,
-    answer: str,
-    charts: Mapping[str, Path | None],
-) -> list[str]:
-    seeds = ", ".join(str(s) for s in summaries[0].seeds)
-    settings = ", ".join(f"{k}={v}" for k, v in measurement(experiment.settings).items())
-    warning = platform_warning_lines(experiment.runs, bullet="- ")
-    lines = [
-        f"# Experiment: {' vs '.join(experiment.recipes)}",
-        "",
-        f"Seeds: {seeds}  ",
-        f"Probes: {experiment.probes}; the same for every model  ",
-        f"Evaluation: {settings}",
-        "",
-        *([*warning, ""] if warning else []),
-        "## Results",
-        "",
-        *markdown_table(table_rows(summaries, base), header=COLUMNS),
-        "",
-        _legend(experiment.runs),
-        "",
-        differences_sentence(summaries),
-        "",
-        f"**{answer}**",
-        "",
-        "## Bar charts",
-        "",
-    ]
-    lines += [_chart_line(metric, path) for metric, path in charts.items()] or ["(none)"]
-    lines += ["", "## Settings that differ", "", "```", experiment.differences, "```", ""]
-    return lines + ["## Runs", "", *_run_lines(folder, experiment.runs)]
-
-
-def _legend(runs: Sequence[RecipeRun]) -> str:
-    measured = sorted({run.memory_measure for run in runs if run.memory_measure})
-    evaluated = sorted({run.recipe for run in runs if run.score and run.score.source != "stored"})
-    lines = [
-        "Each recipe's final stage and the untrained base, on the same held-out probes with "
-        "the same generation settings. An accuracy without a label was measured on the "
-        "full-precision base; `(4-bit base)`: a QLoRA stage measured on the 4-bit base it "
-        "trained on (its eval loss too). Over several seeds a cell reads `mean [min..max]`. "
-        "`steps`, `wall s` (training wall time, as recorded when each stage trained; "
-        "`(cached)`: reused from the store, so timed in an earlier run) and `peak GiB` (the "
-        "largest measured peak of its stages) cover all of a recipe's stages; `trained` lists "
-        "what had trainable parameters (a share where freeze.patterns left part of a "
-        "component). The base has no eval loss of its own unless measured here.",
-    ]
-    if measured:
-        lines.append(f"Peak memory measured by: {'; '.join(measured)}.")
-    if evaluated:
-        lines.append(
-            f"Measured by this experiment (their stored evaluation used other settings): "
-            f"{', '.join(evaluated)}."
-        )
-    return " ".join(lines)
-
-
-def _chart_line(metric: str, path: Path | None) -> str:
-    return f"![{metric}]({path.name})" if path is not None else f"{metric}: {MISSING}"
-
-
-def _run_lines(folder: Path, runs: Sequence[RecipeRun]) -> list[str]:
-    return [
-        f"- {run.recipe}, seed {run.seed}: `{relative_to(run.run_dir, folder)}`" for run in runs
-    ]

@@ -444,9 +444,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
-    parser = Parser(
-        prog="python -m recipe_engine.tools.gpu_check", description=__doc__.split("\n")[0]
-    )
+    parser = Parser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n")[0])
     parser.add_argument("checks", nargs="*", metavar="CHECK", help="run only these (default: all)")
     parser.add_argument("--out", type=Path, help="also write the report as Markdown here")
     parser.add_argument("--list", action="store_true", help="print the checks and exit")

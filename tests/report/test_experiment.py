@@ -9,7 +9,6 @@ from pathlib import Path
 from platforms import EPYC, XEON
 
 from recipe_engine.report.experiment import (
-    Experiment,
     RecipeRun,
     Score,
     Spread,
@@ -17,10 +16,13 @@ from recipe_engine.report.experiment import (
     base_summary,
     differences_sentence,
     experiment_table,
-    platform_warning_lines,
     stored_base_score,
     stored_score,
     summarize,
+)
+from recipe_engine.report.experiment_report import (
+    Experiment,
+    platform_warning_lines,
     write_experiment,
 )
 from recipe_engine.store.records import Manifest, StageMetrics

@@ -12,12 +12,12 @@ import pytest
 from recipe_engine.cli.main import main
 from recipe_engine.errors import RecipeError
 from recipe_engine.report.inspection import (
-    inspect_target,
     parse_args,
     render,
     render_pair,
     resolve_target,
 )
+from recipe_engine.run.inspecting import inspect_target
 from recipe_engine.store.records import RunSummary
 
 FLOATS = {"float32", "bfloat16", "float16"}
