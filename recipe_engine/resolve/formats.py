@@ -87,6 +87,9 @@ class InputFormat:
     name: str
     columns: tuple[str, ...]
     needs: tuple[tuple[str, ...], ...]
+    # Its rows as role/content messages, read through a `rows.RowConverter` (`text`, `get`);
+    # None: conversations already (read by the converter) or a prompt and a completion.
+    messages: Callable[[Any], list[dict[str, Any]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -109,11 +112,27 @@ class RowShape:
 
 # Detection tries them in this order; a conversation is ShareGPT or role/content messages by
 # its message keys. A new input format is one entry here and a `RowConverter` method.
+def _alpaca_messages(row: Any) -> list[dict[str, Any]]:
+    """An instruction (with its optional input) as the user's turn, the output as the reply."""
+    instruction, extra = row.text("instruction"), row.text("input", required=False)
+    user = f"{instruction}\n\n{extra}" if extra.strip() else instruction
+    return [
+        {"role": "user", "content": user},
+        {"role": "assistant", "content": row.text("output")},
+    ]
+
+
 INPUTS = (
     InputFormat("conversation", ("messages", "conversations"), (("messages", "conversations"),)),
     InputFormat(PROMPT_COMPLETION, ("prompt", "completion"), (("prompt",), ("completion",))),
-    InputFormat("alpaca", ("instruction", "input", "output"), (("instruction",), ("output",))),
+    InputFormat(
+        "alpaca",
+        ("instruction", "input", "output"),
+        (("instruction",), ("output",)),
+        messages=_alpaca_messages,
+    ),
 )
+INPUT_BY_NAME = {given.name: given for given in INPUTS}
 
 
 def _text_features(ds: Any) -> Any:

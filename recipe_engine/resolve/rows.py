@@ -12,6 +12,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.formats import (
     CHATML_EXAMPLE,
     IMAGE_TOKEN,
+    INPUT_BY_NAME,
     ROLES,
     SHAPES,
     SHAREGPT_EXAMPLE,
@@ -103,20 +104,13 @@ class RowConverter:
 
     def conversation(self, parts: bool) -> tuple[list[dict[str, Any]], bool]:
         """Validated messages and whether every content was a plain string."""
-        if self.layout.fmt == "alpaca":
-            return self.validated(self.alpaca(), "alpaca row", parts)
+        given = INPUT_BY_NAME.get(self.layout.fmt)
+        if given is not None and given.messages is not None:
+            return self.validated(given.messages(self), f"{given.name} row", parts)
         if self.layout.fmt == "sharegpt":
             return self.validated(self.sharegpt(parts), self.name("conversations"), parts)
         messages = self.message_list("messages", "{role, content}", CHATML_EXAMPLE)
         return self.validated(messages, self.name("messages"), parts)
-
-    def alpaca(self) -> list[dict[str, Any]]:
-        instruction, extra = self.text("instruction"), self.text("input", required=False)
-        user = f"{instruction}\n\n{extra}" if extra.strip() else instruction
-        return [
-            {"role": "user", "content": user},
-            {"role": "assistant", "content": self.text("output")},
-        ]
 
     def message_list(self, canon: str, shape: str, example: str) -> list[Any]:
         value = json_list(self.get(canon))  # CSV cells hold the conversation as JSON
