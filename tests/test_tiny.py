@@ -21,7 +21,7 @@ from transformers import (
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import default_cache_dir
-from recipe_engine.resolve import tiny
+from recipe_engine.resolve import tiny  # noqa: F401 - its datasets module is patched
 from recipe_engine.resolve.tiny import (
     COLOURS,
     SHAPES,
@@ -84,7 +84,7 @@ def test_concurrent_builders_build_once(tmp_path: Path, monkeypatch: pytest.Monk
         time.sleep(0.3)
         (folder / "train.jsonl").write_text("{}\n")
 
-    monkeypatch.setattr(tiny, "_build_arithmetic", slow)
+    monkeypatch.setattr(tiny.datasets, "_build_arithmetic", slow)
     with ThreadPoolExecutor(2) as pool:
         folders = list(pool.map(lambda _: build_dataset("arithmetic", tmp_path), range(2)))
     assert folders[0] == folders[1] and (folders[0] / "train.jsonl").is_file()
@@ -236,7 +236,7 @@ def test_failed_build_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyP
         (folder / "partial.txt").write_text("half done")
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(tiny, "_build_arithmetic", boom)
+    monkeypatch.setattr(tiny.datasets, "_build_arithmetic", boom)
     with pytest.raises(RuntimeError):
         build_dataset("arithmetic", tmp_path)
     assert list((tmp_path / "data").iterdir()) == []
