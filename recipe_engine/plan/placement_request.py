@@ -169,9 +169,19 @@ def no_fit_message(req: PlacementRequest, gpus: list[GpuInfo], what: str) -> str
     )
 
 
+# Why a sharded mode is refused on CPU, as the libraries behave there (measured: a 2-process
+# torchrun of SFTTrainer with `fsdp="full_shard auto_wrap"` and `use_cpu=True` trains, but
+# wraps the model in DistributedDataParallel: no shard; transformers 5.23, accelerate 1.15).
+CPU_REASONS = {
+    "fsdp": " (on CPU the Trainer ignores `fsdp` and trains a full replica per process, "
+    "as DDP: nothing would be sharded)",
+}
+
+
 def refuse_mode_on(device: str, parallel: str, alt: str) -> PlacementRefused:
+    why = CPU_REASONS.get(parallel, "") if device == "cpu" else ""
     return PlacementRefused(
-        f"`{K_PARALLEL}={parallel}` cannot run on `{K_DEVICE}={device}`. Use {alt} instead.",
+        f"`{K_PARALLEL}={parallel}` cannot run on `{K_DEVICE}={device}`{why}. Use {alt} instead.",
         key=K_PARALLEL,
     )
 

@@ -287,7 +287,8 @@ SCENARIOS = [
     ),
     pytest.param(
         dict(device="cpu", parallel="fsdp"),
-        (PlacementRefused, ["`device=cuda`"]),
+        # Measured: SFTTrainer on CPU trains `fsdp` as DDP (nothing sharded), so it is refused.
+        (PlacementRefused, ["`device=cuda`", "ignores `fsdp`", "as DDP"]),
         id="fsdp-on-cpu",
     ),
     pytest.param(
