@@ -22,9 +22,9 @@ from recipe_engine.plan.policies.freeze import (
     trained_components,
 )
 from recipe_engine.plan.policies.lora import adapter_plan, plan_lora
-from recipe_engine.plan.policies.quant import quantization_plan
+from recipe_engine.plan.policies.quant import quantization_plan, skipped_by
 from recipe_engine.plan.recipe_plan import AdapterPlan, PolicyPlan, QuantPlan
-from recipe_engine.resolve.inventory import ModelInventory
+from recipe_engine.resolve.inventory import LINEAR, ModelInventory
 
 
 def decide_policy(
@@ -34,15 +34,12 @@ def decide_policy(
 
     Without the model's inventory (a hub model offline) the split is derived from the recipe
     alone and the module-level checks wait for load time, where this same function runs again
-    on the loaded model's inventory.
+    on the inventory `resolve` reads then.
     """
     frozen, patterns = list(stage.freeze.components), list(stage.freeze.patterns)
     base = PolicyPlan(None, frozen, patterns, [], stage.gradient_checkpointing)
     if inventory is None:
-        lora_components = list((stage.lora or {}).get("components") or [])
-        trained = [c for c in COMPONENTS if c not in frozen and c not in lora_components]
-        lora = AdapterPlan(lora_components, [], {}) if stage.lora else None
-        return dataclasses.replace(base, trained=trained, lora=lora)
+        return _deferred(stage, base)
     layout = layout_for(inventory.model_type, model.layout, model.components)
     counts = param_counts(inventory, layout)
     check_freeze(inventory, layout=layout, components=frozen, patterns=patterns)
@@ -58,14 +55,7 @@ def decide_policy(
         free = trained_components(inventory, layout=layout, frozen=frozen, patterns=patterns)
         trained = [c for c in free if counts.get(c)]  # a tied copy has none
     if lora is None and not trained:
-        raise RecipeError(
-            f"Stage `{name}` trains nothing: `stage.{name}.freeze.components` freezes "
-            f"{', '.join(frozen) or 'nothing'}"
-            + (f" and `stage.{name}.freeze.patterns` the rest" if patterns else "")
-            + f" and there is no LoRA, leaving no trainable parameters. Unfreeze a component "
-            f"or add stage.{name}.lora.",
-            key=f"stage.{name}.freeze.components",
-        )
+        raise _trains_nothing(name, frozen, patterns)
     quant = None
     if stage.quantization:
         quant = quantization_plan(
@@ -84,6 +74,25 @@ def decide_policy(
         trainable_params=_trainable_params(inventory, layout, trained, patterns),
         lora_params=_lora_params(inventory, lora, stage.lora),
         quantized_params=_quantized_params(inventory, layout, quant),
+    )
+
+
+def _deferred(stage: StageConfig, base: PolicyPlan) -> PolicyPlan:
+    """The split the recipe alone gives, module-level checks left for load time."""
+    lora_components = list((stage.lora or {}).get("components") or [])
+    trained = [c for c in COMPONENTS if c not in base.frozen and c not in lora_components]
+    lora = AdapterPlan(lora_components, [], {}) if stage.lora else None
+    return dataclasses.replace(base, trained=trained, lora=lora)
+
+
+def _trains_nothing(name: str, frozen: Sequence[str], patterns: Sequence[str]) -> RecipeError:
+    return RecipeError(
+        f"Stage `{name}` trains nothing: `stage.{name}.freeze.components` freezes "
+        f"{', '.join(frozen) or 'nothing'}"
+        + (f" and `stage.{name}.freeze.patterns` the rest" if patterns else "")
+        + f" and there is no LoRA, leaving no trainable parameters. Unfreeze a component "
+        f"or add stage.{name}.lora.",
+        key=f"stage.{name}.freeze.components",
     )
 
 
@@ -119,7 +128,8 @@ def _trainable_params(
 
 
 def _lora_params(inventory: ModelInventory, lora: AdapterPlan | None, settings: Any) -> int:
-    """r x (in + out) per adapted linear module: LoRA's A and B matrices."""
+    """r x (in + out) per adapted module: LoRA's A and B matrices (a convolution's kernel
+    size left out)."""
     if lora is None:
         return 0
     rank = int((settings or {}).get("r", 8))
@@ -130,22 +140,26 @@ def _lora_params(inventory: ModelInventory, lora: AdapterPlan | None, settings: 
     return total
 
 
+# The layers transformers' replace_with_bnb_linear swaps for bitsandbytes ones: exactly
+# nn.Linear (not a subclass) and GPT-2's Conv1D (integrations/bitsandbytes.py).
+_BNB_REPLACED = ("Linear", "Conv1D")
+
+
 def _quantized_params(inventory: ModelInventory, layout: Layout, quant: QuantPlan | None) -> int:
     """Linear weights bitsandbytes stores in 4/8 bits: in the quantized components, outside
-    every skip-module (transformers matches a skip by module-name prefix or segment)."""
+    every skip-module (matched as transformers matches them, `quant.skipped_by`)."""
     if quant is None:
         return 0
     skips = list(quant.config.get("llm_int8_skip_modules") or [])
     total = 0
     for module in inventory.modules:
         name = module.name
-        if module.class_name != "Linear" or component_of(f"{name}.weight", layout) not in (
-            quant.components
-        ):
+        if module.kind != LINEAR or module.class_name not in _BNB_REPLACED:
             continue
-        if any(name == s or name.startswith(f"{s}.") or f".{s}" in f".{name}" for s in skips):
+        if component_of(f"{name}.weight", layout) not in quant.components:
             continue
-        total += module.weight_numel
+        if not any(skipped_by(name, skip) for skip in skips):
+            total += module.weight_numel
     return total
 
 

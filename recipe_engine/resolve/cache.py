@@ -24,7 +24,7 @@ from recipe_engine.versions import package_version
 # What each kind of record holds, versioned: bump a kind's number when its reader changes
 # what it records (a new field, another way of counting), so old records are not served.
 RECORDS = {
-    "inventory": 1,  # a model's parameters and modules, read on the meta device
+    "inventory": 2,  # a model's parameters and modules on the meta device (2: LoRA's features)
     "models": 1,  # a model folder loads as its kind of model (config, weights' headers)
     "rows": 1,  # a dataset's format and split sizes, checked row by row
     "lengths": 1,  # the longest training row (characters, messages, images)

@@ -36,6 +36,9 @@ class Module:
     name: str
     kind: str  # LINEAR | ADAPTABLE | OTHER
     class_name: str
+    # As peft reads them for LoRA's A and B (tuners_utils._get_in_out_features): a linear
+    # layer's features, GPT-2 Conv1D's weight shape (in, out), an embedding's
+    # (num_embeddings, embedding_dim), a convolution's channels; 0 for other modules.
     in_features: int = 0
     out_features: int = 0
     weight_numel: int = 0
@@ -88,20 +91,22 @@ def _module(name: str, module: Any) -> Module:
     import torch
     from transformers.pytorch_utils import Conv1D
 
-    adaptable = (torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
-    if isinstance(module, torch.nn.Linear | Conv1D):
-        kind = LINEAR
-    else:
-        kind = ADAPTABLE if isinstance(module, adaptable) else OTHER
     weight = getattr(module, "weight", None)
-    return Module(
-        name,
-        kind,
-        type(module).__name__,
-        int(getattr(module, "in_features", 0) or 0),
-        int(getattr(module, "out_features", 0) or 0),
-        int(weight.numel()) if isinstance(weight, torch.Tensor) else 0,
-    )
+    weight_numel = int(weight.numel()) if isinstance(weight, torch.Tensor) else 0
+    convolutions = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+    if isinstance(module, torch.nn.Linear):  # bitsandbytes' Linear4bit / Linear8bitLt too
+        features = (int(module.in_features), int(module.out_features))
+        return Module(name, LINEAR, type(module).__name__, *features, weight_numel)
+    if isinstance(module, Conv1D):  # GPT-2's transposed linear: weight (in, out)
+        features = tuple(int(n) for n in module.weight.shape)
+        return Module(name, LINEAR, type(module).__name__, *features, weight_numel)
+    if isinstance(module, torch.nn.Embedding):
+        features = (int(module.num_embeddings), int(module.embedding_dim))
+        return Module(name, ADAPTABLE, type(module).__name__, *features, weight_numel)
+    if isinstance(module, convolutions):
+        features = (int(module.in_channels), int(module.out_channels))
+        return Module(name, ADAPTABLE, type(module).__name__, *features, weight_numel)
+    return Module(name, OTHER, type(module).__name__, weight_numel=weight_numel)
 
 
 def meta_inventory(config: Any, kind: str) -> ModelInventory:

@@ -27,6 +27,7 @@ from recipe_engine.config.library_keys import (
 )
 from recipe_engine.config.library_objects import DTYPE_KEYS
 from recipe_engine.errors import RecipeError
+from recipe_engine.plan.policies.freeze import compile_patterns
 from recipe_engine.plan.recipe_plan import QuantPlan
 
 
@@ -39,8 +40,8 @@ def quantization_plan(
 ) -> QuantPlan:
     """The ``BitsAndBytesConfig`` arguments that quantize ``quantization.components`` only.
 
-    ``module_names``: the model's module names (``named_modules`` of a meta-device
-    instance, or just its linear layers, see :func:`linear_module_names`).
+    ``module_names``: the model's module names (`ModelInventory.module_names()`, or just its
+    linear layers, `names_of(LINEAR)`).
     ``trained``: the components the stage trains *in full* (not frozen, not LoRA);
     quantizing one of them is a RecipeError, since k-bit weights cannot be trained.
     Dtypes stay names here (`bfloat16`); `run.policies.bnb_config` makes them torch dtypes.
@@ -83,6 +84,8 @@ def quantization_plan(
 def _check_skips(skips: Sequence[str], module_names: Sequence[str]) -> None:
     """Every `llm_int8_skip_modules` entry keeps some module out of quantization, matched the
     way transformers matches it (from the start of the name up to a dot, or as a suffix)."""
+    # transformers reads each entry as a regex too: one that does not compile is refused here.
+    compile_patterns(skips, "quantization.llm_int8_skip_modules")
     ordered = sorted(module_names)
     # Leaves: bitsandbytes replaces layers, so matching only a container keeps nothing out.
     # In sorted order a module's children follow it directly ("." sorts before [0-9A-Z_a-z]).
@@ -104,7 +107,13 @@ def _check_skips(skips: Sequence[str], module_names: Sequence[str]) -> None:
 
 def skipped_by(module: str, skip: str) -> bool:
     """Whether transformers keeps `module` out of quantization for a skip entry: the entry
-    matches from the start of the name up to a module boundary (as a regex), or as a suffix
-    (transformers 5.23, quantizers/quantizers_utils.py `should_convert_module`)."""
+    matches from the start of the name up to a module boundary (as a regex), or as a suffix.
+
+    A copy of transformers 5.23's rule, so that plan decides without importing it:
+    quantizers/quantizers_utils.py `should_convert_module(full_name, patterns)` returns
+    ``not any(re.match(rf"(?:{key}){boundary}", full_name) or full_name.endswith(key)
+    for key in patterns)`` with ``boundary = r"(?:(?<=\\.)|(?=\\.|$))"``;
+    tests/plan/policies/test_quant_skip_rule.py compares the two.
+    """
     boundary = r"(?:(?<=\.)|(?=\.|$))"
     return bool(re.match(rf"(?:{skip}){boundary}", module)) or module.endswith(skip)

@@ -13,10 +13,13 @@ from tiny_configs import tiny_model
 
 from recipe_engine.config.components import component_of
 from recipe_engine.config.library_keys import validate_quantization
+from recipe_engine.config.schema import FreezeConfig, ModelConfig, StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.policies.lora import plan_lora
 from recipe_engine.plan.policies.quant import quantization_plan
+from recipe_engine.plan.policy import decide_policy
 from recipe_engine.resolve.inventory import LINEAR, inventory_of, quantized_modules
+from recipe_engine.run import policies
 from recipe_engine.run.census import census, trainable_report
 from recipe_engine.run.policies import apply_freeze
 
@@ -164,6 +167,32 @@ def test_qlora_trains_on_cpu(saved: dict[str, Path]) -> None:
     cells = census(peft_model, layout="qwen2_vl")
     assert set(cells["vision_tower"]["dtype"]) == {"torch.float32"}
     assert "torch.uint8" in cells["language_model"]["dtype"]
+
+
+def test_the_planned_counts_are_what_bitsandbytes_and_peft_make(saved: dict[str, Path]) -> None:
+    """The policy decided on the meta inventory counts the weights the loaded model holds in
+    4 bits and the parameters LoRA adds, on the model its own plan loads."""
+    frozen = ["vision_tower", "projector", "embeddings", "lm_head"]
+    stage = StageConfig(
+        freeze=FreezeConfig(components=frozen), lora={"r": 4}, quantization=FOUR_BIT
+    )
+    entry = ModelConfig(name="tiny", source="local", id=str(saved["qwen2_vl"]), kind="vlm")
+    inventory = inventory_of(tiny_model("qwen2_vl", device="meta"))
+    policy = decide_policy("llm", stage, entry, inventory)
+    assert policy.quantization is not None and policy.lora is not None
+    model = tf.Qwen2VLForConditionalGeneration.from_pretrained(
+        saved["qwen2_vl"],
+        quantization_config=policies.bnb_config(policy.quantization),
+        device_map={"": "cpu"},
+        dtype=torch.bfloat16,
+    )
+    modules = dict(model.named_modules())
+    quantized = [modules[n] for n in quantized_modules(model)]
+    assert policy.quantized_params == sum(m.in_features * m.out_features for m in quantized) > 0
+    apply_freeze(model, layout="qwen2_vl", components=frozen, patterns=[])
+    adapted = policies.apply_lora(model, policy.lora, policies.Frozen("qwen2_vl", frozen))
+    added = sum(p.numel() for n, p in adapted.named_parameters() if "lora_" in n)
+    assert policy.lora_params == added
 
 
 def test_a_skip_entry_that_keeps_no_layer_out_is_refused_with_the_full_name():
