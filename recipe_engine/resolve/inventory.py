@@ -62,7 +62,10 @@ class ModelInventory:
         return [m.name for m in self.modules if m.kind in kinds]
 
     def module(self, name: str) -> Module:
-        return next(m for m in self.modules if m.name == name)
+        for module in self.modules:
+            if module.name == name:
+                return module
+        raise KeyError(f"{self.model_type} model has no module {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -119,3 +119,8 @@ def test_importing_the_inventory_loads_neither_torch_nor_transformers() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_an_unknown_module_is_a_key_error() -> None:
+    with pytest.raises(KeyError, match="no module 'model.nothing'"):
+        inventory_of(tiny_model("llama", device="meta")).module("model.nothing")
