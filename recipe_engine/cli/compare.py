@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.report.compare import compare_run, newest_run
+from recipe_engine.report.compare import newest_run, render_compare
+from recipe_engine.run.scoring import score_run
 
 USAGE = """\
 usage: recipe-engine compare [run=RUN_DIR] [probes=FILE] [recipe=NAME] [eval.KEY=V ...]
@@ -84,6 +86,16 @@ def main(args: list[str], multirun: bool) -> int:
     print(f"table:     {result['csv']}")
     print(f"loss plot: {result['loss_plot'] or '(no stage metrics)'}")
     return 0
+
+
+def compare_run(
+    run_dir: Path, *, probes: str | Path | None = None, **measuring: Any
+) -> dict[str, Any]:
+    """Compare base and every stage of a finished run on one probe set: measured and written
+    as records on the run side (`run.scoring.score_run`, which takes `settings`, `seed` and
+    `held_out`), rendered by `report.compare`. Returns the written paths, the per-model metrics
+    and the printed table."""
+    return render_compare(score_run(run_dir, probes=probes, **measuring))
 
 
 def _eval_keys(overrides: Sequence[str]) -> list[str]:

@@ -440,7 +440,7 @@ def _probe_file_text(runs: list[RecipeRun], probes: Path) -> str:
 
 def check_probe_file(probes: Path, plan: RecipePlan) -> None:
     """The probe rows read as `compare` will read them, for the recipes' model kind."""
-    from recipe_engine.run.probing import probe_file_rows
+    from recipe_engine.run.probes import probe_file_rows
 
     root = plan.stages[root_stage(plan)]
     probe_file_rows(probes, root.model.kind, plan.config.seed, chat_template="false")

@@ -1,4 +1,6 @@
-"""`compare`: the base model and every stage's output on one probe set, side by side.
+"""`compare`'s report: the base model and every stage's output on one probe set, side by side.
+`run.probing` measures the models and `run.scoring` writes the records (CSV, JSONL, metrics
+JSON); this renders them (the Markdown report, the table, the bar charts and the loss plot).
 
     python -m recipe_engine compare recipe=r3-two-stage [output_root=DIR] [probes=FILE]
                                     [eval.max_new_tokens=16 eval.max_samples=50 ...]
@@ -18,10 +20,7 @@ the stage's loss settings), so compare's and the run's agree wherever the base i
 
 from __future__ import annotations
 
-import csv
-import json
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +29,8 @@ from typing import Any
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import atomic_write_text
 from recipe_engine.report.plots import PlotStage, write_loss_plot, write_metric_bars
-from recipe_engine.run.probing import Measured, Stage, measure_run
-from recipe_engine.run.recipe import accuracy_text, loss_text
+from recipe_engine.run.probing import Measured, Stage
+from recipe_engine.run.scoring import Scored
 from recipe_engine.store.records import platform_lines
 from recipe_engine.tables import markdown_table, text_table
 
@@ -63,30 +62,19 @@ def newest_run(output_root: Path, recipe: str) -> Path:
     return max(runs, key=lambda p: (p.stat().st_mtime, p.parent.name)).parent
 
 
-# --------------------------------------------------------------------------- the comparison
+# --------------------------------------------------------------------------- the report
 
 
-def compare_run(
-    run_dir: Path, *, probes: str | Path | None = None, **measuring: Any
-) -> dict[str, Any]:
-    """Compare base and every stage of a finished run on one probe set (measured by
-    `run.probing.measure_run`, which takes `settings`, `seed` and `held_out`); write the
-    outputs. Returns the written paths, the per-model metrics and the printed table."""
-    return write_compare(measure_run(run_dir, probes=probes, **measuring), probes)
-
-
-def write_compare(measured: Measured, probes: str | Path | None = None) -> dict[str, Any]:
-    """The comparison's files in its run folder; returns the written paths, the per-model
-    metrics and the printed table."""
+def render_compare(scored: Scored) -> dict[str, Any]:
+    """The comparison's report beside its records (`run.scoring` wrote them): the Markdown
+    report, a bar chart per metric and the loss plot. Returns the records' and the report's
+    paths, the per-model metrics and the printed table."""
+    measured, stem = scored.measured, scored.stem
     metrics, stages, run_dir = measured.metrics, measured.stages, measured.run_dir
-    _label_precision(metrics, stages, measured.root)
-    stem = report_name(probes)
-    written = _write_outputs(run_dir, stem, measured.rows, measured.outputs, metrics)
     loss_plot = _loss_plot(run_dir, stages)
     bars = _metric_bars(run_dir, stem, metrics)
     table = metrics_table(metrics)
-    figures = Figures(table, bars, loss_plot)
-    report = _write_report(measured, stem, figures)
+    report = _write_report(measured, stem, Figures(table, bars, loss_plot))
     return {
         "run_dir": run_dir,
         "probes": len(measured.rows),
@@ -98,7 +86,7 @@ def write_compare(measured: Measured, probes: str | Path | None = None) -> dict[
         "report": report,
         "loss_plot": loss_plot,
         "plots": bars,
-        **written,
+        **scored.paths(),
     }
 
 
@@ -109,35 +97,11 @@ class Figures:
     loss_plot: Path | None
 
 
-def report_name(probes: str | Path | None) -> str:
-    """The stem of the report's files: `compare` for the run's held-out split, which the run
-    itself writes; `compare-<probe file stem>` for other probes, so they never replace it."""
-    if probes is None:
-        return "compare"
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(probes).stem) or "probes"
-    return f"compare-{stem}"
-
-
 def platform_warning_lines(stages: list[Stage], *, bullet: str = "  ") -> list[str]:
     """A warning, and which stage ran where, when the stages compared were trained on
     different platforms: their outputs may differ for that reason too."""
     labelled = [(name, manifest.platform) for name, _, manifest in stages]
     return platform_lines("the stages compared", labelled, bullet=bullet)
-
-
-def _label_precision(metrics: dict[str, dict[str, Any]], stages: list[Stage], root: Stage) -> None:
-    """Each model's row says what compare measured it on (always the full-precision base:
-    adapters are applied to the unquantized model) next to the run's own held-out accuracy and
-    loss, which a 4/8-bit stage measured on its quantized base (labelled so)."""
-    base_name = next(iter(metrics))  # the base model answers first
-    base = root[2].metrics.base_accuracy  # measured by the root stage, unquantized
-    for name, values in metrics.items():
-        values["base_precision"] = "full"
-        values["run_accuracy"] = f"{base:.0%}" if name == base_name and base is not None else None
-        values["run_loss"] = None  # the run records no loss of the untrained base
-    for name, _, manifest in stages:
-        metrics[name]["run_accuracy"] = accuracy_text(manifest)
-        metrics[name]["run_loss"] = loss_text(manifest)
 
 
 def _metric_bars(
@@ -183,55 +147,7 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-# --------------------------------------------------------------------------- reading the run
-
-
-# --------------------------------------------------------------------------- probes
-
-
-# --------------------------------------------------------------------------- models
-
-
 # --------------------------------------------------------------------------- writing
-
-
-def _write_outputs(
-    run_dir: Path,
-    stem: str,
-    rows: list[dict[str, Any]],
-    outputs: dict[str, list[str]],
-    metrics: dict[str, dict[str, Any]],
-) -> dict[str, Path]:
-    paths = {
-        "csv": run_dir / f"{stem}.csv",
-        "jsonl": run_dir / f"{stem}.jsonl",
-        "metrics_path": run_dir / f"{stem}_metrics.json",
-    }
-    with paths["csv"].open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["id", "input", "image", "reference", *(f"output_{m}" for m in outputs)])
-        for i, row in enumerate(rows):
-            writer.writerow(
-                [
-                    i,
-                    row["input"],
-                    row["image"],
-                    row["reference"] or "",
-                    *(o[i] for o in outputs.values()),
-                ]
-            )
-    with paths["jsonl"].open("w", encoding="utf-8") as handle:
-        for i, row in enumerate(rows):
-            record = {
-                "id": i,
-                "input": row["input"],
-                "image": row["image"] or None,
-                "reference": row["reference"],
-                "outputs": {m: o[i] for m, o in outputs.items()},
-            }
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    atomic_write_text(paths["metrics_path"], json.dumps(metrics, indent=2) + "\n")
-    return paths
 
 
 def _loss_plot(run_dir: Path, stages: list[Stage]) -> Path | None:
@@ -306,4 +222,4 @@ def _side_by_side(rows: list[dict[str, Any]], outputs: dict[str, list[str]]) -> 
     return markdown_table(table, header=header)
 
 
-__all__ = ["compare_run", "metrics_table", "newest_run", "write_compare"]
+__all__ = ["metrics_table", "newest_run", "platform_warning_lines", "render_compare"]

@@ -5,6 +5,9 @@ count, stored dtypes, devices, trainable share, bitsandbytes-quantized modules a
 adapters. A loaded checkpoint has requires_grad=True everywhere (PEFT adapters: False), so for a
 stage output the share the stage *trained* comes from its manifest and is shown next to what the
 loaded model reports. With two targets both are shown side by side, then what differs.
+
+This module reads the verb's words and the records a target names (run summaries, manifests,
+config.json) and renders; `run.inspecting` loads and measures the model.
 """
 
 from __future__ import annotations
@@ -200,12 +203,6 @@ def _local_entry(location: Path, folder: Path) -> dict[str, Any]:
     causal = any(str(c).endswith("ForCausalLM") for c in classes)
     kind = "causal_lm" if causal else "vlm"
     return {"name": folder.name, "source": source, "id": str(location), "kind": kind}
-
-
-# --------------------------------------------------------------------------- loading
-
-
-# --------------------------------------------------------------------------- measuring
 
 
 # --------------------------------------------------------------------------- rendering

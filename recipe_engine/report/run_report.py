@@ -37,15 +37,18 @@ def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> l
         return []
     if plan.machine.world_size > 1:
         return _compare_in_one_process(run_dir)
-    from recipe_engine.report.compare import compare_run
+    # Measured and written on the run side, rendered here (the `compare` verb does the same).
+    from recipe_engine.report.compare import render_compare
+    from recipe_engine.run.scoring import score_run
 
     try:
-        compared = compare_run(
+        scored = score_run(
             run_dir,
             settings=dataclasses.asdict(settings),
             seed=plan.config.seed,
             held_out=_held_out(plan, results),
         )
+        compared = render_compare(scored)
     except Exception as error:  # the stages are committed: a failed report loses nothing
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         return [f"the compare report failed ({first}); try: compare run={run_dir}"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,16 @@ def is_exact_match(answer: str, reference: str) -> bool:
 def contains_reference(answer: str, reference: str) -> bool:
     """The looser score: the reference occurs in the answer, in any case."""
     return reference.strip().lower() in answer.strip().lower()
+
+
+def task_metrics(answers: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Exact match (after stripping) and "contains" (reference inside the answer, any case)."""
+    pairs = list(zip(answers, references, strict=True))
+    n = max(len(pairs), 1)
+    return {
+        "exact_match": sum(is_exact_match(a, r) for a, r in pairs) / n,
+        "contains": sum(contains_reference(a, r) for a, r in pairs) / n,
+    }
 
 
 def generation_settings(settings: EvalConfig) -> dict[str, Any]:

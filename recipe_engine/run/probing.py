@@ -1,6 +1,7 @@
 """Asking models the probes: the base and every stage of a finished run answer the same
 probes with the same generation settings, and are scored (exact match, contains, the stage's
-own held-out loss). `report.compare` renders what this measures.
+own held-out loss). `run.probes` says what they are asked, `run.scoring` writes what this
+measures as records, `report.compare` renders them.
 
 Every model is measured on the full-precision base (adapters applied to the unquantized
 model); one model is in memory at a time.
@@ -17,16 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.run.evaluation import (
-    GENERATION_KEYS,
-    Generation,
-    contains_reference,
-    generate_answers,
-    is_exact_match,
-    message_text,
-    reference_text,
-)
+from recipe_engine.run.evaluation import GENERATION_KEYS, Generation, generate_answers, task_metrics
 from recipe_engine.run.held_out_loss import held_out_loss, loss_settings
+from recipe_engine.run.probes import probe_set
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
 
 log = logging.getLogger("recipe_engine")
@@ -75,7 +69,8 @@ def measure_run(
     evaluation = {**run_cfg["eval"], **dict(settings or {})}
     seed = run_cfg["seed"] if seed is None else seed
     root = _root(stages)
-    rows, source = _probe_set(probes, root, seed, held_out, evaluation.get("max_samples"))
+    limit = evaluation.get("max_samples")
+    rows, source = probe_set(probes, root[1:], seed, held_out, limit)
     generation = {k: evaluation[k] for k in GENERATION_KEYS if k in evaluation}
     outputs, metrics = _answer_all(_loaders(stages, root), rows, root[2].kind, seed, generation)
     return Measured(
@@ -97,7 +92,7 @@ def evaluate_models(
     already."""
     stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
     root = _root(stages)
-    rows, _ = _probe_set(probes, root, seed, None, settings.get("max_samples"))
+    rows, _ = probe_set(probes, root[1:], seed, None, settings.get("max_samples"))
     generation = {k: settings[k] for k in GENERATION_KEYS if k in settings}
     wanted = [loader for loader in _loaders(stages, root) if loader[0] in models]
     return _answer_all(wanted, rows, root[2].kind, seed, generation)[1]
@@ -167,16 +162,6 @@ def _answer_all(
     return outputs, metrics
 
 
-def task_metrics(answers: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Exact match (after stripping) and "contains" (reference inside the answer, any case)."""
-    pairs = list(zip(answers, references, strict=True))
-    n = max(len(pairs), 1)
-    return {
-        "exact_match": sum(is_exact_match(a, r) for a, r in pairs) / n,
-        "contains": sum(contains_reference(a, r) for a, r in pairs) / n,
-    }
-
-
 def _read_summary(run_dir: Path) -> RunSummary:
     if not run_dir.is_dir():
         raise RecipeError(f"Run folder {run_dir} does not exist. Pass run=<a run folder>.", "run")
@@ -240,117 +225,6 @@ def _run_config(run_dir: Path, recipe: str) -> dict[str, Any]:
         "eval": {**asdict(EvalConfig()), **(cfg.get("eval") or {})},
         "seed": cfg.get("seed", EngineConfig.seed),
     }
-
-
-def _probe_set(
-    probes: str | Path | None, root: Stage, seed: int, held_out: Any, limit: int | None
-) -> tuple[list[dict[str, Any]], str]:
-    """The probe rows (at most `limit`) and their source; an empty set is a user error."""
-    rows, source = _probe_rows(probes, root, seed, held_out)
-    if limit is not None:
-        rows = rows[: int(limit)]
-    if not rows:
-        raise RecipeError(f"The probe set ({source}) has no rows.", key="probes")
-    return rows, source
-
-
-def _probe_rows(
-    probes: str | Path | None, root: Stage, seed: int, held_out: Any
-) -> tuple[list[dict[str, Any]], str]:
-    """Probe rows {messages, images, reference, input, image} and a description of the source."""
-    from recipe_engine.resolve.data import load_splits
-
-    root_manifest, kind = root[2], root[2].kind
-    if probes is None:
-        data = root_manifest.data
-        if not data:
-            raise RecipeError(
-                "The root stage's manifest names no data; pass probes=FILE.", "probes"
-            )
-        if held_out is not None:
-            return [_probe(r) for r in held_out], f"held-out split of data `{data.get('name')}`"
-        splits = load_splits(data, kind=kind, seed=seed)
-        if splits.eval is None:
-            raise RecipeError(
-                f"Data `{data.get('name') or data.get('path')}` has no held-out split to probe "
-                "with. Pass probes=FILE (rows like the data, or a .txt of prompts).",
-                key="probes",
-            )
-        return [_probe(r) for r in splits.eval], f"held-out split of data `{data.get('name')}`"
-    path = Path(probes).expanduser().resolve()
-    if not path.exists():
-        raise RecipeError(f"Probe file {path} does not exist.", key="probes")
-    if path.suffix.lower() == ".txt":
-        prompts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-        rows = [
-            {
-                "messages": [
-                    {"role": "user", "content": p},
-                    {"role": "assistant", "content": ""},  # dropped: generation sees the prompt
-                ],
-                "images": [],
-                "reference": None,
-            }
-            for p in prompts
-        ]
-        return [_describe(r) for r in rows], f"prompts in {path}"
-    return probe_file_rows(path, kind, seed, _probe_chat_template(root)), f"rows of {path}"
-
-
-def probe_file_rows(
-    path: Path, kind: str, seed: int, chat_template: str = "auto"
-) -> list[dict[str, Any]]:
-    """A probe file's rows, read and checked like training data (`data.chat_template`: how
-    plain prompt/completion rows are asked)."""
-    from recipe_engine.resolve.data import load_splits
-
-    splits = load_splits(
-        {
-            "source": "local",
-            "path": str(path),
-            "format": "auto",
-            "eval_split": None,
-            "chat_template": chat_template,
-        },
-        kind=kind,
-        seed=seed,
-    )
-    return [_probe(r) for r in splits.train]
-
-
-def _probe_chat_template(root: Stage) -> str:
-    """Plain prompt/completion probes are asked as the run's own rows were: through the chat
-    template where the plan put them there (or the tokenizer has one, when the run's rows were
-    conversations already), as plain text where it did not."""
-    from recipe_engine.resolve.templates import read_chat_template
-
-    decided = str(root[2].data.get("chat_template") or "auto").lower()
-    if decided in ("true", "false"):
-        return decided
-    return "true" if read_chat_template(str(root[1])) else "false"
-
-
-def _probe(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A probe keeps its row's own shape (conversation, or prompt and completion), so the
-    models are asked exactly what training taught them to answer."""
-    probe = {key: row[key] for key in ("messages", "prompt", "completion") if key in row}
-    probe["images"] = list(row.get("images") or [])
-    probe["reference"] = reference_text(probe).strip()
-    return _describe(probe)
-
-
-def _describe(probe: dict[str, Any]) -> dict[str, Any]:
-    """Adds the CSV's `input` (prompt text) and `image` (file paths) columns."""
-    asked = probe["messages"][:-1] if "messages" in probe else probe["prompt"]
-    if isinstance(asked, str):
-        probe["input"] = asked
-    elif len(asked) == 1:
-        probe["input"] = message_text(asked[0])
-    else:
-        probe["input"] = "\n".join(f"{m['role']}: {message_text(m)}" for m in asked)
-    # Images from files keep their path; images that came as bytes (hub data) have none.
-    probe["image"] = ";".join(getattr(im, "filename", "") or "(embedded)" for im in probe["images"])
-    return probe
 
 
 def _device_map(manifest: Manifest) -> Any:

@@ -1,0 +1,141 @@
+"""The probes a comparison asks: the root stage's held-out split (or the rows the run already
+read), a probe file read and checked like training data, or a `.txt` of prompts. Each probe
+keeps its row's shape and carries its reference and the `input` / `image` text the records show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.run.evaluation import message_text, reference_text
+from recipe_engine.store.records import Manifest
+
+
+def probe_set(
+    probes: str | Path | None,
+    root: tuple[Path, Manifest],
+    seed: int,
+    held_out: Any,
+    limit: int | None,
+) -> tuple[list[dict[str, Any]], str]:
+    """The probe rows (at most `limit`) and their source; an empty set is a user error.
+    `root` is the root stage's output folder and manifest."""
+    rows, source = _probe_rows(probes, root, seed, held_out)
+    if limit is not None:
+        rows = rows[: int(limit)]
+    if not rows:
+        raise RecipeError(f"The probe set ({source}) has no rows.", key="probes")
+    return rows, source
+
+
+def _probe_rows(
+    probes: str | Path | None, root: tuple[Path, Manifest], seed: int, held_out: Any
+) -> tuple[list[dict[str, Any]], str]:
+    """Probe rows {messages, images, reference, input, image} and a description of the source."""
+    if probes is None:
+        return _held_out_rows(root[1], seed, held_out)
+    path = Path(probes).expanduser().resolve()
+    if not path.exists():
+        raise RecipeError(f"Probe file {path} does not exist.", key="probes")
+    if path.suffix.lower() == ".txt":
+        return _prompt_rows(path), f"prompts in {path}"
+    chat_template = probe_chat_template(*root)
+    return probe_file_rows(path, root[1].kind, seed, chat_template), f"rows of {path}"
+
+
+def _held_out_rows(
+    root_manifest: Manifest, seed: int, held_out: Any
+) -> tuple[list[dict[str, Any]], str]:
+    """The root stage's held-out split: the rows given (the run just read them), else read."""
+    from recipe_engine.resolve.data import load_splits
+
+    data = root_manifest.data
+    if not data:
+        raise RecipeError("The root stage's manifest names no data; pass probes=FILE.", "probes")
+    if held_out is not None:
+        return [_probe(r) for r in held_out], f"held-out split of data `{data.get('name')}`"
+    splits = load_splits(data, kind=root_manifest.kind, seed=seed)
+    if splits.eval is None:
+        raise RecipeError(
+            f"Data `{data.get('name') or data.get('path')}` has no held-out split to probe "
+            "with. Pass probes=FILE (rows like the data, or a .txt of prompts).",
+            key="probes",
+        )
+    return [_probe(r) for r in splits.eval], f"held-out split of data `{data.get('name')}`"
+
+
+def _prompt_rows(path: Path) -> list[dict[str, Any]]:
+    """A `.txt` file's prompts, one a line: asked without references (no task metrics)."""
+    prompts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": p},
+                {"role": "assistant", "content": ""},  # dropped: generation sees the prompt
+            ],
+            "images": [],
+            "reference": None,
+        }
+        for p in prompts
+    ]
+    return [_describe(r) for r in rows]
+
+
+def probe_file_rows(
+    path: Path, kind: str, seed: int, chat_template: str = "auto"
+) -> list[dict[str, Any]]:
+    """A probe file's rows, read and checked like training data (`data.chat_template`: how
+    plain prompt/completion rows are asked)."""
+    from recipe_engine.resolve.data import load_splits
+
+    splits = load_splits(
+        {
+            "source": "local",
+            "path": str(path),
+            "format": "auto",
+            "eval_split": None,
+            "chat_template": chat_template,
+        },
+        kind=kind,
+        seed=seed,
+    )
+    return [_probe(r) for r in splits.train]
+
+
+def probe_chat_template(folder: Path, manifest: Manifest) -> str:
+    """Plain prompt/completion probes are asked as the run's own rows were: through the chat
+    template where the plan put them there (or the tokenizer has one, when the run's rows were
+    conversations already), as plain text where it did not. `folder` and `manifest` are the
+    root stage's."""
+    from recipe_engine.resolve.templates import read_chat_template
+
+    decided = str(manifest.data.get("chat_template") or "auto").lower()
+    if decided in ("true", "false"):
+        return decided
+    return "true" if read_chat_template(str(folder)) else "false"
+
+
+def _probe(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A probe keeps its row's own shape (conversation, or prompt and completion), so the
+    models are asked exactly what training taught them to answer."""
+    probe = {key: row[key] for key in ("messages", "prompt", "completion") if key in row}
+    probe["images"] = list(row.get("images") or [])
+    probe["reference"] = reference_text(probe).strip()
+    return _describe(probe)
+
+
+def _describe(probe: dict[str, Any]) -> dict[str, Any]:
+    """Adds the CSV's `input` (prompt text) and `image` (file paths) columns."""
+    asked = probe["messages"][:-1] if "messages" in probe else probe["prompt"]
+    if isinstance(asked, str):
+        probe["input"] = asked
+    elif len(asked) == 1:
+        probe["input"] = message_text(asked[0])
+    else:
+        probe["input"] = "\n".join(f"{m['role']}: {message_text(m)}" for m in asked)
+    # Images from files keep their path; images that came as bytes (hub data) have none.
+    probe["image"] = ";".join(getattr(im, "filename", "") or "(embedded)" for im in probe["images"])
+    return probe
