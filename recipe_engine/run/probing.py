@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.resolve.formats import row_shape
 from recipe_engine.run.evaluation import (
     GENERATION_KEYS,
     Generation,
@@ -258,7 +259,7 @@ def _probe_rows(
     probes: str | Path | None, root: Stage, seed: int, held_out: Any
 ) -> tuple[list[dict[str, Any]], str]:
     """Probe rows {messages, images, reference, input, image} and a description of the source."""
-    from recipe_engine.resolve.data import load_splits
+    from recipe_engine.resolve.data import data_config, load_splits
 
     root_manifest, kind = root[2], root[2].kind
     if probes is None:
@@ -269,7 +270,7 @@ def _probe_rows(
             )
         if held_out is not None:
             return [_probe(r) for r in held_out], f"held-out split of data `{data.get('name')}`"
-        splits = load_splits(data, kind=kind, seed=seed)
+        splits = load_splits(data_config(data), kind=kind, seed=seed)
         if splits.eval is None:
             raise RecipeError(
                 f"Data `{data.get('name') or data.get('path')}` has no held-out split to probe "
@@ -302,19 +303,11 @@ def probe_file_rows(
 ) -> list[dict[str, Any]]:
     """A probe file's rows, read and checked like training data (`data.chat_template`: how
     plain prompt/completion rows are asked)."""
+    from recipe_engine.config.schema import DataConfig
     from recipe_engine.resolve.data import load_splits
 
-    splits = load_splits(
-        {
-            "source": "local",
-            "path": str(path),
-            "format": "auto",
-            "eval_split": None,
-            "chat_template": chat_template,
-        },
-        kind=kind,
-        seed=seed,
-    )
+    probes = DataConfig(path.name, path=str(path), eval_split=None, chat_template=chat_template)
+    splits = load_splits(probes, kind=kind, seed=seed)
     return [_probe(r) for r in splits.train]
 
 
@@ -341,7 +334,7 @@ def _probe(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _describe(probe: dict[str, Any]) -> dict[str, Any]:
     """Adds the CSV's `input` (prompt text) and `image` (file paths) columns."""
-    asked = probe["messages"][:-1] if "messages" in probe else probe["prompt"]
+    asked = row_shape(probe).asked.question(probe)
     if isinstance(asked, str):
         probe["input"] = asked
     elif len(asked) == 1:
