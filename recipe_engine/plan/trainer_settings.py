@@ -17,11 +17,9 @@ from recipe_engine.config.library_keys import ENGINE_TRAIN_KEYS
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.placement import PlacementPlan
-from recipe_engine.resolve.formats import is_prompt_completion
+from recipe_engine.resolve.formats import LOSS_FLAGS, SHAPES
 from recipe_engine.resolve.templates import MARKED, PATCHED, UNMARKED, UNREAD
 
-# TRL's own test for `{% generation %}` markers (trl.chat_template_utils.has_generation_markers),
-# repeated so that planning imports neither trl nor torch.
 # ZeRO-2 with the batch settings taken from the Trainer ("auto"); a user's own config file
 # goes in stage.<name>.train.deepspeed.
 DEFAULT_DEEPSPEED = {
@@ -87,32 +85,27 @@ class LossChoice:
 
 
 def choose_loss(name: str, train: Mapping[str, Any], data_format: str, template: str) -> LossChoice:
-    """`completion_only_loss` for prompt/completion rows, `assistant_only_loss` for
-    conversations where the chat template can mark the assistant's turns (`template`: one of
-    MARKED, PATCHED, UNMARKED, UNREAD), unless the stage sets them; a setting the rows cannot
-    honour is refused here, before any weight loads (TRL would refuse it after)."""
+    """The loss flag the rows call for (`formats.SHAPES[data_format].loss`):
+    `completion_only_loss` for prompt/completion rows, `assistant_only_loss` for conversations
+    where the chat template can mark the assistant's turns (`template`: one of MARKED, PATCHED,
+    UNMARKED, UNREAD, as `resolve.templates` read it), unless the stage sets it; a flag the rows
+    cannot honour is refused here, before any weight loads (TRL would refuse it after)."""
+    loss = SHAPES[data_format].loss
     _refuse_contradictions(name, train, data_format)
     key = f"stage.{name}.train"
-    if is_prompt_completion(data_format):
-        if "completion_only_loss" in train:
-            value = _as_set(train["completion_only_loss"])
-            return LossChoice({}, f"loss: completion_only_loss={value}, as set in {key}")
-        return LossChoice(
-            {"completion_only_loss": True},
-            "loss: completion_only_loss (prompt/completion rows): only the completion is learned",
-        )
-    if "assistant_only_loss" in train:
-        value = _as_set(train["assistant_only_loss"])
-        return LossChoice({}, f"loss: assistant_only_loss={value}, as set in {key}")
+    if loss.flag in train:
+        value = _as_set(train[loss.flag])
+        return LossChoice({}, f"loss: {loss.flag}={value}, as set in {key}")
+    if not loss.needs_markers:
+        return LossChoice({loss.flag: True}, f"loss: {loss.flag} {CHOSEN[loss.flag]}")
     why = {
         MARKED: "the chat template marks assistant turns with {% generation %}",
         PATCHED: "TRL swaps in its training version of this chat template, which marks them",
     }
     if template in why:
         return LossChoice(
-            {"assistant_only_loss": True},
-            f"loss: assistant_only_loss ({data_format} rows; {why[template]}): only the "
-            "assistant replies are learned",
+            {loss.flag: True},
+            f"loss: {loss.flag} ({data_format} rows; {why[template]}): {CHOSEN[loss.flag]}",
         )
     cause = {
         UNMARKED: "the chat template has no {% generation %} markers and TRL has no training "
@@ -120,10 +113,30 @@ def choose_loss(name: str, train: Mapping[str, Any], data_format: str, template:
         UNREAD: "the chat template could not be read here",
     }[template]
     return LossChoice(
-        {"assistant_only_loss": False},
-        f"loss: on the whole conversation: {cause}, so assistant_only_loss stays off "
-        f"({key}.assistant_only_loss=true once the template has {{% generation %}} markers)",
+        {loss.flag: False},
+        f"loss: on the whole conversation: {cause}, so {loss.flag} stays off "
+        f"({key}.{loss.flag}=true once the template has {{% generation %}} markers)",
     )
+
+
+# What each flag does, said when the plan chooses it.
+CHOSEN = {
+    "completion_only_loss": "(prompt/completion rows): only the completion is learned",
+    "assistant_only_loss": "only the assistant replies are learned",
+}
+# Why a flag the rows cannot honour is refused, and the fix.
+REFUSED = {
+    "assistant_only_loss": "Stage `{name}` trains on prompt/completion rows ({data_format}), "
+    "but stage.{name}.train.assistant_only_loss=true needs conversational rows (`messages`). "
+    "Drop the key (the engine then puts the loss on the completion only: "
+    "completion_only_loss), set stage.{name}.train.assistant_only_loss=false, or convert the "
+    "rows to `messages`.",
+    "completion_only_loss": "Stage `{name}` trains on conversational rows ({data_format}), but "
+    "stage.{name}.train.completion_only_loss=true needs prompt/completion rows. Drop the key "
+    "(the engine then chooses assistant_only_loss where the chat template allows it), or map "
+    "your columns to prompt/completion: data.columns.prompt=<column> "
+    "data.columns.completion=<column>.",
+}
 
 
 def _as_set(value: Any) -> str:
@@ -132,21 +145,10 @@ def _as_set(value: Any) -> str:
 
 
 def _refuse_contradictions(name: str, train: Mapping[str, Any], data_format: str) -> None:
-    if is_prompt_completion(data_format) and train.get("assistant_only_loss"):
-        raise RecipeError(
-            f"Stage `{name}` trains on prompt/completion rows ({data_format}), but "
-            f"stage.{name}.train.assistant_only_loss=true needs conversational rows "
-            f"(`messages`). Drop the key (the engine then puts the loss on the completion "
-            f"only: completion_only_loss), set stage.{name}.train.assistant_only_loss=false, "
-            "or convert the rows to `messages`.",
-            key=f"stage.{name}.train.assistant_only_loss",
-        )
-    if not is_prompt_completion(data_format) and train.get("completion_only_loss"):
-        raise RecipeError(
-            f"Stage `{name}` trains on conversational rows ({data_format}), but "
-            f"stage.{name}.train.completion_only_loss=true needs prompt/completion rows. Drop "
-            "the key (the engine then chooses assistant_only_loss where the chat template "
-            "allows it), or map your columns to prompt/completion: "
-            "data.columns.prompt=<column> data.columns.completion=<column>.",
-            key=f"stage.{name}.train.completion_only_loss",
-        )
+    """A loss flag other than the one the rows call for, set true."""
+    for flag in LOSS_FLAGS:
+        if flag != SHAPES[data_format].loss.flag and train.get(flag):
+            raise RecipeError(
+                REFUSED[flag].format(name=name, data_format=data_format),
+                key=f"stage.{name}.train.{flag}",
+            )

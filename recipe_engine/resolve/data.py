@@ -1,10 +1,13 @@
-"""Load a stage's data into the row formats TRL's SFTTrainer accepts, validating every row.
+"""Load a stage's data into the row shapes TRL's SFTTrainer accepts, validating every row.
 
 Files are read with `datasets.load_dataset` (its `json`, `csv` and `parquet` builders), folders
-written by `save_to_disk` with `load_from_disk`, hub datasets with `load_dataset`: every split
-stays an Arrow dataset, and `Dataset.map` converts and checks each row (`data_rows`: the
-formats, their detection and the row-numbered errors). Where a file does not load, the line
-scanners below find the row to name, on that failure path only.
+written by `save_to_disk` with `load_from_disk` (`data_files`), hub datasets with
+`load_dataset` (`data_hub`): every split stays an Arrow dataset, and `Dataset.map` converts and
+checks each row (`rows`, through the format registry: `formats`, detected by `detection`).
+
+Public: `load_splits(cfg, *, kind, seed) -> DataSplits`, `data_identity(cfg)`,
+`chat_template_setting(cfg)`, `resolve_path(cfg)`, `quietly()`, `data_config(record)`; every
+one takes a `DataConfig`, whose values are checked once (`check_data`).
 
 ``datasets``, ``torch``, ``pyarrow`` and ``PIL`` are imported lazily: the planner imports this
 module for `data_identity` only and must stay light.
@@ -15,16 +18,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recipe_engine.config.bounds import FRACTION, POSITIVE_INT, is_number
 from recipe_engine.config.schema import DataConfig
 from recipe_engine.errors import RecipeError, did_you_mean
-from recipe_engine.resolve import formats as data_rows
-from recipe_engine.resolve.data_files import Split, quietly, read_hub, read_local
+from recipe_engine.resolve import formats
+from recipe_engine.resolve.data_files import Split, quietly, read_local
+from recipe_engine.resolve.data_hub import read_hub
+from recipe_engine.resolve.detection import Layout, resolve_layout, survey
 from recipe_engine.resolve.formats import CANONICAL_COLUMNS, INPUT_FORMATS
 from recipe_engine.resolve.rows import RowConverter
 from recipe_engine.resolve.tiny import TINY_DATASETS
@@ -32,8 +39,19 @@ from recipe_engine.resolve.tiny import TINY_DATASETS
 if TYPE_CHECKING:
     import datasets
 
+__all__ = [
+    "DataSplits",
+    "check_data",
+    "chat_template_setting",
+    "data_config",
+    "data_identity",
+    "load_splits",
+    "quietly",
+    "resolve_path",
+]
+
 SOURCES = ("local", "hub", "tiny")
-FORMATS = ("auto", *INPUT_FORMATS)
+FORMAT_SETTINGS = ("auto", *INPUT_FORMATS)
 KINDS = ("vlm", "causal_lm")
 # `data.chat_template`: whether plain prompt/completion rows go through the model's chat
 # template (as one user and one assistant turn). The planner resolves `auto` by the tokenizer:
@@ -48,30 +66,45 @@ class DataSplits:
     train: datasets.Dataset
     eval: datasets.Dataset | None
     identity: str
-    format: str  # data_rows.OUTPUT_FORMATS: messages | prompt_completion | vlm | vlm_prompt_...
+    format: str  # formats.OUTPUT_FORMATS: messages | prompt_completion | vlm | vlm_prompt_...
     source_format: str = ""  # what the rows were: messages, sharegpt, alpaca, ... (+ images)
 
 
-# --------------------------------------------------------------------------- config helpers
+# --------------------------------------------------------------------------- settings
 
 
-def _plain(value: Any) -> Any:
-    """OmegaConf containers -> plain dicts/lists so they hash and compare like literals."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+def data_config(record: Mapping[str, Any]) -> DataConfig:
+    """The `DataConfig` a manifest recorded (`asdict`); keys it no longer has are dropped."""
+    known = {f.name for f in dataclasses.fields(DataConfig)}
+    return DataConfig(**{key: value for key, value in record.items() if key in known})
 
 
-def _mapping(cfg: DataConfig | Mapping[str, Any]) -> Mapping[str, Any]:
-    """The reader works on the keys of `DataConfig`; a plain mapping (e.g. from an older
-    manifest) works too."""
-    return dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else cfg
+def check_data(cfg: DataConfig) -> DataConfig:
+    """`cfg` with every value checked once against what it may be (errors name the key),
+    unset values as their defaults and a built-in dataset's `auto` format as its own; what
+    the functions below read."""
+    if not isinstance(cfg, DataConfig):
+        raise TypeError(f"data settings must be a DataConfig, got {type(cfg).__name__}")
+    source = _source(cfg.source)
+    path = _tiny_name(cfg) if source == "tiny" else cfg.path
+    fmt = _format(cfg.format)
+    if fmt == "auto" and source == "tiny":  # known without reading a row
+        fmt = TINY_DATASETS.get(path, fmt)
+    return dataclasses.replace(
+        cfg,
+        source=source,
+        path=path,
+        format=fmt,
+        columns=_columns(cfg.columns),
+        train_split=cfg.train_split or "train",
+        eval_fraction=_eval_fraction(cfg.eval_fraction),
+        max_samples=_max_samples(cfg.max_samples),
+        chat_template=chat_template_setting(cfg),
+    )
 
 
-def _source(cfg: Mapping[str, Any]) -> str:
-    source = cfg.get("source") or "local"
+def _source(value: Any) -> str:
+    source = value or "local"
     if source not in SOURCES:
         raise RecipeError(
             f"data.source `{source}` is not supported.{did_you_mean(str(source), SOURCES)} "
@@ -81,22 +114,20 @@ def _source(cfg: Mapping[str, Any]) -> str:
     return source
 
 
-def _format(cfg: Mapping[str, Any]) -> str:
-    fmt = cfg.get("format") or "auto"
-    if fmt not in FORMATS:
+def _format(value: Any) -> str:
+    fmt = value or "auto"
+    if fmt not in FORMAT_SETTINGS:
         raise RecipeError(
-            f"data.format `{fmt}` is not supported.{did_you_mean(str(fmt), FORMATS)} "
-            f"Use one of: {', '.join(FORMATS)}.",
+            f"data.format `{fmt}` is not supported.{did_you_mean(str(fmt), FORMAT_SETTINGS)} "
+            f"Use one of: {', '.join(FORMAT_SETTINGS)}.",
             key="data.format",
         )
-    if fmt == "auto" and _source(cfg) == "tiny":  # known without reading a row
-        return TINY_DATASETS.get(_tiny_name(cfg), fmt)
     return fmt
 
 
-def _columns(cfg: Mapping[str, Any]) -> dict[str, str]:
-    columns = _plain(cfg.get("columns") or {})
-    if not isinstance(columns, dict):
+def _columns(value: Any) -> dict[str, str]:
+    columns = value or {}
+    if not isinstance(columns, Mapping):
         raise RecipeError(
             "data.columns must map canonical names to your column names, "
             "e.g. data.columns.messages=conversation.",
@@ -114,16 +145,12 @@ def _columns(cfg: Mapping[str, Any]) -> dict[str, str]:
                 f"data.columns.{canon} must be a column name (a string), got {name!r}.",
                 key=f"data.columns.{canon}",
             )
-    return columns
+    return {str(canon): name for canon, name in columns.items()}
 
 
-def _eval_fraction(cfg: Mapping[str, Any]) -> float:
-    fraction = cfg.get("eval_fraction") or 0.0
-    if (
-        isinstance(fraction, bool)
-        or not isinstance(fraction, (int, float))
-        or not (0.0 <= fraction < 1.0)
-    ):
+def _eval_fraction(value: Any) -> float:
+    fraction = value or 0.0
+    if not (is_number(fraction) and math.isfinite(fraction) and FRACTION.holds(fraction)):
         raise RecipeError(
             f"data.eval_fraction must be a number in [0, 1), got {fraction!r}.",
             key="data.eval_fraction",
@@ -131,11 +158,10 @@ def _eval_fraction(cfg: Mapping[str, Any]) -> float:
     return float(fraction)
 
 
-def _max_samples(cfg: Mapping[str, Any]) -> int | None:
-    value = cfg.get("max_samples")
+def _max_samples(value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not (is_number(value) and isinstance(value, int) and POSITIVE_INT.holds(value)):
         raise RecipeError(
             f"data.max_samples must be a positive integer or null, got {value!r}.",
             key="data.max_samples",
@@ -143,9 +169,9 @@ def _max_samples(cfg: Mapping[str, Any]) -> int | None:
     return value
 
 
-def chat_template_setting(cfg: DataConfig | Mapping[str, Any]) -> str:
+def chat_template_setting(cfg: DataConfig) -> str:
     """`data.chat_template` as auto | true | false (the command line's true arrives as "True")."""
-    value = _mapping(cfg).get("chat_template")
+    value = cfg.chat_template
     text = "auto" if value is None else str(value).strip().lower()
     if text not in CHAT_TEMPLATE_SETTINGS:
         raise RecipeError(
@@ -157,9 +183,9 @@ def chat_template_setting(cfg: DataConfig | Mapping[str, Any]) -> str:
     return text
 
 
-def _tiny_name(cfg: Mapping[str, Any]) -> str:
+def _tiny_name(cfg: DataConfig) -> str:
     # The brief puts the tiny dataset's name in `path`; fall back to `name` for convenience.
-    name = cfg.get("path") or cfg.get("name")
+    name = cfg.path or cfg.name
     if not name:
         raise RecipeError(
             "data.path must name the tiny dataset when data.source=tiny.", key="data.path"
@@ -175,19 +201,22 @@ def _tiny_name(cfg: Mapping[str, Any]) -> str:
     return str(name)
 
 
-def resolve_path(cfg: Mapping[str, Any]) -> Path:
+def resolve_path(cfg: DataConfig) -> Path:
     """The local file or folder the data lives in (builds the tiny dataset if needed)."""
-    source = _source(cfg)
-    if source == "tiny":
+    return _local_path(check_data(cfg))
+
+
+def _local_path(cfg: DataConfig) -> Path:
+    if cfg.source == "tiny":
         from recipe_engine.resolve import tiny
 
-        return Path(tiny.build_dataset(_tiny_name(cfg)))
-    if source == "hub":
+        return Path(tiny.build_dataset(cfg.path))
+    if cfg.source == "hub":
         raise RecipeError(
             "data.source=hub has no local path; use data.source=local for files.",
             key="data.source",
         )
-    raw = cfg.get("path")
+    raw = cfg.path
     if not raw:
         raise RecipeError(
             "data.path is not set; point it at a data file (.jsonl, .json, .csv, .parquet) "
@@ -228,42 +257,40 @@ def _hash_tree(h: Any, root: Path) -> None:
         h.update(b"\0")
 
 
-def data_identity(cfg: DataConfig | Mapping[str, Any]) -> str:
+def data_identity(cfg: DataConfig) -> str:
     """sha256 over the settings that decide the rows plus the bytes of local data files.
 
     Pure: touches only the filesystem, never imports datasets/torch (the planner uses it).
     The eval_fraction split also depends on `load_splits`' seed, which callers hash separately.
     """
-    cfg = _mapping(cfg)
-    source = _source(cfg)
-    eval_split = cfg.get("eval_split", "eval")
-    settings = {
-        "source": source,
-        "path": str(cfg.get("path")),
-        "format": _format(cfg),
-        "columns": dict(sorted(_columns(cfg).items())),
-        "train_split": cfg.get("train_split") or "train",
-        "eval_split": eval_split,
-        "eval_fraction": _eval_fraction(cfg),
-        "max_samples": _max_samples(cfg),
+    return _identity(check_data(cfg))
+
+
+def _identity(cfg: DataConfig) -> str:
+    settings: dict[str, Any] = {
+        "source": cfg.source,
+        "path": str(cfg.path),
+        "format": cfg.format,
+        "columns": dict(sorted(cfg.columns.items())),
+        "train_split": cfg.train_split,
+        "eval_split": cfg.eval_split,
+        "eval_fraction": cfg.eval_fraction,
+        "max_samples": cfg.max_samples,
     }
-    if chat_template_setting(cfg) == "true":  # only then are rows converted: other keys stay
+    if cfg.chat_template == "true":  # only then are rows converted: other keys stay
         settings["chat_template"] = True
-    if source == "hub":
-        settings["revision"] = cfg.get("revision")
-        settings["subset"] = cfg.get("subset")
-    if source == "tiny":
-        settings["path"] = _tiny_name(cfg)
+    if cfg.source == "hub":  # hashed as they always were (a DataConfig pins no hub revision)
+        settings["revision"] = settings["subset"] = None
     h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
-    if source in ("local", "tiny"):  # a built-in dataset by the rows it was built to
-        _hash_tree(h, resolve_path(cfg))
+    if cfg.source in ("local", "tiny"):  # a built-in dataset by the rows it was built to
+        _hash_tree(h, _local_path(cfg))
     return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- conversion
 
 
-def _convert(split: Split, layout: data_rows.Layout) -> datasets.Dataset:
+def _convert(split: Split, layout: Layout) -> datasets.Dataset:
     """Every row checked and converted by `Dataset.map`, kept in memory as Arrow."""
     rows = _undecoded_images(split.rows)
     converter = RowConverter(layout, split.label, split.base_dir, split.row_number)
@@ -272,7 +299,7 @@ def _convert(split: Split, layout: data_rows.Layout) -> datasets.Dataset:
         converter,
         with_indices=True,
         remove_columns=rows.column_names,
-        features=data_rows.features(layout.output),
+        features=formats.features(layout.output),
         keep_in_memory=True,
         load_from_cache_file=False,
         new_fingerprint=fingerprint,  # the converter is not hashed: it is the same code
@@ -320,40 +347,45 @@ def _check_not_empty(train: Split, ev: Split | None) -> None:
         )
 
 
-def load_splits(cfg: DataConfig | Mapping[str, Any], *, kind: str, seed: int = 0) -> DataSplits:
+def load_splits(cfg: DataConfig, *, kind: str, seed: int = 0) -> DataSplits:
     """Read, validate (every row) and convert the data into TRL-ready train/eval datasets.
 
     `kind` is the stage's model kind: "vlm" accepts any format, "causal_lm" rejects rows
     with images.
     """
-    cfg = _mapping(cfg)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    source, fmt, columns = _source(cfg), _format(cfg), _columns(cfg)
-    fraction, max_samples = _eval_fraction(cfg), _max_samples(cfg)
-    identity = data_identity(cfg)
-
+    cfg = check_data(cfg)
+    identity = _identity(cfg)
     with quietly():
-        if source == "hub":
-            train_split, eval_split = read_hub(cfg)
-        else:
-            train_split, eval_split = read_local(resolve_path(cfg), cfg)
+        train_split, eval_split = _read(cfg)
         _check_not_empty(train_split, eval_split)
-        layout = data_rows.resolve_layout(
-            fmt, data_rows.survey(train_split.rows, train_split.label), columns
-        )
-        layout = dataclasses.replace(layout, chat=chat_template_setting(cfg) == "true")
-        if layout.images and kind == "causal_lm":
-            raise RecipeError(
-                f"{train_split.label} holds vision-language rows (images / image parts) but "
-                "this stage trains a text-only model. Use a vision-language model or a text "
-                "dataset.",
-                key="data.format",
-            )
+        layout = _layout(cfg, train_split, kind)
         train = _convert(train_split, layout)
         held_out = _convert(eval_split, layout) if eval_split else None
-    if held_out is None and fraction > 0:
-        train, held_out = _fraction_split(train, fraction, seed, train_split.label)
-    if max_samples is not None and len(train) > max_samples:
-        train = train.select(range(max_samples))
+    if held_out is None and cfg.eval_fraction > 0:
+        train, held_out = _fraction_split(train, cfg.eval_fraction, seed, train_split.label)
+    if cfg.max_samples is not None and len(train) > cfg.max_samples:
+        train = train.select(range(cfg.max_samples))
     return DataSplits(train, held_out, identity, layout.output, layout.describe())
+
+
+def _read(cfg: DataConfig) -> tuple[Split, Split | None]:
+    if cfg.source == "hub":
+        return read_hub(cfg)
+    return read_local(_local_path(cfg), cfg)
+
+
+def _layout(cfg: DataConfig, train: Split, kind: str) -> Layout:
+    """How the rows are read: `data.format` (or what the train split's columns say) and
+    `data.columns`; rows with images only for a vision-language model."""
+    layout = resolve_layout(cfg.format, survey(train.rows, train.label), cfg.columns)
+    layout = dataclasses.replace(layout, chat=cfg.chat_template == "true")
+    if layout.images and kind == "causal_lm":
+        raise RecipeError(
+            f"{train.label} holds vision-language rows (images / image parts) but "
+            "this stage trains a text-only model. Use a vision-language model or a text "
+            "dataset.",
+            key="data.format",
+        )
+    return layout

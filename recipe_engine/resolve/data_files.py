@@ -1,5 +1,6 @@
-"""Reading data files and hub datasets into raw splits, with errors that name the file, the
-line and the fix (a JSON-lines file is scanned for the line a reader chokes on).
+"""Reading local data (files, folders of them, folders `save_to_disk` wrote) into raw splits,
+with errors that name the file, the line and the fix (a JSON-lines file is scanned for the line
+a reader chokes on).
 """
 
 from __future__ import annotations
@@ -8,13 +9,14 @@ import contextlib
 import csv
 import json
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recipe_engine.config.schema import DataConfig
 from recipe_engine.errors import RecipeError, did_you_mean
-from recipe_engine.resolve.formats import row_error
+from recipe_engine.resolve.rows import row_error
 
 if TYPE_CHECKING:
     import datasets
@@ -236,19 +238,17 @@ def _line_of_record(path: Path, index: int) -> int:
     return index + 1
 
 
-def _pick_splits(
-    available: Iterable[str], cfg: Mapping[str, Any], where: str
-) -> tuple[str, str | None]:
+def pick_splits(available: Iterable[str], cfg: DataConfig, where: str) -> tuple[str, str | None]:
     """Choose the train and eval split names among `available`."""
     available = list(available)
-    train = cfg.get("train_split") or "train"
+    train = cfg.train_split
     if train not in available:
         raise RecipeError(
             f"{where} has no `{train}` split.{did_you_mean(train, available)} "
             f"Available: {', '.join(sorted(available)) or '(none)'}. Set data.train_split.",
             key="data.train_split",
         )
-    eval_split = cfg.get("eval_split", "eval")
+    eval_split = cfg.eval_split
     if eval_split is None:
         return train, None
     candidates = DEFAULT_EVAL_SPLITS if eval_split == "eval" else (eval_split,)
@@ -278,14 +278,14 @@ def _folder_split_files(folder: Path) -> dict[str, Path]:
     return files
 
 
-def read_local(path: Path, cfg: Mapping[str, Any]) -> tuple[Split, Split | None]:
+def read_local(path: Path, cfg: DataConfig) -> tuple[Split, Split | None]:
     if path.is_file():
         return _read_file(path), None
     if (path / "dataset_dict.json").is_file():
         import datasets
 
         dd = datasets.load_from_disk(str(path))
-        train, ev = _pick_splits(dd.keys(), cfg, f"saved dataset {path}")
+        train, ev = pick_splits(dd.keys(), cfg, f"saved dataset {path}")
         return (
             Split(f"saved dataset {path} (split {train})", dd[train], path),
             Split(f"saved dataset {path} (split {ev})", dd[ev], path) if ev else None,
@@ -302,31 +302,8 @@ def read_local(path: Path, cfg: Mapping[str, Any]) -> tuple[Split, Split | None]
             ".parquet) and optionally eval.* there, or point data.path at a file.",
             key="data.path",
         )
-    train_name = cfg.get("train_split") or "train"
-    if train_name not in files and len(files) == 1:
+    if cfg.train_split not in files and len(files) == 1:
         # A folder with one data file of any name: that file is the training data.
         return _read_file(next(iter(files.values()))), None
-    train, ev = _pick_splits(files.keys(), cfg, f"data folder {path}")
+    train, ev = pick_splits(files.keys(), cfg, f"data folder {path}")
     return _read_file(files[train]), (_read_file(files[ev]) if ev else None)
-
-
-def read_hub(cfg: Mapping[str, Any]) -> tuple[Split, Split | None]:
-    name = cfg.get("path")
-    if not name:
-        raise RecipeError("data.path must name the hub dataset (e.g. org/name).", key="data.path")
-    import datasets
-
-    try:
-        dd = datasets.load_dataset(str(name), name=cfg.get("subset"), revision=cfg.get("revision"))
-    except Exception as exc:  # offline, missing repo, bad revision: all the same fix for users
-        raise RecipeError(
-            f"could not load hub dataset `{name}` ({type(exc).__name__}: {exc}). "
-            "The Hugging Face Hub may be unreachable from here, or the name/revision is wrong. "
-            "A local copy works: set data.source=local and data.path=<file or folder>.",
-            key="data.path",
-        ) from exc
-    train, ev = _pick_splits(dd.keys(), cfg, f"hub dataset {name}")
-    return (
-        Split(f"hub dataset {name} (split {train})", dd[train], None),
-        Split(f"hub dataset {name} (split {ev})", dd[ev], None) if ev else None,
-    )

@@ -1,17 +1,23 @@
-"""Row formats: what a split's columns hold, and every row converted to a shape TRL's
-SFTTrainer takes, with errors that name the split, the row and the fix.
+"""The data format registry: every format users write rows in (`REGISTRY`, by `data.format`)
+and every shape of rows TRL's SFTTrainer takes (`SHAPES`), each declared once, as data.
+
+A `DataFormat` says how it is detected (the columns that state it, what a survey of a split
+must find), how its rows become messages, and which `RowShape` its rows become: as text,
+through the chat template, with images. A `RowShape` says how a row is made, whether it carries
+images, whether it is prompt/completion, the loss flag it calls for (`plan.trainer_settings`),
+how evaluation and `compare` ask it and what they expect, and its Arrow features.
 
 Input formats (`data.format`; `auto` detects one from the columns):
 
 - ``messages``: a list of ``{role, content}`` messages (content text, or image/text parts)
-- ``sharegpt``: a list of ``{from, value}`` messages (``conversations``), converted with TRL's
-  ``maybe_convert_to_chatml``; ShareGPT's ``human`` / ``gpt`` roles become ``user`` / ``assistant``
 - ``prompt_completion``: a ``prompt`` and a ``completion`` text
 - ``alpaca``: ``instruction``, optional ``input``, ``output``
+- ``sharegpt``: a list of ``{from, value}`` messages (``conversations``), converted with TRL's
+  ``maybe_convert_to_chatml``; ShareGPT's ``human`` / ``gpt`` roles become ``user`` / ``assistant``
 - ``vlm``: ``messages`` with images (kept for configs that name it)
 
 Any of them takes an ``images`` column (paths relative to the data file, or image bytes) on a
-vision-language stage. Output shapes (`OUTPUT_FORMATS`, what `DataSplits.format` reports):
+vision-language stage. Row shapes (`OUTPUT_FORMATS`, what `DataSplits.format` reports):
 
 - ``messages``: ``{"messages": [{"role", "content": str}]}`` (Alpaca and ShareGPT end up here)
 - ``prompt_completion``: ``{"prompt": str, "completion": str}``
@@ -24,24 +30,34 @@ vision-language stage. Output shapes (`OUTPUT_FORMATS`, what `DataSplits.format`
   images (its vision collator fills the image parts and masks the prompt)
 
 A part is ``{"type": "image", "text": None}`` or ``{"type": "text", "text": str}``.
-``datasets``, ``PIL`` and ``trl`` are imported only where rows are read or converted.
+
+A new format is one `DataFormat` in `REGISTRY` (its converter in `converters`, beside this
+module); a new shape of rows one `RowShape` in `SHAPES` (its `make` in `converters`). Nothing
+heavy is imported here (the pure `plan` reads the registry): ``datasets`` and ``trl`` only
+inside the functions that need them.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from recipe_engine.errors import RecipeError
+from recipe_engine.resolve.converters import (
+    Row,
+    alpaca_messages,
+    chat_prompt_completion_row,
+    chatml_messages,
+    messages_row,
+    prompt_completion_row,
+    sharegpt_messages,
+    vlm_prompt_completion_row,
+    vlm_row,
+)
 
-INPUT_FORMATS = ("messages", "prompt_completion", "alpaca", "sharegpt", "vlm")
 MESSAGES, PROMPT_COMPLETION = "messages", "prompt_completion"
 CHAT_PROMPT_COMPLETION = "chat_prompt_completion"
 VLM, VLM_PROMPT_COMPLETION = "vlm", "vlm_prompt_completion"
-OUTPUT_FORMATS = (MESSAGES, PROMPT_COMPLETION, CHAT_PROMPT_COMPLETION, VLM, VLM_PROMPT_COMPLETION)
 CANONICAL_COLUMNS = (
     "messages",
     "conversations",
@@ -53,86 +69,95 @@ CANONICAL_COLUMNS = (
     "images",
 )
 ROLES = ("system", "user", "assistant")
-# ShareGPT's role names (the `from` values of its messages) and ChatML's own.
-SHAREGPT_ROLES = {
-    "human": "user",
-    "gpt": "assistant",
-    "system": "system",
-    "user": "user",
-    "assistant": "assistant",
-}
-# LLaVA-style ShareGPT marks where an image goes inside the text.
-IMAGE_TOKEN = "<image>"
-# Rows read to learn the keys of conversations stored as JSON text (CSV cells, mixed types).
-SURVEY_ROWS = 64
-# Column names that usually hold what a canonical column holds (for the hints in errors).
-LOOKS_LIKE = {
-    "images": re.compile(r"im(a)?g|picture|photo", re.IGNORECASE),
-    "prompt": re.compile(r"^(q|question|query|prompt|input|instruction|user|text)$", re.IGNORECASE),
-    "completion": re.compile(
-        r"^(a|answer|response|output|completion|target|label|reply)$", re.IGNORECASE
-    ),
-}
+# TRL's loss flags, one per kind of rows (`Loss`).
+LOSS_FLAGS = ("assistant_only_loss", "completion_only_loss")
 
-_COLUMNS_FIX = "Map your column with data.columns.{canon}=<name> or fix the row."
-CHATML_EXAMPLE = '[{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]'
-SHAREGPT_EXAMPLE = '[{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}]'
+
+# --------------------------------------------------------------------------- declarations
 
 
 @dataclass(frozen=True)
-class InputFormat:
-    """A format users write rows in (`data.format`): the canonical columns that state it, and
-    the columns a split needs to be read as it (each group: one of its columns)."""
+class Loss:
+    """The loss flag rows call for: on the completion only (TRL masks the prompt, always
+    possible), or on the assistant's turns only, where the chat template can mark them."""
 
-    name: str
-    columns: tuple[str, ...]
-    needs: tuple[tuple[str, ...], ...]
-    # Its rows as role/content messages, read through a `rows.RowConverter` (`text`, `get`);
-    # None: conversations already (read by the converter) or a prompt and a completion.
-    messages: Callable[[Any], list[dict[str, Any]]] | None = None
+    flag: str  # one of LOSS_FLAGS
+    needs_markers: bool  # only where the chat template marks the turns (MARKED / PATCHED)
+
+
+COMPLETION_ONLY = Loss("completion_only_loss", needs_markers=False)
+ASSISTANT_ONLY = Loss("assistant_only_loss", needs_markers=True)
+
+
+@dataclass(frozen=True)
+class Asking:
+    """How evaluation and `compare` ask a row: what the model is asked (messages go through
+    the chat template, text as it is) and the answer expected (text, or messages)."""
+
+    question: Callable[[Mapping[str, Any]], Any]
+    answer: Callable[[Mapping[str, Any]], Any]
+
+
+CONVERSATION_ASKED = Asking(lambda row: row["messages"][:-1], lambda row: row["messages"][-1:])
+PROMPT_ASKED = Asking(lambda row: row["prompt"], lambda row: row["completion"])
 
 
 @dataclass(frozen=True)
 class RowShape:
-    """A shape of rows TRL's SFTTrainer takes (`DataSplits.format`) and what follows from it:
-    whether it carries images (a vision-language stage only), whether the loss can go on the
-    completion alone (`completion_only_loss`) or on the assistant's turns
-    (`assistant_only_loss`), how a row is made (`RowConverter.<make>`) and its Arrow features."""
+    """A shape of rows TRL's SFTTrainer takes (`DataSplits.format`) and what follows from it."""
 
     name: str
-    images: bool
+    columns: tuple[str, ...]  # what TRL reads besides `images`
+    conversational: bool  # the columns hold messages (TRL applies the chat template)
+    images: bool  # carries images: a vision-language stage only
     prompt_completion: bool
-    make: str
+    loss: Loss
+    asked: Asking
+    make: Callable[[Row], dict[str, Any]]  # one record -> one TRL row
     features: Callable[[Any], Any]  # the `datasets` module -> the features of such rows
 
-    @property
-    def loss_flag(self) -> str:
-        return "completion_only_loss" if self.prompt_completion else "assistant_only_loss"
+    def holds(self, row: Mapping[str, Any]) -> bool:
+        """Whether a TRL row (one whose shape was not recorded: a probe's) is of this shape."""
+        if not all(column in row for column in self.columns):
+            return False
+        listed = isinstance(row[self.columns[0]], list)
+        return listed == self.conversational and bool(row.get("images")) == self.images
 
 
-# Detection tries them in this order; a conversation is ShareGPT or role/content messages by
-# its message keys. A new input format is one entry here and a `RowConverter` method.
-def _alpaca_messages(row: Any) -> list[dict[str, Any]]:
-    """An instruction (with its optional input) as the user's turn, the output as the reply."""
-    instruction, extra = row.text("instruction"), row.text("input", required=False)
-    user = f"{instruction}\n\n{extra}" if extra.strip() else instruction
-    return [
-        {"role": "user", "content": user},
-        {"role": "assistant", "content": row.text("output")},
-    ]
+@dataclass(frozen=True)
+class Shapes:
+    """The shape a format's rows become: as text, through the chat template
+    (`data.chat_template=true`), or with images."""
+
+    text: RowShape
+    chat: RowShape
+    images: RowShape
+
+    def pick(self, images: bool, chat: bool) -> RowShape:
+        return self.images if images else self.chat if chat else self.text
 
 
-INPUTS = (
-    InputFormat("conversation", ("messages", "conversations"), (("messages", "conversations"),)),
-    InputFormat(PROMPT_COMPLETION, ("prompt", "completion"), (("prompt",), ("completion",))),
-    InputFormat(
-        "alpaca",
-        ("instruction", "input", "output"),
-        (("instruction",), ("output",)),
-        messages=_alpaca_messages,
-    ),
-)
-INPUT_BY_NAME = {given.name: given for given in INPUTS}
+@dataclass(frozen=True)
+class DataFormat:
+    """A format users write rows in (`data.format`)."""
+
+    name: str
+    columns: tuple[str, ...]  # the canonical columns that state it (a mapping of one names it)
+    needs: tuple[tuple[str, ...], ...]  # detection: a present column of each group
+    expected: str  # how the refusal of an undetectable split describes it
+    shapes: Shapes
+    # Its rows as role/content messages (`row`, whether contents become parts) and the name
+    # errors give them; None: a prompt and a completion, read by the shape's `make`.
+    messages: Callable[[Row, bool], tuple[list[Any], str]] | None = None
+    # Reads one conversation column: the mapped one, `messages` or `conversations`.
+    conversation: bool = False
+    # Detection: the keys of the messages in that column (None: not read) fit the format.
+    message_keys: Callable[[frozenset[str] | None], bool] = lambda keys: True
+    images: bool = False  # its rows always carry images
+    detected: bool = True  # `auto` can find it
+
+
+# --------------------------------------------------------------------------- row shapes
 
 
 def _text_features(ds: Any) -> Any:
@@ -152,40 +177,66 @@ def _images(ds: Any) -> Any:
     return ds.List(ds.Image(mode="RGB"))  # decoded to RGB PIL images on access
 
 
+def _conversation(name: str, images: bool, make: Any, features: Any) -> RowShape:
+    return RowShape(
+        name,
+        columns=("messages",),
+        conversational=True,
+        images=images,
+        prompt_completion=False,
+        loss=ASSISTANT_ONLY,
+        asked=CONVERSATION_ASKED,
+        make=make,
+        features=features,
+    )
+
+
+def _pair(name: str, conversational: bool, images: bool, make: Any, features: Any) -> RowShape:
+    return RowShape(
+        name,
+        columns=("prompt", "completion"),
+        conversational=conversational,
+        images=images,
+        prompt_completion=True,
+        loss=COMPLETION_ONLY,
+        asked=PROMPT_ASKED,
+        make=make,
+        features=features,
+    )
+
+
 SHAPES: dict[str, RowShape] = {
     shape.name: shape
     for shape in (
-        RowShape(
+        _conversation(
             MESSAGES,
             images=False,
-            prompt_completion=False,
-            make="messages",
+            make=messages_row,
             features=lambda ds: ds.Features({"messages": _message_features(ds)}),
         ),
-        RowShape(PROMPT_COMPLETION, False, True, "prompt_completion", _text_features),
-        RowShape(
+        _pair(PROMPT_COMPLETION, False, False, prompt_completion_row, _text_features),
+        _pair(
             CHAT_PROMPT_COMPLETION,
+            conversational=True,
             images=False,
-            prompt_completion=True,
-            make="chat_prompt_completion",
+            make=chat_prompt_completion_row,
             features=lambda ds: ds.Features(
                 {"prompt": _message_features(ds), "completion": _message_features(ds)}
             ),
         ),
-        RowShape(
+        _conversation(
             VLM,
             images=True,
-            prompt_completion=False,
-            make="vlm",
+            make=vlm_row,
             features=lambda ds: ds.Features(
                 {"images": _images(ds), "messages": _part_features(ds)}
             ),
         ),
-        RowShape(
+        _pair(
             VLM_PROMPT_COMPLETION,
+            conversational=True,
             images=True,
-            prompt_completion=True,
-            make="vlm_prompt_completion",
+            make=vlm_prompt_completion_row,
             features=lambda ds: ds.Features(
                 {
                     "images": _images(ds),
@@ -196,6 +247,77 @@ SHAPES: dict[str, RowShape] = {
         ),
     )
 }
+CONVERSATIONS = Shapes(SHAPES[MESSAGES], SHAPES[MESSAGES], SHAPES[VLM])
+PAIRS = Shapes(
+    SHAPES[PROMPT_COMPLETION], SHAPES[CHAT_PROMPT_COMPLETION], SHAPES[VLM_PROMPT_COMPLETION]
+)
+
+
+# --------------------------------------------------------------------------- input formats
+
+
+def looks_sharegpt(keys: frozenset[str] | None) -> bool:
+    return bool(keys) and {"from", "value"} <= keys and not {"role", "content"} <= keys
+
+
+_CONVERSATION_COLUMNS = ("messages", "conversations")
+
+REGISTRY: dict[str, DataFormat] = {
+    given.name: given
+    for given in (
+        DataFormat(
+            MESSAGES,
+            _CONVERSATION_COLUMNS,
+            (_CONVERSATION_COLUMNS,),
+            "`messages` (role/content messages)",
+            CONVERSATIONS,
+            messages=chatml_messages,
+            conversation=True,
+            message_keys=lambda keys: not looks_sharegpt(keys),
+        ),
+        DataFormat(
+            PROMPT_COMPLETION,
+            ("prompt", "completion"),
+            (("prompt",), ("completion",)),
+            "`prompt`+`completion`",
+            PAIRS,
+        ),
+        DataFormat(
+            "alpaca",
+            ("instruction", "input", "output"),
+            (("instruction",), ("output",)),
+            "`instruction`+`output` (Alpaca)",
+            CONVERSATIONS,
+            messages=alpaca_messages,
+        ),
+        DataFormat(
+            "sharegpt",
+            _CONVERSATION_COLUMNS,
+            (_CONVERSATION_COLUMNS,),
+            "`conversations` (ShareGPT from/value messages)",
+            CONVERSATIONS,
+            messages=sharegpt_messages,
+            conversation=True,
+            message_keys=looks_sharegpt,
+        ),
+        DataFormat(
+            VLM,
+            _CONVERSATION_COLUMNS,
+            (_CONVERSATION_COLUMNS,),
+            "",
+            CONVERSATIONS,
+            messages=chatml_messages,
+            conversation=True,
+            images=True,
+            detected=False,
+        ),
+    )
+}
+INPUT_FORMATS = tuple(REGISTRY)
+OUTPUT_FORMATS = tuple(SHAPES)
+
+
+# --------------------------------------------------------------------------- queries
 
 
 def has_images(output_format: str) -> bool:
@@ -219,211 +341,9 @@ def features(output_format: str) -> Any:
     return SHAPES[output_format].features(datasets)
 
 
-def row_error(label: str, row: int, problem: str, fix: str) -> RecipeError:
-    return RecipeError(f"{label}, row {row}: {problem}. {fix}", key="data.path")
-
-
-# --------------------------------------------------------------------------- what a split holds
-
-
-@dataclass(frozen=True)
-class Survey:
-    """What format detection sees of a split, read from its Arrow schema (and, for
-    conversations stored as JSON text, its first rows)."""
-
-    label: str
-    names: tuple[str, ...]  # every column
-    present: tuple[str, ...]  # columns with at least one value
-    texts: tuple[str, ...]  # columns of plain text
-    message_keys: Mapping[str, frozenset[str]]  # columns of conversations -> their message keys
-    with_parts: frozenset[str]  # conversation columns where some content is a list of parts
-
-
-def survey(ds: Any, label: str) -> Survey:
-    names = tuple(ds.column_names)
-    present = tuple(c for c in names if ds.data.column(c).null_count < ds.num_rows)
-    keys: dict[str, frozenset[str]] = {}
-    parts: set[str] = set()
-    texts: list[str] = []
-    for column in present:
-        found = _conversation_keys(ds, column)
-        if found is not None:
-            keys[column], with_parts = found
-            if with_parts:
-                parts.add(column)
-        elif _is_text(ds.features[column]):
-            texts.append(column)
-    return Survey(label, names, present, tuple(texts), keys, frozenset(parts))
-
-
-def _is_text(feature: Any) -> bool:
-    return getattr(feature, "dtype", None) in ("string", "large_string")
-
-
-def _conversation_keys(ds: Any, column: str) -> tuple[frozenset[str], bool] | None:
-    """The message keys of a column of conversations and whether any content is a list
-    of parts; None when the column holds something else."""
-    import datasets
-
-    feature = ds.features[column]
-    lists = (datasets.List, datasets.LargeList)
-    if isinstance(feature, lists) and isinstance(feature.feature, dict):
-        content = feature.feature.get("content")
-        if isinstance(content, lists):
-            return frozenset(feature.feature), True
-        if not isinstance(content, datasets.Json):
-            return frozenset(feature.feature), False
-    elif not (
-        _is_text(feature)
-        or isinstance(feature, datasets.Json)
-        or (isinstance(feature, lists) and isinstance(feature.feature, datasets.Json))
-    ):
-        return None
-    # Conversations as JSON text (CSV cells) or with mixed content types: look at rows.
-    keys: set[str] = set()
-    with_parts = False
-    for value in ds.select(range(min(SURVEY_ROWS, ds.num_rows)))[column]:
-        messages = json_list(value)
-        for message in messages if isinstance(messages, list) else ():
-            if isinstance(message, Mapping):
-                keys.update(k for k, v in message.items() if v is not None)
-                with_parts |= isinstance(message.get("content"), list)
-    return (frozenset(keys), with_parts) if keys else None
-
-
-def json_list(value: Any) -> Any:
-    """A list stored as JSON text (CSV cells) as a list; anything else as it is."""
-    if isinstance(value, str) and value.lstrip().startswith("["):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
-def looks_sharegpt(keys: frozenset[str] | None) -> bool:
-    return bool(keys) and {"from", "value"} <= keys and not {"role", "content"} <= keys
-
-
-# --------------------------------------------------------------------------- layout
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a split's rows are read: the input format, the column behind every canonical name,
-    and whether rows carry images."""
-
-    fmt: str  # messages | sharegpt | prompt_completion | alpaca
-    columns: Mapping[str, str]  # canonical name -> the split's column
-    images: bool
-    chat: bool = False  # plain prompt/completion text as one user and one assistant turn
-
-    @property
-    def output(self) -> str:
-        if self.fmt == PROMPT_COMPLETION and self.images:
-            return VLM_PROMPT_COMPLETION
-        if self.fmt == PROMPT_COMPLETION:
-            return CHAT_PROMPT_COMPLETION if self.chat else PROMPT_COMPLETION
-        return VLM if self.images else MESSAGES
-
-    def describe(self) -> str:
-        return f"{self.fmt}{' with images' if self.images else ''}"
-
-
-def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> Layout:
-    """The layout for `data.format` = `setting` (auto: detected) and `data.columns`."""
-    columns = {canon: mapping.get(canon, canon) for canon in CANONICAL_COLUMNS}
-    _check_mapped_images(seen, mapping)
-    fmt = _detect(seen, mapping) if setting == "auto" else setting
-    if fmt in ("conversation", MESSAGES, "sharegpt", VLM):
-        conversation = _conversation_column(seen, mapping)
-        keys = seen.message_keys.get(conversation)
-        if fmt == "conversation":
-            fmt = "sharegpt" if looks_sharegpt(keys) else MESSAGES
-        # Both formats read one column: the mapped one, `messages` or `conversations`.
-        columns["messages"] = columns["conversations"] = conversation
-    images = (
-        setting == VLM
-        or columns["images"] in seen.present
-        or columns["messages"] in seen.with_parts
-    )
-    return Layout(MESSAGES if fmt == VLM else fmt, columns, images)
-
-
-def _conversation_column(seen: Survey, mapping: Mapping[str, str]) -> str:
-    for canon in ("messages", "conversations"):
-        if canon in mapping:
-            return mapping[canon]
-    for canon in ("messages", "conversations"):
-        if canon in seen.present:
-            return canon
-    return "messages"
-
-
-def _check_mapped_images(seen: Survey, mapping: Mapping[str, str]) -> None:
-    """Images are optional per row, so a mapping to a column that is not there would drop
-    them all silently."""
-    name = mapping.get("images")
-    if name is not None and name not in seen.names:
-        raise RecipeError(
-            f"data.columns.images names `{name}`, but {seen.label} has no such column "
-            f"(columns: {', '.join(seen.names)}). Map the column that holds the image paths.",
-            key="data.columns.images",
-        )
-
-
-def _detect(seen: Survey, mapping: Mapping[str, str]) -> str:
-    def has(canon: str) -> bool:
-        return canon in mapping or canon in seen.present
-
-    def fits(given: InputFormat) -> bool:
-        return all(any(has(c) for c in group) for group in given.needs)
-
-    # Explicitly mapped columns state the intended format first, so a misspelt mapping gets the
-    # row-level "`x` (data.columns.y) is missing" error instead of another format's.
-    for explicit in (True, False):
-        for given in INPUTS:
-            if fits(given) and (not explicit or any(n in mapping for n in given.columns)):
-                return given.name
-    raise _undetectable(seen)
-
-
-def _undetectable(seen: Survey) -> RecipeError:
-    hints = _hints(seen)
-    detected = f" Seen: {'; '.join(hints)}." if hints else ""
-    return RecipeError(
-        f"{seen.label}: cannot tell the data format from its columns "
-        f"({', '.join(seen.present) or 'none'}).{detected} Expected `messages` (role/content "
-        "messages), `conversations` (ShareGPT from/value messages), `prompt`+`completion`, or "
-        "`instruction`+`output` (Alpaca); an `images` column adds images. Map your columns "
-        "with data.columns.<name>=<your column> (names: "
-        f"{', '.join(CANONICAL_COLUMNS)}) and, if needed, set "
-        f"data.format=<{'|'.join(INPUT_FORMATS)}>.",
-        key="data.format",
-    )
-
-
-def _hints(seen: Survey) -> list[str]:
-    """What each column looks like, with the mapping that would use it."""
-    hints = []
-    for column, keys in seen.message_keys.items():
-        if looks_sharegpt(keys):
-            hints.append(
-                f"`{column}` holds ShareGPT messages (`from`/`value` keys): "
-                f"data.columns.conversations={column} (data.format=sharegpt)"
-            )
-        elif {"role", "content"} <= keys:
-            hints.append(f"`{column}` holds role/content messages: data.columns.messages={column}")
-    for column in seen.present:
-        if LOOKS_LIKE["images"].search(column) and column not in seen.message_keys:
-            hints.append(f"`{column}` looks like images: data.columns.images={column}")
-    texts = [c for c in seen.texts if not LOOKS_LIKE["images"].search(c)]
-    prompt = next((c for c in texts if LOOKS_LIKE["prompt"].match(c)), texts[0] if texts else None)
-    rest = [c for c in texts if c != prompt]
-    answer = next((c for c in rest if LOOKS_LIKE["completion"].match(c)), rest[0] if rest else None)
-    if prompt and answer:
-        hints.append(
-            f"text columns `{prompt}`, `{answer}`: for prompt/completion rows "
-            f"data.columns.prompt={prompt} data.columns.completion={answer}"
-        )
-    return hints
+def row_shape(row: Mapping[str, Any]) -> RowShape:
+    """The shape of a TRL row whose format was not recorded (a probe's)."""
+    for shape in SHAPES.values():
+        if shape.holds(row):
+            return shape
+    raise ValueError(f"not a TRL row of any shape: columns {', '.join(row)}")

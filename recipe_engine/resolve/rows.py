@@ -1,5 +1,6 @@
-"""Rows converted one by one (`Dataset.map`) into the shape their format calls for
-(`formats.SHAPES`), with errors that name the split, the row and the fix.
+"""Rows converted one by one (`Dataset.map`) into the shape their format calls for: a
+`RowConverter` reads and checks every value the registry's converters (`formats.SHAPES`,
+`formats.REGISTRY`) ask for, with errors that name the split, the row and the fix.
 """
 
 from __future__ import annotations
@@ -9,20 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.resolve.formats import (
-    CHATML_EXAMPLE,
-    IMAGE_TOKEN,
-    INPUT_BY_NAME,
-    ROLES,
-    SHAPES,
-    SHAREGPT_EXAMPLE,
-    SHAREGPT_ROLES,
-    Layout,
-    json_list,
-    row_error,
-)
+from recipe_engine.resolve.converters import IMAGE_TOKEN, SHAREGPT_ROLES, given_keys, json_list
+from recipe_engine.resolve.detection import Layout
+from recipe_engine.resolve.formats import ROLES, SHAPES
 
 _COLUMNS_FIX = "Map your column with data.columns.{canon}=<name> or fix the row."
+
+
+def row_error(label: str, row: int, problem: str, fix: str) -> RecipeError:
+    return RecipeError(f"{label}, row {row}: {problem}. {fix}", key="data.path")
 
 
 # --------------------------------------------------------------------------- rows
@@ -51,22 +47,7 @@ class RowConverter:
 
     def __call__(self, record: Mapping[str, Any], index: int) -> dict[str, Any]:
         self.index, self.record = index, record  # read by fail()/get() for error messages
-        return getattr(self, SHAPES[self.layout.output].make)()
-
-    # ----------------------------------------------------------------------- row shapes
-
-    def messages(self) -> dict[str, Any]:
-        return {"messages": self.conversation(parts=False)[0]}
-
-    def prompt_completion(self) -> dict[str, Any]:
-        return {"prompt": self.text("prompt"), "completion": self.text("completion")}
-
-    def chat_prompt_completion(self) -> dict[str, Any]:
-        """TRL's conversational prompt-completion: one user and one assistant turn."""
-        return {
-            "prompt": [{"role": "user", "content": self.text("prompt")}],
-            "completion": [{"role": "assistant", "content": self.text("completion")}],
-        }
+        return SHAPES[self.layout.output].make(self)
 
     # ----------------------------------------------------------------------- access
 
@@ -103,14 +84,10 @@ class RowConverter:
     # ----------------------------------------------------------------------- conversations
 
     def conversation(self, parts: bool) -> tuple[list[dict[str, Any]], bool]:
-        """Validated messages and whether every content was a plain string."""
-        given = INPUT_BY_NAME.get(self.layout.fmt)
-        if given is not None and given.messages is not None:
-            return self.validated(given.messages(self), f"{given.name} row", parts)
-        if self.layout.fmt == "sharegpt":
-            return self.validated(self.sharegpt(parts), self.name("conversations"), parts)
-        messages = self.message_list("messages", "{role, content}", CHATML_EXAMPLE)
-        return self.validated(messages, self.name("messages"), parts)
+        """The row's messages as its format reads them, validated, and whether every content
+        was a plain string (`parts`: contents as image/text parts)."""
+        messages, name = self.layout.given.messages(self, parts)
+        return self.validated(messages, name, parts)
 
     def message_list(self, canon: str, shape: str, example: str) -> list[Any]:
         value = json_list(self.get(canon))  # CSV cells hold the conversation as JSON
@@ -121,36 +98,6 @@ class RowConverter:
                 f"Write it like {example}.",
             )
         return value
-
-    def sharegpt(self, parts: bool) -> list[dict[str, Any]]:
-        """ShareGPT messages in ChatML through TRL's own converter, then ShareGPT's role
-        names (`human`, `gpt`), which TRL leaves as they are, as ChatML's."""
-        from trl.data_utils import maybe_convert_to_chatml
-
-        name = self.name("conversations")
-        messages = []
-        for j, message in enumerate(
-            self.message_list("conversations", "{from, value}", SHAREGPT_EXAMPLE), 1
-        ):
-            given = _given(message)
-            if not ({"from", "value"} <= given.keys() or {"role", "content"} <= given.keys()):
-                raise self.fail(
-                    f"message {j} of `{name}` is not a {{from, value}} object (ShareGPT)",
-                    'Write each message like {"from": "human", "value": "..."}.',
-                )
-            messages.append(given)
-        chatml = maybe_convert_to_chatml({"conversations": messages})["messages"]
-        for j, message in enumerate(chatml, start=1):
-            role = message["role"]
-            if role not in SHAREGPT_ROLES:
-                raise self.fail(
-                    f"message {j} of `{name}` is from `{role}`",
-                    f"ShareGPT roles are {', '.join(SHAREGPT_ROLES)}.",
-                )
-            message["role"] = SHAREGPT_ROLES[role]
-            if parts and message["role"] == "user":
-                message["content"] = _image_tokens_as_parts(message["content"])
-        return chatml
 
     def validated(
         self, value: list[Any], name: str, parts: bool
@@ -253,38 +200,6 @@ class RowConverter:
 
     # ----------------------------------------------------------------------- images
 
-    def vlm(self) -> dict[str, Any]:
-        images = self.images(self.get("images", required=False))
-        messages, all_strings = self.conversation(parts=True)
-        placeholders = _placeholders(messages)
-        if placeholders == 0 and images and all_strings:
-            # Same rule as TRL's prepare_multimodal_messages: plain-text rows get their image
-            # placeholders before the first user message's text.
-            for m in messages:
-                if m["role"] == "user":
-                    m["content"] = [{"type": "image", "text": None} for _ in images] + m["content"]
-                    break
-            placeholders = _placeholders(messages)
-        self.check_placeholders(placeholders, len(images))
-        return {"images": images, "messages": messages}
-
-    def vlm_prompt_completion(self) -> dict[str, Any]:
-        """TRL's conversational prompt-completion with images: the prompt is one user turn
-        (an image placeholder per image, then the text), the completion one assistant turn."""
-        images = self.images(self.get("images", required=False))
-        prompt = _image_tokens_as_parts(self.text("prompt"))
-        if isinstance(prompt, str):
-            prompt = [{"type": "image", "text": None} for _ in images] + [
-                {"type": "text", "text": prompt}
-            ]
-        self.check_placeholders(sum(p["type"] == "image" for p in prompt), len(images))
-        completion = [{"type": "text", "text": self.text("completion")}]
-        return {
-            "images": images,
-            "prompt": [{"role": "user", "content": prompt}],
-            "completion": [{"role": "assistant", "content": completion}],
-        }
-
     def check_placeholders(self, placeholders: int, images: int) -> None:
         if placeholders != images:
             raise self.fail(
@@ -335,32 +250,8 @@ class RowConverter:
         return {"path": str(path), "bytes": None}
 
 
-def _placeholders(messages: list[dict[str, Any]]) -> int:
-    return sum(1 for m in messages for p in m["content"] if p["type"] == "image")
-
-
-def _image_tokens_as_parts(text: Any) -> Any:
-    """LLaVA-style text with `<image>` marks as image and text parts; other text as it is."""
-    if not isinstance(text, str) or IMAGE_TOKEN not in text:
-        return text
-    parts: list[dict[str, Any]] = []
-    for k, piece in enumerate(text.split(IMAGE_TOKEN)):
-        if k:
-            parts.append({"type": "image", "text": None})
-        if piece.strip():
-            parts.append({"type": "text", "text": piece.strip()})
-    return parts
-
-
-def _given(message: Any) -> dict[str, Any]:
-    """A message's keys that hold a value (Arrow gives every row the keys of all rows)."""
-    if not isinstance(message, Mapping):
-        return {}
-    return {k: v for k, v in message.items() if v is not None}
-
-
 def _sharegpt_hint(message: Any) -> str:
-    if {"from", "value"} <= _given(message).keys():
+    if {"from", "value"} <= given_keys(message).keys():
         return " (it has `from`/`value` keys: that is ShareGPT; set data.format=sharegpt)"
     return ""
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from recipe_engine.config.schema import EvalConfig
+from recipe_engine.resolve.formats import row_shape
 
 # The EvalConfig fields that decide how answers are generated (and so an evaluation's key).
 GENERATION_KEYS = ("max_new_tokens", "batch_size", "do_sample", "temperature", "top_p")
@@ -53,27 +54,21 @@ def message_text(message: dict[str, Any]) -> str:
 
 
 def prompt_text(processor: Any, row: dict[str, Any]) -> str:
-    """What the model is asked, as TRL trains it: a conversation's messages but the last
-    through the chat template; a conversational prompt (prompt/completion rows with images)
-    through the chat template; a plain prompt as it is."""
-    if "messages" in row:
-        messages = row["messages"][:-1]
-        return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    if isinstance(row["prompt"], list):
-        return processor.apply_chat_template(
-            row["prompt"], tokenize=False, add_generation_prompt=True
-        )
-    return row["prompt"]
+    """What the model is asked, as TRL trains it (`formats.SHAPES`: its `asked`): a
+    conversation's messages but the last, or a conversational prompt, through the chat
+    template; a plain prompt as it is."""
+    question = row_shape(row).asked.question(row)
+    if isinstance(question, str):
+        return question
+    return processor.apply_chat_template(question, tokenize=False, add_generation_prompt=True)
 
 
 def reference_text(row: dict[str, Any]) -> str:
     """The answer a row expects: its last message, or its completion."""
-    if "messages" in row:
-        return message_text(row["messages"][-1])
-    completion = row["completion"]
-    if isinstance(completion, list):
-        return "".join(message_text(m) for m in completion)
-    return completion
+    answer = row_shape(row).asked.answer(row)
+    if isinstance(answer, str):
+        return answer
+    return "".join(message_text(m) for m in answer)
 
 
 @dataclass(frozen=True)

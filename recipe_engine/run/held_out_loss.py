@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from recipe_engine.plan.trainer_settings import choose_loss
-from recipe_engine.resolve.data_files import quietly
-from recipe_engine.resolve.formats import MESSAGES, PROMPT_COMPLETION
+from recipe_engine.resolve.data import quietly
+from recipe_engine.resolve.formats import LOSS_FLAGS, RowShape, row_shape
 from recipe_engine.resolve.templates import support_of
 
 # SFTConfig keys that decide which tokens a held-out loss counts and how rows are batched; the
@@ -46,7 +46,6 @@ LOSS_KEYS = (
 )
 # The columns of a row TRL reads; a probe's own columns (reference, input) are left out.
 TRL_COLUMNS = ("messages", "prompt", "completion", "images")
-LOSS_FLAGS = ("assistant_only_loss", "completion_only_loss")
 
 
 def loss_settings(trainer: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,7 +62,7 @@ def held_out_loss(
 
     images = _with_images(rows)
     dataset = Dataset.from_list([_trl_row(row, images) for row in rows])
-    settings = _flags_for_rows(settings, "prompt" in rows[0], processor)
+    settings = _flags_for_rows(settings, row_shape(rows[0]), processor)
     on_gpu = next(p.device for p in model.parameters()).type == "cuda"
     with quietly():
         return _evaluate(model, processor, dataset, settings, on_gpu)
@@ -100,20 +99,16 @@ def _evaluate(
         return float(trainer.evaluate()["eval_loss"])
 
 
-def _flags_for_rows(
-    settings: Mapping[str, Any], prompt_completion: bool, processor: Any
-) -> dict[str, Any]:
+def _flags_for_rows(settings: Mapping[str, Any], shape: RowShape, processor: Any) -> dict[str, Any]:
     """The stage's loss flags, unless the rows are of a kind they cannot apply to (a probe
     file of prompt/completion rows for a stage trained with assistant-only loss, or
     conversations for one trained with completion-only loss: TRL refuses both); then the flags
     the plan would choose for such rows (`choose_loss`)."""
-    flag = "assistant_only_loss" if prompt_completion else "completion_only_loss"
-    if not settings.get(flag):
+    if not any(settings.get(flag) for flag in LOSS_FLAGS if flag != shape.loss.flag):
         return dict(settings)
     rest = {k: v for k, v in settings.items() if k not in LOSS_FLAGS}
     template = support_of(getattr(processor, "chat_template", None))
-    rows = PROMPT_COMPLETION if prompt_completion else MESSAGES
-    return {**rest, **choose_loss("probes", {}, rows, template).flags}
+    return {**rest, **choose_loss("probes", {}, shape.name, template).flags}
 
 
 def _with_images(rows: Sequence[Mapping[str, Any]]) -> bool:

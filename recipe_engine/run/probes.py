@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.resolve.formats import row_shape
 from recipe_engine.run.evaluation import message_text, reference_text
 from recipe_engine.store.records import Manifest
 
@@ -50,14 +51,14 @@ def _held_out_rows(
     root_manifest: Manifest, seed: int, held_out: Any
 ) -> tuple[list[dict[str, Any]], str]:
     """The root stage's held-out split: the rows given (the run just read them), else read."""
-    from recipe_engine.resolve.data import load_splits
+    from recipe_engine.resolve.data import data_config, load_splits
 
     data = root_manifest.data
     if not data:
         raise RecipeError("The root stage's manifest names no data; pass probes=FILE.", "probes")
     if held_out is not None:
         return [_probe(r) for r in held_out], f"held-out split of data `{data.get('name')}`"
-    splits = load_splits(data, kind=root_manifest.kind, seed=seed)
+    splits = load_splits(data_config(data), kind=root_manifest.kind, seed=seed)
     if splits.eval is None:
         raise RecipeError(
             f"Data `{data.get('name') or data.get('path')}` has no held-out split to probe "
@@ -89,19 +90,11 @@ def probe_file_rows(
 ) -> list[dict[str, Any]]:
     """A probe file's rows, read and checked like training data (`data.chat_template`: how
     plain prompt/completion rows are asked)."""
+    from recipe_engine.config.schema import DataConfig
     from recipe_engine.resolve.data import load_splits
 
-    splits = load_splits(
-        {
-            "source": "local",
-            "path": str(path),
-            "format": "auto",
-            "eval_split": None,
-            "chat_template": chat_template,
-        },
-        kind=kind,
-        seed=seed,
-    )
+    probes = DataConfig(path.name, path=str(path), eval_split=None, chat_template=chat_template)
+    splits = load_splits(probes, kind=kind, seed=seed)
     return [_probe(r) for r in splits.train]
 
 
@@ -129,7 +122,7 @@ def _probe(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _describe(probe: dict[str, Any]) -> dict[str, Any]:
     """Adds the CSV's `input` (prompt text) and `image` (file paths) columns."""
-    asked = probe["messages"][:-1] if "messages" in probe else probe["prompt"]
+    asked = row_shape(probe).asked.question(probe)
     if isinstance(asked, str):
         probe["input"] = asked
     elif len(asked) == 1:

@@ -1,10 +1,10 @@
-"""The loss flags follow the data: `assistant_only_loss` for conversations whose chat template
-marks the assistant's turns, `completion_only_loss` for prompt/completion rows, a contradicting
-setting refused at plan time; templates set neither."""
+"""plan.trainer_settings: the loss flags follow the data (the format registry's `Loss` of the
+row shape): `assistant_only_loss` for conversations whose chat template marks the assistant's
+turns, `completion_only_loss` for prompt/completion rows, a contradicting setting refused at
+plan time; templates set neither."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,7 @@ from plans import pairs_csv, plan
 from recipe_engine.config.compose import CONFIG_DIR
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.trainer_settings import choose_loss
-from recipe_engine.resolve.templates import MARKED, PATCHED, UNMARKED, UNREAD, template_support
+from recipe_engine.resolve.templates import MARKED, PATCHED, UNMARKED, UNREAD
 
 STAGES = CONFIG_DIR / "stages"
 
@@ -52,24 +52,6 @@ def test_a_flag_the_user_sets_is_kept_and_a_contradiction_refused() -> None:
         choose_loss("llm", {"completion_only_loss": True}, "messages", MARKED)
     assert info.value.key == "stage.llm.train.completion_only_loss"
     assert "data.columns.prompt=" in str(info.value)
-
-
-def test_template_support_is_read_from_the_saved_files_as_trl_decides(tmp_path: Path) -> None:
-    import importlib.util
-
-    from recipe_engine.resolve.tiny import build_tiny_model
-
-    assert template_support(str(build_tiny_model("tiny-qwen2"))) == MARKED  # tiny: markers
-    assert template_support(None) == UNREAD
-    assert template_support(str(tmp_path)) == UNREAD  # no tokenizer files
-    (tmp_path / "tokenizer_config.json").write_text(
-        json.dumps({"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"})
-    )
-    assert template_support(str(tmp_path)) == UNMARKED
-    trl = Path(next(iter(importlib.util.find_spec("trl").submodule_search_locations)))
-    known = (trl / "chat_templates" / "qwen2_5.jinja").read_text()  # TRL has a training version
-    (tmp_path / "chat_template.jinja").write_text(known)
-    assert template_support(str(tmp_path)) == PATCHED
 
 
 def test_plan_chooses_the_flag_prints_it_and_keys_it(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ import pyarrow.parquet as pq
 from PIL import Image, ImageDraw
 
 from recipe_engine.cli.main import main
-from recipe_engine.resolve.data import load_splits
 
 QUICK = ["data.max_samples=12", "data.eval_fraction=0.25", "eval.max_samples=3"]
 QUICK += ["eval.max_new_tokens=4"]
@@ -97,24 +96,3 @@ def test_image_path_question_answer_parquet_trains_evaluates_and_compares(tmp_pa
     assert_trained_evaluated_compared(run_dir, "llm")
     compared = [json.loads(line) for line in (run_dir / "compare.jsonl").open()]
     assert compared[0]["input"] == QUESTION and compared[0]["image"].endswith(".png")
-
-
-def test_vision_prompt_completion_rows_reach_trls_collator_with_their_images(
-    tmp_path: Path,
-) -> None:
-    """The rows as TRL's vision collator takes them: pixels for every image, the loss on
-    the completion only (prompt and image tokens masked)."""
-    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
-    from recipe_engine.resolve.tiny import build_tiny_model
-    from recipe_engine.run.loading import load_processor
-
-    columns = dict(m.split("=") for m in VQA_COLUMNS)
-    data = {"source": "local", "path": str(vqa_parquet(tmp_path)), "columns": columns}
-    splits = load_splits(data, kind="vlm")
-    processor = load_processor(str(build_tiny_model("tiny-qwen2-vl")), "vlm", {})
-    collator = DataCollatorForVisionLanguageModeling(processor, completion_only_loss=True)
-    batch = collator([splits.train[i] for i in range(2)])
-    assert batch["pixel_values"].shape[0] > 0 and batch["image_grid_thw"].shape[0] == 2
-    answer = processor.tokenizer.decode(batch["labels"][0][batch["labels"][0] != -100])
-    assert answer.startswith(splits.train[0]["completion"][0]["content"][0]["text"])

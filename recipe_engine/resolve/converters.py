@@ -1,0 +1,169 @@
+"""How rows become what TRL takes: the converters the format registry (`formats`) names. A
+row shape's `make` turns one record into one TRL row; a format's `messages` reads a record's
+conversation. Each reads the record through a `rows.RowConverter` (`row`), which checks every
+value it hands out and names the row in errors. ``trl`` is imported only where ShareGPT rows
+are converted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+Row = Any  # a `rows.RowConverter` on one record (not imported: it imports the registry)
+
+# ShareGPT's role names (the `from` values of its messages) and ChatML's own.
+SHAREGPT_ROLES = {
+    "human": "user",
+    "gpt": "assistant",
+    "system": "system",
+    "user": "user",
+    "assistant": "assistant",
+}
+# LLaVA-style ShareGPT marks where an image goes inside the text.
+IMAGE_TOKEN = "<image>"
+CHATML_EXAMPLE = '[{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]'
+SHAREGPT_EXAMPLE = '[{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}]'
+
+
+# --------------------------------------------------------------------------- row shapes
+
+
+def messages_row(row: Row) -> dict[str, Any]:
+    return {"messages": row.conversation(parts=False)[0]}
+
+
+def prompt_completion_row(row: Row) -> dict[str, Any]:
+    return {"prompt": row.text("prompt"), "completion": row.text("completion")}
+
+
+def chat_prompt_completion_row(row: Row) -> dict[str, Any]:
+    """TRL's conversational prompt-completion: one user and one assistant turn."""
+    return {
+        "prompt": [{"role": "user", "content": row.text("prompt")}],
+        "completion": [{"role": "assistant", "content": row.text("completion")}],
+    }
+
+
+def vlm_row(row: Row) -> dict[str, Any]:
+    images = row.images(row.get("images", required=False))
+    messages, all_strings = row.conversation(parts=True)
+    placeholders = _placeholders(messages)
+    if placeholders == 0 and images and all_strings:
+        # Same rule as TRL's prepare_multimodal_messages: plain-text rows get their image
+        # placeholders before the first user message's text.
+        for message in messages:
+            if message["role"] == "user":
+                message["content"] = [_image_part() for _ in images] + message["content"]
+                break
+        placeholders = _placeholders(messages)
+    row.check_placeholders(placeholders, len(images))
+    return {"images": images, "messages": messages}
+
+
+def vlm_prompt_completion_row(row: Row) -> dict[str, Any]:
+    """TRL's conversational prompt-completion with images: the prompt is one user turn (an
+    image placeholder per image, then the text), the completion one assistant turn."""
+    images = row.images(row.get("images", required=False))
+    prompt = image_tokens_as_parts(row.text("prompt"))
+    if isinstance(prompt, str):
+        prompt = [_image_part() for _ in images] + [{"type": "text", "text": prompt}]
+    row.check_placeholders(sum(p["type"] == "image" for p in prompt), len(images))
+    completion = [{"type": "text", "text": row.text("completion")}]
+    return {
+        "images": images,
+        "prompt": [{"role": "user", "content": prompt}],
+        "completion": [{"role": "assistant", "content": completion}],
+    }
+
+
+def _image_part() -> dict[str, Any]:
+    return {"type": "image", "text": None}
+
+
+def _placeholders(messages: list[dict[str, Any]]) -> int:
+    return sum(1 for m in messages for p in m["content"] if p["type"] == "image")
+
+
+# --------------------------------------------------------------------------- conversations
+
+
+def chatml_messages(row: Row, parts: bool) -> tuple[list[Any], str]:
+    messages = row.message_list("messages", "{role, content}", CHATML_EXAMPLE)
+    return messages, row.name("messages")
+
+
+def sharegpt_messages(row: Row, parts: bool) -> tuple[list[Any], str]:
+    """ShareGPT messages in ChatML through TRL's own converter, then ShareGPT's role names
+    (`human`, `gpt`), which TRL leaves as they are, as ChatML's."""
+    from trl.data_utils import maybe_convert_to_chatml
+
+    name = row.name("conversations")
+    messages = []
+    for j, message in enumerate(
+        row.message_list("conversations", "{from, value}", SHAREGPT_EXAMPLE), 1
+    ):
+        given = given_keys(message)
+        if not ({"from", "value"} <= given.keys() or {"role", "content"} <= given.keys()):
+            raise row.fail(
+                f"message {j} of `{name}` is not a {{from, value}} object (ShareGPT)",
+                'Write each message like {"from": "human", "value": "..."}.',
+            )
+        messages.append(given)
+    chatml = maybe_convert_to_chatml({"conversations": messages})["messages"]
+    for j, message in enumerate(chatml, start=1):
+        role = message["role"]
+        if role not in SHAREGPT_ROLES:
+            raise row.fail(
+                f"message {j} of `{name}` is from `{role}`",
+                f"ShareGPT roles are {', '.join(SHAREGPT_ROLES)}.",
+            )
+        message["role"] = SHAREGPT_ROLES[role]
+        if parts and message["role"] == "user":
+            message["content"] = image_tokens_as_parts(message["content"])
+    return chatml, name
+
+
+def alpaca_messages(row: Row, parts: bool) -> tuple[list[Any], str]:
+    """An instruction (with its optional input) as the user's turn, the output as the reply."""
+    instruction, extra = row.text("instruction"), row.text("input", required=False)
+    user = f"{instruction}\n\n{extra}" if extra.strip() else instruction
+    messages = [
+        {"role": "user", "content": user},
+        {"role": "assistant", "content": row.text("output")},
+    ]
+    return messages, "alpaca row"
+
+
+# --------------------------------------------------------------------------- values
+
+
+def json_list(value: Any) -> Any:
+    """A list stored as JSON text (CSV cells) as a list; anything else as it is."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def given_keys(message: Any) -> dict[str, Any]:
+    """A message's keys that hold a value (Arrow gives every row the keys of all rows)."""
+    if not isinstance(message, Mapping):
+        return {}
+    return {k: v for k, v in message.items() if v is not None}
+
+
+def image_tokens_as_parts(text: Any) -> Any:
+    """LLaVA-style text with `<image>` marks as image and text parts; other text as it is."""
+    if not isinstance(text, str) or IMAGE_TOKEN not in text:
+        return text
+    parts: list[dict[str, Any]] = []
+    for k, piece in enumerate(text.split(IMAGE_TOKEN)):
+        if k:
+            parts.append(_image_part())
+        if piece.strip():
+            parts.append({"type": "text", "text": piece.strip()})
+    return parts
