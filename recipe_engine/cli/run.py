@@ -81,6 +81,11 @@ def main(args: list[str], multirun: bool) -> int:
     visible = plan.cuda_visible_devices
     if visible is not None:  # before anything initialises CUDA
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    if any(
+        s.placement.mode == "deepspeed" and s.placement.device == "cpu"
+        for s in plan.stages.values()
+    ):
+        os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed picks its accelerator as it starts
     if plan.launcher_processes:
         return relaunch(args, plan)
     run_composed(composed, plan)

@@ -23,6 +23,15 @@ from recipe_engine.plan.placement_request import (
 )
 from recipe_engine.resolve.machine import GpuInfo
 
+# What trains on CPU, as gloo processes: DDP, and DeepSpeed on its CPU accelerator. FSDP does
+# not (placement_request.CPU_REASONS says why).
+CPU_MODES = ("ddp", "deepspeed")
+CPU_NOTES = {
+    "ddp": "CPU DDP uses the gloo backend.",
+    "deepspeed": "CPU DeepSpeed: DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu) over gloo, "
+    "use_cpu=False (accelerate enables DeepSpeed only then).",
+}
+
 
 def idle_warning(visible: list[GpuInfo], used: int) -> str:
     idle = [g.index for g in visible[used:]]
@@ -45,11 +54,11 @@ def process_count(req: PlacementRequest, external: bool) -> int:
 
 
 def plan_distributed(c: ModeContext, mode: str) -> PlacementPlan:
-    """ddp / fsdp / deepspeed: one process per GPU (or gloo processes on CPU for ddp)."""
+    """ddp / fsdp / deepspeed: one process per GPU (or gloo processes on CPU: ddp, deepspeed)."""
     req, device = c.req, c.device
     if device == "mps":
         raise refuse_mode_on(device, mode, f"`{K_PARALLEL}=single`")
-    if device == "cpu" and mode != "ddp":
+    if device == "cpu" and mode not in CPU_MODES:
         raise refuse_mode_on(
             device, mode, f"`{K_DEVICE}=cuda`, or `{K_PARALLEL}=ddp {K_NPROC}=2` on CPU"
         )
@@ -58,7 +67,7 @@ def plan_distributed(c: ModeContext, mode: str) -> PlacementPlan:
     device_map = _device_map(c, mode, used)
     launcher = _launcher(c, mode, nproc)
     if device == "cpu":
-        c.notes.append("CPU DDP uses the gloo backend.")
+        c.notes.append(CPU_NOTES[mode])
     return c.plan(
         mode=mode,
         device_map=device_map,
@@ -77,7 +86,7 @@ def _processes(c: ModeContext, mode: str) -> int:
     if c.device != "cuda":
         if not c.external and (req.nproc is None or req.nproc < 2):
             raise PlacementRefused(
-                f"`{K_PARALLEL}=ddp` on CPU needs the number of (gloo) processes: set "
+                f"`{K_PARALLEL}={mode}` on CPU needs the number of (gloo) processes: set "
                 f"`{K_NPROC}=2` or more, or use `{K_PARALLEL}=single` instead.",
                 key=K_NPROC,
             )
@@ -106,7 +115,8 @@ def _device_map(c: ModeContext, mode: str, used: list[GpuInfo]) -> dict[str, int
     req = c.req
     if mode != "ddp":
         _check_sharded_quant(req, mode, c.quant, c.notes)
-        if (mode == "fsdp" or req.deepspeed_stage == 3) and not fits_across(req.model_gib, used):
+        sharded = mode == "fsdp" or req.deepspeed_stage == 3
+        if c.device == "cuda" and sharded and not fits_across(req.model_gib, used):
             c.warnings.append(
                 f"The model (~{gib(req.model_gib)}) exceeds the {len(used)} GPU(s) together; "
                 "it only trains with CPU offload enabled."

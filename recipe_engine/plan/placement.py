@@ -24,7 +24,6 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.plan.distributed import idle_warning, plan_distributed
 from recipe_engine.plan.gpu_selection import select_gpus
 from recipe_engine.plan.placement_request import (
-    DEEPSPEED_EXPERIMENTAL,
     DEEPSPEED_STAGES,
     DEVICES,
     K_DEVICE,
@@ -38,6 +37,7 @@ from recipe_engine.plan.placement_request import (
     ON_UNSUPPORTED,
     PARALLEL_MODES,
     QUANTIZATIONS,
+    WHERE_IT_RAN,
     ModeContext,
     PlacementPlan,
     PlacementRefused,
@@ -196,7 +196,9 @@ def plan_placement(req: PlacementRequest) -> PlacementPlan:
             "cuda_visible_devices": cvd_out,
             "quantization": quant,
             "quantization_fallback": fallback,
-            "use_cpu": device == "cpu",
+            # accelerate enables DeepSpeed only for a state made without cpu=True: on CPU it
+            # runs on DeepSpeed's CPU accelerator instead (run.trainer.cpu_deepspeed_state).
+            "use_cpu": device == "cpu" and parallel != "deepspeed",
             # The whole point: at most one GPU per process, so the Trainer never wraps
             # nn.DataParallel, whatever the library version does on its own.
             "n_gpu": 1 if device == "cuda" else 0,
@@ -326,8 +328,8 @@ def describe(plan: PlacementPlan) -> list[str]:
         "external": f"{plan.world_size} process(es) from an external launcher",
     }[plan.launcher]
     lines.append(f"mode: {plan.mode}, {launch}")
-    if plan.mode == "deepspeed":
-        lines.append(DEEPSPEED_EXPERIMENTAL)
+    if (plan.mode, plan.device) in WHERE_IT_RAN:
+        lines.append(WHERE_IT_RAN[plan.mode, plan.device])
     if isinstance(plan.device_map, dict) and plan.mode == "ddp" and plan.device == "cuda":
         dm = "{'': LOCAL_RANK} (each process its own GPU)"
     elif plan.device_map is None:

@@ -12,14 +12,17 @@ from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.resolve.machine import GpuInfo
 
 PARALLEL_MODES = ("auto", "single", "model_parallel", "ddp", "fsdp", "deepspeed")
-# What `plan` says of parallel=deepspeed until a GPU run shows the engine's path works: the
-# test machines have no GPU, and the engine (rightly) refuses DeepSpeed on CPU.
-DEEPSPEED_EXPERIMENTAL = (
-    "parallel: deepspeed (experimental: never run by this project's tests; they run on CPU "
-    "only, where the engine refuses DeepSpeed. deepspeed 0.19.8 itself installs there and "
-    "trains a toy Trainer with the engine's ZeRO-2 config on its CPU accelerator, but no "
-    "stage of this engine has trained under it)"
-)
+# Where each sharded mode has run in this project's tests, as `plan` says it (a claim is made
+# only for what ran): DeepSpeed on CPU runs as 2 gloo processes (tests/cli/test_run_sharded.py);
+# nothing has run on CUDA yet because no GPU machine was lent to the test runs.
+WHERE_IT_RAN = {
+    ("deepspeed", "cpu"): "parallel: deepspeed on CPU ran in this project's tests (2 gloo "
+    "processes, ZeRO-2 and ZeRO-3, full fine-tune and QLoRA, DS_ACCELERATOR=cpu)",
+    ("deepspeed", "cuda"): "parallel: deepspeed on CUDA has not run in this project's tests yet "
+    "(no GPU machine); the same stages ran under it on CPU",
+    ("fsdp", "cuda"): "parallel: fsdp on CUDA has not run in this project's tests yet (no GPU "
+    "machine); accelerate does not shard on CPU, so it cannot run there",
+}
 DEVICES = ("auto", "cpu", "cuda", "mps")
 QUANTIZATIONS = ("none", "4bit", "8bit")
 LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed", "other")
@@ -38,7 +41,7 @@ K_NPROC = "nproc"
 K_QUANT = "quantization"
 K_QUANT_STORAGE = "quantization.bnb_4bit_quant_storage"
 K_ON_UNSUPPORTED = "quantization.on_unsupported"
-K_DS_STAGE = "deepspeed.stage"
+K_DS_STAGE = "stage.<name>.train.deepspeed.zero_optimization.stage"  # planner names it
 
 
 @dataclass(frozen=True)
@@ -169,12 +172,14 @@ def no_fit_message(req: PlacementRequest, gpus: list[GpuInfo], what: str) -> str
     )
 
 
-# Why a sharded mode is refused on CPU, as the libraries behave there (measured: a 2-process
+# Why FSDP is refused on CPU, as the libraries behave there: accelerate enables FSDP only for
+# a multi-GPU (or other accelerator) state; a CPU process group is MULTI_CPU, so a 2-process
 # torchrun of SFTTrainer with `fsdp="full_shard auto_wrap"` and `use_cpu=True` trains, but
-# wraps the model in DistributedDataParallel: no shard; transformers 5.23, accelerate 1.15).
+# wraps the model in DistributedDataParallel: no shard (accelerate 1.15 `AcceleratorState`,
+# transformers 5.23; measured).
 CPU_REASONS = {
-    "fsdp": " (on CPU the Trainer ignores `fsdp` and trains a full replica per process, "
-    "as DDP: nothing would be sharded)",
+    "fsdp": " (accelerate turns FSDP on only for GPUs and other accelerators; on CPU the "
+    "Trainer would train a full replica per process, as DDP: nothing would be sharded)",
 }
 
 

@@ -40,7 +40,12 @@ from recipe_engine.plan.placement import (
 from recipe_engine.plan.policy import decide_policy, evaluation_policy
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.rows import check_trainable_rows, rows_through_template
-from recipe_engine.plan.trainer_settings import choose_loss, trainer_settings, zero_stage
+from recipe_engine.plan.trainer_settings import (
+    choose_loss,
+    deepspeed_settings,
+    trainer_settings,
+    zero_stage,
+)
 from recipe_engine.resolve.formats import has_images, is_prompt_completion
 from recipe_engine.resolve.inputs import RecipeInputs, Rows, StageInputs
 from recipe_engine.resolve.machine import Machine
@@ -122,6 +127,8 @@ def _plan_stage(
     trainer = trainer_settings(
         stage, placement, context.cfg.seed, context.model.kind, rows.eval_rows > 0
     )
+    if placement.mode == "deepspeed":
+        trainer["deepspeed"] = deepspeed_settings(context.inputs.deepspeed)
     return StagePlan(
         name=name,
         fingerprint="",  # set once every stage's placement is known
@@ -224,11 +231,14 @@ def _place(context: StageContext, policy: PolicyPlan, rows: Rows) -> PlacementPl
             request, model_gib=single.estimate.peak, memory_advice=tuple(single.advice())
         )
     if request.parallel == "deepspeed":  # ZeRO-3 shards weights: placement checks differ
-        request = dataclasses.replace(request, deepspeed_stage=zero_stage(context.inputs.deepspeed))
+        request = dataclasses.replace(
+            request, deepspeed_stage=zero_stage(deepspeed_settings(context.inputs.deepspeed))
+        )
     try:
         return plan_placement(request)
     except PlacementRefused as refusal:  # name the stage's own quantization keys
         text = str(refusal).replace("`quantization=none`", f"`stage.{name}.quantization=null`")
+        text = text.replace("stage.<name>.", f"stage.{name}.")
         text = re.sub(r"`quantization([.=])", rf"`stage.{name}.quantization\1", text)
         raise PlacementRefused(text, key=refusal.key) from None
 
@@ -301,7 +311,9 @@ def _memory(
             longest=rows.longest,
             placement=placement,
             capacity_gib=capacity or None,
-            zero_stage=zero_stage(context.inputs.deepspeed) if deepspeed else None,
+            zero_stage=zero_stage(deepspeed_settings(context.inputs.deepspeed))
+            if deepspeed
+            else None,
         )
     )
 

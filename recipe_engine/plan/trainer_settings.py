@@ -55,8 +55,11 @@ def trainer_settings(
     if placement.mode == "fsdp":
         # Shard parameters, gradients and optimizer state; wrap each decoder layer.
         settings.setdefault("fsdp", "full_shard auto_wrap")
-    if placement.mode == "deepspeed":
-        settings.setdefault("deepspeed", DEFAULT_DEEPSPEED)
+    if placement.mode == "deepspeed" and placement.device == "cpu":
+        # accelerate starts no process group for DeepSpeed without a GPU (it would count one
+        # process): the run makes the gloo state first and the Trainer uses it.
+        settings["ddp_backend"] = "gloo"
+        settings["accelerator_config"] = {"use_configured_state": True}
     if kind == "vlm":
         # Truncating a VLM row can cut image tokens out from under their features.
         settings.setdefault("max_length", None)
@@ -64,6 +67,29 @@ def trainer_settings(
     if has_eval and settings.get("eval_strategy") not in (None, "no"):
         settings.setdefault("eval_steps", settings.get("save_steps"))
     return settings
+
+
+def deepspeed_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The DeepSpeed config a stage trains with: the engine's default ZeRO-2 with the stage's
+    own keys (`train.deepspeed`, a mapping or the JSON file `resolve` read) over it. ZeRO-3
+    gathers the weights when saving unless the stage says otherwise: without that,
+    `save_model` writes no weights and there would be nothing to commit."""
+    merged = _deep_merge(DEFAULT_DEEPSPEED, config or {})
+    if zero_stage(merged) == 3:
+        merged["zero_optimization"].setdefault("stage3_gather_16bit_weights_on_model_save", True)
+    return merged
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = {
+        key: dict(value) if isinstance(value, Mapping) else value for key, value in base.items()
+    }
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def zero_stage(config: Mapping[str, Any] | None) -> int | None:

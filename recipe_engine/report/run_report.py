@@ -18,6 +18,9 @@ from recipe_engine.tables import text_table
 DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                    "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
                    "MASTER_ADDR", "MASTER_PORT")  # fmt: skip
+# torchrun's own, and the switches the Trainer sets for DeepSpeed / FSDP (a one-process
+# evaluation must not start either).
+LAUNCH_PREFIXES = ("TORCHELASTIC_", "ACCELERATE_USE_")
 # The summary's columns the table prints (the store paths are in summary.json).
 COLUMNS = ("stage", "status", "key", "init", "trained", "steps", "loss", "eval", "time_s")
 
@@ -64,7 +67,7 @@ def _compare_in_one_process(run_dir: Path) -> list[str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if key not in DISTRIBUTED_ENV and not key.startswith("TORCHELASTIC_")
+        if key not in DISTRIBUTED_ENV and not key.startswith(LAUNCH_PREFIXES)
     }
     command = [sys.executable, "-m", "recipe_engine", "compare", f"run={run_dir}"]
     done = subprocess.run(command, env=env, check=False)

@@ -24,7 +24,10 @@ from recipe_engine.resolve import cache
 
 # Placement decides these for the machine that runs the stage; the child runs on CPU, so
 # they are left to the trainer (a bf16 plan for a GPU profile is valid on a laptop).
-DEVICE_KEYS = ("use_cpu", "bf16", "fp16", "tf32", "fsdp", "fsdp_config", "deepspeed")
+DEVICE_KEYS = (
+    "use_cpu", "bf16", "fp16", "tf32", "fsdp", "fsdp_config", "deepspeed", "ddp_backend",
+    "accelerator_config",
+)  # fmt: skip
 # A torchrun rank's variables would make the child's SFTConfig join the process group.
 LAUNCHER_VARIABLES = re.compile(
     r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|"

@@ -17,6 +17,7 @@ from typing import Any
 from recipe_engine.config.components import report_layout
 from recipe_engine.plan.policy import decide_policy
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
+from recipe_engine.plan.trainer_settings import zero_stage
 from recipe_engine.resolve.inventory import model_inventory
 from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.run import evaluation, tracking
@@ -43,10 +44,12 @@ from recipe_engine.run.trainer import (
     build_args,
     check_finite_weights,
     check_parameter_devices,
+    check_saved_weights,
     checkpoint_is_finite,
     planned_steps,
     preflight,
     verify_trainer,
+    whole_models,
 )
 from recipe_engine.store.records import (
     ADAPTER,
@@ -163,6 +166,9 @@ class StageRecipe:
         placement = self.stage.placement
         expected = planned_steps(self.args, self.stage.data.train_rows, placement.world_size)
         self.metrics.planned_steps = verify_trainer(self.trainer, placement, expected)
+        if self.sharded:  # ZeRO-3 partitions the weights as training starts: none to run yet
+            log.info("stage %s: no preflight batch (ZeRO-3 shards in train)", self.stage.name)
+            return
         self.metrics.preflight_loss = preflight(self.trainer)
 
     def train(self) -> None:
@@ -202,12 +208,15 @@ class StageRecipe:
 
     def commit(self) -> None:
         """Weights, processor and manifest into the store, atomically, by rank 0 alone."""
-        check_finite_weights(self.stage.name, self.trainer.model)
+        if not self.sharded:  # a rank holds only its shard: the saved weights are checked
+            check_finite_weights(self.stage.name, self.trainer.model)
         final = self.work / "final"
         if self.main_process:
             shutil.rmtree(final, ignore_errors=True)
-        self.trainer.save_model(str(final))  # the Trainer writes on the main process only
+        # Every rank takes part (ZeRO-3 gathers the shards); the main process writes.
+        self.trainer.save_model(str(final))
         if self.main_process:
+            self.trained = self._trained_model(final)
             if self.policy.lora is not None:  # PEFT named the base by its absolute path
                 name_adapter_base(final, self._base_location(), self.stage.init.revision)
             self.processor.save_pretrained(str(final))
@@ -239,13 +248,17 @@ class StageRecipe:
         held_out = evaluation.capped(splits.eval, settings.max_samples)
         self.metrics.eval_loss = self.trainer.evaluate(held_out)["eval_loss"]
         self.metrics.eval_samples = len(held_out)
-        if self.main_process:
-            scores = self._scores(self.trainer.model)
-            self.metrics.eval_accuracy, self.metrics.eval_contains = scores
-            if self.stage.parent is None:  # the untrained base, on the same rows
-                base = _load_model(self.stage, self.weights, None)
-                self.metrics.base_accuracy, self.metrics.base_contains = self._scores(base)
+        if self.main_process:  # alone: ZeRO-3 would sync generation with the other ranks
+            with whole_models(self.args):
+                self._score_on_main_process()
         self.timings["eval_s"] = time.time() - started
+
+    def _score_on_main_process(self) -> None:
+        """Exact match of the trained stage and, for a root stage, of the untrained base."""
+        self.metrics.eval_accuracy, self.metrics.eval_contains = self._scores(self.trained)
+        if self.stage.parent is None:  # the untrained base, on the same rows
+            base = _load_model(self.stage, self.weights, None)
+            self.metrics.base_accuracy, self.metrics.base_contains = self._scores(base)
 
     def record(self) -> Manifest | None:
         """The committed manifest, completed with the evaluation and the total time."""
@@ -259,6 +272,29 @@ class StageRecipe:
         return self.manifest if self.main_process else None
 
     # ----------------------------------------------------------------------- helpers
+
+    @property
+    def sharded(self) -> bool:
+        """Whether each rank holds only a shard of the weights while training (ZeRO-3)."""
+        placement = self.stage.placement
+        config = self.stage.trainer.get("deepspeed")
+        return placement.mode == "deepspeed" and zero_stage(config) == 3
+
+    def _trained_model(self, final: Path) -> Any:
+        """The trained model rank 0 records and scores: the trainer's, or, when the ranks
+        hold shards of it, the saved stage loaded back (rank 0 alone cannot gather shards,
+        and loading what was saved shows the commit holds the training)."""
+        if not self.sharded:
+            return self.trainer.model
+        check_saved_weights(self.stage.name, final)
+        with whole_models(self.args):
+            if self.policy.lora is None:
+                return _load_model(self.stage, Weights(str(final)), None)
+            from peft import PeftModel
+
+            quant = self.policy.quantization
+            base = _load_model(self.stage, self.weights, bnb_config(quant) if quant else None)
+            return PeftModel.from_pretrained(base, str(final))
 
     def _complete_policy(self) -> PolicyPlan:
         """The planned policy; one deferred because the model's config was unreachable at
@@ -303,7 +339,7 @@ class StageRecipe:
             trainable_report=self.report,
             census=self.census,
             trained_parameters=trained,
-            trained_checksums={} if policy.lora else handoff_checksums(self.model, trained),
+            trained_checksums={} if policy.lora else handoff_checksums(self.trained, trained),
             handoff=self.handoff,
             metrics=self.metrics,
             eval_settings=asdict(self.plan.config.eval),

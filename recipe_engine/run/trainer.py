@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,8 @@ class PreflightError(StageFailed):
 
 def build_args(settings: dict[str, Any], *, output_dir: Path) -> Any:
     """The planned SFTConfig (`StagePlan.trainer`) writing its checkpoints to `output_dir`."""
+    if (settings.get("accelerator_config") or {}).get("use_configured_state"):
+        cpu_deepspeed_state(settings)
     try:
         return library_objects.sft_config(settings, output_dir)
     except (ValueError, TypeError) as error:
@@ -43,6 +48,26 @@ def build_args(settings: dict[str, Any], *, output_dir: Path) -> Any:
             f"The trainer settings were rejected by SFTConfig: {str(error).splitlines()[0]} "
             "Fix the matching stage.<name>.train key.",
         ) from None
+
+
+def cpu_deepspeed_state(settings: dict[str, Any]) -> None:
+    """The process group a DeepSpeed stage on CPU trains in, made before the Trainer's.
+
+    accelerate starts DeepSpeed only for a state made without `cpu=True`, and on a machine
+    without a GPU it then picks no backend and counts one process (its `PartialState`: "no
+    backend == no distributed training"), so DeepSpeed's batch check fails against its own
+    world size. Made here with the planned gloo backend, the state knows every rank, and
+    `accelerator_config.use_configured_state` has the Trainer use it. DS_ACCELERATOR=cpu is
+    DeepSpeed's documented switch to its CPU accelerator; it must be set before DeepSpeed
+    starts."""
+    from datetime import timedelta
+
+    from accelerate import PartialState
+
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    timeout = timedelta(seconds=settings.get("ddp_timeout", 1800))
+    PartialState(cpu=False, backend=settings["ddp_backend"], timeout=timeout)
 
 
 def apply_guard(args: Any, placement: PlacementPlan) -> None:
@@ -205,6 +230,41 @@ def check_finite_weights(stage: str, model: Any) -> None:
             f"Stage `{stage}` trained {len(broken)} tensor(s) into NaN or infinity (e.g. "
             f"{broken[0]}), so it is not committed. Lower stage.{stage}.train.learning_rate "
             "or check the data, then run again with fresh=true."
+        )
+
+
+@contextmanager
+def whole_models(args: Any) -> Iterator[None]:
+    """Models loaded inside load whole, in this process alone. Under ZeRO-3, transformers
+    loads every model into `deepspeed.zero.Init`, which shards it across the ranks and so
+    waits for all of them: rank 0 loading alone (to score a stage) would wait forever."""
+    from transformers.integrations.deepspeed import (
+        set_hf_deepspeed_config,
+        unset_hf_deepspeed_config,
+    )
+
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        if getattr(args, "hf_deepspeed_config", None) is not None:
+            set_hf_deepspeed_config(args.hf_deepspeed_config)
+
+
+def check_saved_weights(stage: str, folder: Path) -> None:
+    """`check_finite_weights` for weights the ranks held in shards: read where they were
+    saved (gathered), before the stage is committed."""
+    if not any(folder.glob("*.safetensors")):
+        raise StageFailed(
+            f"Stage `{stage}` saved no weights to {folder}, so it is not committed. With "
+            "ZeRO-3, keep zero_optimization.stage3_gather_16bit_weights_on_model_save=true "
+            f"in stage.{stage}.train.deepspeed."
+        )
+    if not checkpoint_is_finite(folder):
+        raise NonFiniteTraining(
+            f"Stage `{stage}` trained weights into NaN or infinity, so it is not committed. "
+            f"Lower stage.{stage}.train.learning_rate or check the data, then run again with "
+            "fresh=true."
         )
 
 

@@ -288,8 +288,19 @@ SCENARIOS = [
     pytest.param(
         dict(device="cpu", parallel="fsdp"),
         # Measured: SFTTrainer on CPU trains `fsdp` as DDP (nothing sharded), so it is refused.
-        (PlacementRefused, ["`device=cuda`", "ignores `fsdp`", "as DDP"]),
+        (PlacementRefused, ["`device=cuda`", "FSDP on only for GPUs", "as DDP"]),
         id="fsdp-on-cpu",
+    ),
+    pytest.param(
+        dict(device="cpu", parallel="deepspeed", nproc=2, deepspeed_stage=3),
+        # DeepSpeed's CPU accelerator: accelerate starts DeepSpeed only without use_cpu.
+        dict(mode="deepspeed", device_map=None, nproc=2, use_cpu=False, n_gpu=0),
+        id="deepspeed-on-cpu",
+    ),
+    pytest.param(
+        dict(device="cpu", parallel="deepspeed"),
+        (PlacementRefused, ["`parallel=deepspeed` on CPU", "`nproc=2`"]),
+        id="cpu-deepspeed-needs-nproc",
     ),
     pytest.param(
         dict(machine_gpus=TWO, parallel="single", **TORCHRUN),
@@ -391,12 +402,17 @@ def test_describe_ddp_mentions_local_rank() -> None:
     assert any("never DataParallel" in line for line in lines)
 
 
-def test_describe_marks_deepspeed_experimental() -> None:
-    plan = plan_placement(_req(machine_gpus=TWO, parallel="deepspeed", deepspeed_stage=2))
-    marked = [line for line in describe(plan) if line.startswith("parallel: deepspeed")]
-    assert marked and "experimental: never run by this project's tests" in marked[0]
-    ddp = describe(plan_placement(_req(machine_gpus=TWO, parallel="ddp")))
-    assert not any("experimental" in line for line in ddp)
+def test_describe_says_where_each_sharded_mode_ran() -> None:
+    def said(**fields: object) -> list[str]:
+        return [line for line in describe(plan_placement(_req(**fields))) if "this project" in line]
+
+    [on_gpu] = said(machine_gpus=TWO, parallel="deepspeed", deepspeed_stage=2)
+    assert "deepspeed on CUDA has not run" in on_gpu
+    [on_cpu] = said(device="cpu", parallel="deepspeed", nproc=2, deepspeed_stage=3)
+    assert "deepspeed on CPU ran" in on_cpu and "ZeRO-3" in on_cpu
+    [fsdp] = said(machine_gpus=TWO, parallel="fsdp")
+    assert "fsdp on CUDA has not run" in fsdp
+    assert not said(machine_gpus=TWO, parallel="ddp")
 
 
 def test_modules_do_not_import_torch() -> None:
@@ -420,12 +436,14 @@ def _check_invariants(req: PlacementRequest, plan: PlacementPlan) -> None:
     assert plan.n_gpu == (1 if plan.device == "cuda" else 0)
     if req.device != "auto":
         assert plan.device == req.device
-    assert plan.use_cpu == (plan.device == "cpu")
+    assert plan.use_cpu == (plan.device == "cpu" and plan.mode != "deepspeed")
     distributed = plan.world_size > 1 or plan.launcher == "external"
     if distributed or plan.mode in ("ddp", "fsdp", "deepspeed"):
         assert not isinstance(plan.device_map, str), plan
     if plan.mode in ("fsdp", "deepspeed"):
-        assert plan.device_map is None and plan.device == "cuda"
+        assert plan.device_map is None
+    if plan.mode == "fsdp":  # accelerate shards only on accelerators
+        assert plan.device == "cuda"
     if plan.mode == "ddp" and plan.device == "cuda":
         assert plan.device_map == {"": req.local_rank}
     if plan.mode == "model_parallel":
