@@ -27,6 +27,7 @@ from typing import Any
 from recipe_engine.config.schema import EngineConfig, StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.hardware import profile_gpus
+from recipe_engine.report.known_failures import diagnose, diagnosis_lines
 from recipe_engine.resolve.machine import Machine, detect_machine
 from recipe_engine.versions import LIBRARIES, package_version
 
@@ -73,8 +74,10 @@ def doctor_report(
     *,
     extra_dirs: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    log: str | None = None,
 ) -> str:
-    """The whole report as text; `env` defaults to this process's environment."""
+    """The whole report as text; `env` defaults to this process's environment; `log`, the
+    text of a user's failed run, gets the known failures found in it named."""
     from recipe_engine.config.compose import compose_config, to_engine_config
 
     env = os.environ if env is None else env
@@ -92,6 +95,9 @@ def doctor_report(
     _bitsandbytes(report, Here(versions, torch_info, machine, env), cfg)
     report.sections += placement.sections
     report.advice += placement.advice
+    if log is not None:
+        report.sections.append(("your log: known failures", diagnosis_lines(log)))
+        report.advice += [f"{f.name}: {f.fix}" for f in diagnose(log)]
     return report.render()
 
 
