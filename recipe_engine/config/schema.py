@@ -44,6 +44,9 @@ class DataConfig:
     # Plain-text prompt/completion rows through the model's chat template, as TRL's
     # conversational prompt-completion: auto (when the tokenizer has one) | true | false.
     chat_template: str = "auto"
+    # data.source=hub: the branch, tag or commit to read (null: the default branch). `plan`
+    # resolves it to a commit, which the key hashes; the first run pins the default branch.
+    revision: str | None = None
 
 
 # Open sections of a stage: an empty library section means the stage does not use that

@@ -38,9 +38,13 @@ def _stage_lines(index: int, stage: StagePlan) -> list[str]:
 
 
 def _revision_lines(stage: StagePlan) -> list[str]:
-    """A hub model's commit, and whether it is pinned, given or resolved now."""
-    revision = stage.init.hub_revision
-    return [f"    revision:  {revision.describe()}"] if revision else []
+    """A hub model's and hub data's commits, and whether each is pinned, given or resolved
+    now."""
+    model, data = stage.init.hub_revision, stage.data.hub_revision
+    return [
+        *([f"    revision:  {model.describe()}"] if model else []),
+        *([f"    data rev:  {data.describe()}"] if data else []),
+    ]
 
 
 def _frozen_text(stage: StagePlan) -> str:

@@ -88,6 +88,12 @@ def check_data(cfg: DataConfig) -> DataConfig:
     source = _source(cfg.source)
     path = _tiny_name(cfg) if source == "tiny" else cfg.path
     fmt = _format(cfg.format)
+    if cfg.revision is not None and source != "hub":
+        raise RecipeError(
+            f"data.revision is {cfg.revision!r}, but data.source is {source}: a revision is a "
+            "hub dataset's. Drop data.revision, or set data.source=hub.",
+            key="data.revision",
+        )
     if fmt == "auto" and source == "tiny":  # known without reading a row
         fmt = TINY_DATASETS.get(path, fmt)
     return dataclasses.replace(
@@ -279,8 +285,8 @@ def _identity(cfg: DataConfig) -> str:
     }
     if cfg.chat_template == "true":  # only then are rows converted: other keys stay
         settings["chat_template"] = True
-    if cfg.source == "hub":  # hashed as they always were (a DataConfig pins no hub revision)
-        settings["revision"] = settings["subset"] = None
+    if cfg.source == "hub":  # the commit `plan` resolved (data.revision), as models are keyed
+        settings["revision"], settings["subset"] = cfg.revision, None
     h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
     if cfg.source in ("local", "tiny"):  # a built-in dataset by the rows it was built to
         _hash_tree(h, _local_path(cfg))

@@ -1,11 +1,13 @@
-"""Hub datasets (`data.source=hub`) into raw splits: `datasets.load_dataset` by name, with one
-error that says what to do when the hub cannot be reached."""
+"""Hub datasets (`data.source=hub`) into raw splits: `datasets.load_dataset` by name at the
+commit `plan` resolved, after one question to the hub that turns its refusals (no such
+dataset, no such revision, gated) into one message each."""
 
 from __future__ import annotations
 
 from recipe_engine.config.schema import DataConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.data_files import Split, pick_splits
+from recipe_engine.resolve.hub_models import Where, ask_hub, hub_offline
 
 
 def read_hub(cfg: DataConfig) -> tuple[Split, Split | None]:
@@ -14,17 +16,21 @@ def read_hub(cfg: DataConfig) -> tuple[Split, Split | None]:
         raise RecipeError("data.path must name the hub dataset (e.g. org/name).", key="data.path")
     import datasets
 
+    if not hub_offline():  # refusals first; a hub that does not answer leaves it to the cache
+        ask_hub(str(name), cfg.revision, Where("data.path", "`data.path`"), kind="dataset")
+    at = f" at {cfg.revision[:12]}" if cfg.revision else ""
     try:
-        dd = datasets.load_dataset(str(name))
-    except Exception as exc:  # offline, missing repo, bad revision: all the same fix for users
+        dd = datasets.load_dataset(str(name), revision=cfg.revision)
+    except Exception as exc:  # offline and not cached, or the hub failed mid-way
         raise RecipeError(
-            f"could not load hub dataset `{name}` ({type(exc).__name__}: {exc}). "
-            "The Hugging Face Hub may be unreachable from here, or the name/revision is wrong. "
-            "A local copy works: set data.source=local and data.path=<file or folder>.",
+            f"could not load hub dataset `{name}`{at} ({type(exc).__name__}: {exc}). "
+            "The Hugging Face Hub may be unreachable from here (offline, only what the local "
+            "cache holds loads). A local copy works: set data.source=local and "
+            "data.path=<file or folder>.",
             key="data.path",
         ) from exc
     train, ev = pick_splits(dd.keys(), cfg, f"hub dataset {name}")
     return (
-        Split(f"hub dataset {name} (split {train})", dd[train], None),
-        Split(f"hub dataset {name} (split {ev})", dd[ev], None) if ev else None,
+        Split(f"hub dataset {name}{at} (split {train})", dd[train], None),
+        Split(f"hub dataset {name}{at} (split {ev})", dd[ev], None) if ev else None,
     )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config.schema import DataConfig, ModelConfig
 from recipe_engine.resolve.formats import PROMPT_COMPLETION
+from recipe_engine.resolve.hub_revisions import HubRevision
 from recipe_engine.resolve.inventory import ModelInventory
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.sources import InitSource
@@ -68,6 +69,8 @@ class Rows:
     # How prompt/completion text reaches the model: "through the chat template", or as
     # plain text and why (`plan` prints it on the data line); "" for conversations.
     rendering: str = ""
+    # Hub data's commit and how it was chosen (the config's revision is that commit).
+    hub_revision: HubRevision | None = None
 
     def splits(self) -> DataSplits:
         if self._splits is None:

@@ -20,7 +20,7 @@ from recipe_engine.resolve import cache, templates
 from recipe_engine.resolve import data as rows_data
 from recipe_engine.resolve.data import chat_template_setting, data_identity
 from recipe_engine.resolve.formats import is_text_prompt_completion
-from recipe_engine.resolve.hub_revisions import HubRevisions
+from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.inputs import (
     ModelFiles,
     ModelInputs,
@@ -51,8 +51,10 @@ def resolve_recipe(
             model = _root_model(name, stage, cfg.model, revisions)
         else:
             model = dataclasses.replace(stages[parent].model, init=parent_source(parent))
-        data = stage_data(name, cfg.data, stage.data)
+        data, revision = _at_commit(stage_data(name, cfg.data, stage.data), revisions)
         rows = _rows_each_way(data, model, cfg.seed, surveyed)
+        for way in rows.values():
+            way.hub_revision = revision
         stages[name] = StageInputs(name, model, rows, deepspeed_config(name, stage.train))
     return RecipeInputs(machine or detect_machine(), stages)
 
@@ -64,6 +66,17 @@ def stage_data(name: str, recipe_data: DataConfig, keys: Mapping[str, Any] | Non
         if key not in fields:
             raise unknown_key(f"stage.{name}.data.{key}", fields, "a stage's data (data keys)")
     return dataclasses.replace(recipe_data, **(keys or {}))
+
+
+def _at_commit(data: DataConfig, revisions: HubRevisions) -> tuple[DataConfig, HubRevision | None]:
+    """Hub data at the commit its revision resolves to (given, pinned or resolved now), which
+    the rows are read at and the key hashes; other data as it is."""
+    if data.source != "hub" or not data.path:
+        return data, None
+    revision = revisions.resolve(str(data.path), data.revision, kind="dataset")
+    if revision is None:  # neither the hub nor the cache knows: reading it says why
+        return data, None
+    return dataclasses.replace(data, revision=revision.commit), revision
 
 
 def deepspeed_config(name: str, train: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from recipe_engine.errors import RecipeError, StageFailed
 from recipe_engine.files import atomic_write_text, share_as_umask
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
+from recipe_engine.resolve.hub_models import download_model
 from recipe_engine.resolve.models import auto_model_class
 from recipe_engine.resolve.sources import PARENT
 from recipe_engine.run.merge_check import MERGE_CHECK, check_merge, reference, tensor_bytes_hash
@@ -105,6 +106,12 @@ def load_pretrained(
 ) -> Any:
     """`from_pretrained` with the engine's safety defaults (no remote code, safetensors only)."""
     cls = auto_model_class(model_entry["kind"])
+    if model_entry.get("source") == "hub" and location == model_entry.get("id"):
+        download_model(
+            location,
+            model_entry.get("revision"),
+            allow_pickle=bool(model_entry.get("allow_pickle")),
+        )
     try:
         return cls.from_pretrained(
             location,

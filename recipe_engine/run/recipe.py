@@ -16,6 +16,7 @@ from recipe_engine.plan.dag import short
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.resolve.hub_revisions import pin_revisions, pins_path
 from recipe_engine.resolve.machine import is_main_process
+from recipe_engine.run.disk_space import full_disk_is_one_message
 from recipe_engine.store.records import (
     Difference,
     Manifest,
@@ -64,13 +65,15 @@ def stages_to_run(plan: RecipePlan, store: Store) -> list[str]:
 
 
 def pin_hub_revisions(plan: RecipePlan, names: list[str]) -> None:
-    """Pin the commits this run loads hub models at (those without a revision, resolved by
-    the plan), before any stage trains: a later plan keys and loads the same commit even if
-    the branch moves, so an interrupted stage resumes and a finished one is reused."""
-    revisions = [plan.stages[n].init.hub_revision for n in names]
+    """Pin the commits this run loads hub models and hub data at (those without a revision,
+    resolved by the plan), before any stage trains: a later plan keys and loads the same
+    commit even if the branch moves, so an interrupted stage resumes and a finished one is
+    reused."""
+    stages = [plan.stages[n] for n in names]
+    revisions = [r for s in stages for r in (s.init.hub_revision, s.data.hub_revision) if r]
     root = plan.config.output_root
-    for pin in pin_revisions(root, [r for r in revisions if r is not None]):
-        log.info("pinned hub model %s at %s (%s)", pin.model_id, pin.commit, pins_path(root))
+    for pin in pin_revisions(root, revisions):
+        log.info("pinned hub %s %s at %s (%s)", pin.kind, pin.repo_id, pin.commit, pins_path(root))
 
 
 def _selected(plan: RecipePlan, store: Store) -> list[str]:
@@ -114,7 +117,8 @@ def run_or_reuse(plan: RecipePlan, stage: StagePlan, store: Store, *, run_dir: P
             manifest = EvaluationRecipe(plan, stage, store).run()
             return StageResult(stage.name, "evaluated", entry, manifest)
         fresh = plan.config.fresh or force
-        manifest = StageRecipe(plan, stage, store, fresh=fresh, run_dir=run_dir).run()
+        with full_disk_is_one_message(stage.name, store.root):
+            manifest = StageRecipe(plan, stage, store, fresh=fresh, run_dir=run_dir).run()
         return StageResult(stage.name, "trained", entry, manifest)
 
 

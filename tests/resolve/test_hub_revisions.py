@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from huggingface_hub import HfApi, constants
+from huggingface_hub import constants
 from machines import CPU_ONLY
 
 from recipe_engine.config.compose import compose_config
@@ -113,29 +112,6 @@ def test_a_model_neither_cached_nor_reachable_plans_as_before(cache: Path, tmp_p
     assert stage.init.hub_revision is None and stage.model.revision is None
     assert stage.init.identity["revision"] is None
     assert "HF_HUB_OFFLINE=1 is set" in stage.init.unavailable
-
-
-def test_online_the_hub_names_the_commit_and_a_silent_hub_leaves_it_to_the_cache(
-    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    commit(cache, B)  # the cache's main is B; the hub says main is A
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    answers: list[str | None] = []
-
-    def model_info(self: HfApi, repo_id: str, **kwargs: object) -> SimpleNamespace:
-        assert kwargs["timeout"] <= 10  # one short question, not a download with retries
-        answers.append(kwargs.get("revision"))  # type: ignore[arg-type]
-        if repo_id != REPO:
-            raise ConnectionError("Name or service not known")
-        return SimpleNamespace(sha=A)
-
-    monkeypatch.setattr(HfApi, "model_info", model_info)
-    revision = llm(tmp_path / "out").init.hub_revision
-    assert (revision.commit, revision.origin) == (A, "hub") and answers == [None]
-    monkeypatch.setattr(HfApi, "model_info", lambda *a, **k: (_ for _ in ()).throw(OSError()))
-    revision = llm(tmp_path / "out").init.hub_revision
-    assert (revision.commit, revision.origin) == (B, "cache")
 
 
 def test_a_damaged_pins_file_is_one_message(cache: Path, tmp_path: Path) -> None:

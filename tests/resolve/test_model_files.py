@@ -15,7 +15,7 @@ import pytest
 from huggingface_hub import constants
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.resolve.hub_models import check_hub_model, hub_offline
+from recipe_engine.resolve.hub_models import check_hub_model
 from recipe_engine.resolve.model_files import check_model_folder
 from recipe_engine.resolve.tiny import build_tiny_model
 
@@ -349,60 +349,6 @@ def test_offline_cached_model_returns_its_snapshot(
     found = check_hub_model("Qwen/Qwen2.5-0.5B", None, key="model.id", cache_dir=cache)
     assert found.cached == snapshot
     check_model_folder(found.cached, kind="causal_lm", key="model.id")  # what loads offline
-
-
-def go_online(monkeypatch: pytest.MonkeyPatch, answer: Exception | None) -> None:
-    """The hub answers model_info with `answer` raised (None: the model exists)."""
-    from huggingface_hub import HfApi
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-
-    def model_info(self: HfApi, repo_id: str, **kwargs: object) -> object:
-        assert kwargs["timeout"] <= 10  # one short question, not a download with retries
-        if answer is not None:
-            raise answer
-        return object()
-
-    monkeypatch.setattr(HfApi, "model_info", model_info)
-
-
-def hub_refusal(error: type[Exception]) -> Exception:
-    try:
-        import httpx2 as httpx  # huggingface_hub 2 ships its HTTP client under this name
-    except ImportError:  # huggingface_hub 1.x (the floor pyproject.toml admits) uses httpx
-        import httpx
-
-    request = httpx.Request("GET", "https://huggingface.co/api/models/x")
-    return error("refused", response=httpx.Response(404, request=request))
-
-
-def test_online_a_model_the_hub_has_is_reachable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    go_online(monkeypatch, None)
-    assert not hub_offline()
-    found = check_hub_model("Qwen/Not-Cached", None, key="model.id", cache_dir=tmp_path)
-    assert found.unavailable is None and found.cached is None
-
-
-def test_online_a_hub_that_does_not_answer_leaves_the_model_unreachable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    go_online(monkeypatch, ConnectionError("Name or service not known"))
-    found = check_hub_model("Qwen/Not-Cached", None, key="model.id", cache_dir=tmp_path)
-    assert "the hub did not answer" in found.unavailable and "HF_HUB_OFFLINE=1" in found.unavailable
-
-
-def test_online_a_model_the_hub_does_not_have_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from huggingface_hub.errors import RepositoryNotFoundError
-
-    go_online(monkeypatch, hub_refusal(RepositoryNotFoundError))
-    with pytest.raises(RecipeError) as info:
-        check_hub_model("Qwen/Qwen2.5-0.5B-Instrct", None, key="model.id", cache_dir=tmp_path)
-    assert "the hub does not have" in str(info.value) and "model.id" in str(info.value)
 
 
 @pytest.mark.parametrize("model_id", ["Qwen//x", "Qwen/Qwen 2", "a/b/c", "-x", "x--y", "/data/m"])

@@ -1,0 +1,267 @@
+"""A hub model and a hub dataset, through the engine's own commands, from a Hugging Face Hub on
+the loopback address (tests/hub_server.py) that the real `huggingface_hub` and `datasets`
+clients reach through HF_ENDPOINT: no mock of either client.
+
+Each test starts its own hub holding the tiny Qwen2 as `acme/tiny-lm` and the arithmetic rows
+as the dataset `acme/arith`, and runs `python -m recipe_engine` with a Hugging Face cache of
+its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from hub_server import HubServer
+
+from recipe_engine.resolve.tiny import build_dataset, build_tiny_model
+
+MODEL, DATA = "acme/tiny-lm", "acme/arith"
+HUB_MODEL = ("recipe=text-lora", "model.source=hub", f"model.id={MODEL}")
+HUB_DATA = ("data.source=hub", f"data.path={DATA}", "data.format=auto", "data.eval_split=test")
+SHORT = (
+    "data.max_samples=16",
+    "eval.max_samples=2",
+    "eval.compare=false",
+    "stage.llm.train.max_steps=2",
+    "stage.llm.train.per_device_train_batch_size=4",
+)
+WEIGHTS = "model.safetensors"
+
+
+@pytest.fixture
+def hub() -> Iterator[HubServer]:
+    server = HubServer().start()
+    server.commit(MODEL, build_tiny_model("tiny-qwen2"))
+    server.commit(DATA, build_dataset("arithmetic"), kind="dataset")
+    yield server
+    server.stop()
+
+
+def engine(
+    tmp_path: Path,
+    endpoint: str,
+    *args: str,
+    offline: bool = False,
+    inside: Sequence[str] = (),
+    **env: str,
+) -> subprocess.CompletedProcess:
+    """`python -m recipe_engine ARGS` with the hub at `endpoint` and a Hugging Face cache of
+    its own (`inside`: a command that runs it, e.g. in a namespace)."""
+    environment = {key: value for key, value in os.environ.items() if key != "HF_TOKEN"}
+    environment |= {
+        "HF_ENDPOINT": endpoint,
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_OFFLINE": "1" if offline else "0",
+        "HF_DATASETS_OFFLINE": "1" if offline else "0",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        **env,
+    }
+    command = [sys.executable, "-m", "recipe_engine", *args, f"output_root={tmp_path / 'out'}"]
+    return subprocess.run(
+        [*inside, *command],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def on_a_small_disk(folder: Path, size: str, then: str = "") -> list[str]:
+    """A command prefix: the engine runs with `folder` a tmpfs of `size` (a real file system
+    that fills: ENOSPC), in a mount namespace of its own that ends with it; `then` runs after
+    it (still inside), and the engine's exit code is the prefix's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = (
+        f'mount -t tmpfs -o size={size} tmpfs "{folder}" || exit 90\n'
+        f'"$@"; code=$?\n{then}\nexit $code\n'
+    )
+    return ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh"]
+
+
+def files_in(folder: Path, listing: Path) -> str:
+    """Shell: the files under `folder`, with sizes, into `listing` (outside the tmpfs)."""
+    return f'find "{folder}" \\( -type f -o -type l \\) -printf "%P %s\\n" | sort > "{listing}"'
+
+
+def summary(tmp_path: Path) -> list[str]:
+    newest = max((tmp_path / "out" / "runs" / "text-lora").iterdir())
+    return [s["status"] for s in json.loads((newest / "summary.json").read_text())["stages"]]
+
+
+def one_error(result: subprocess.CompletedProcess) -> str:
+    """The one `error:` line of a refusal, with no traceback."""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    return errors[0]
+
+
+def committed(tmp_path: Path) -> list[str]:
+    """The store's complete stage entries."""
+    store = tmp_path / "out" / "store"
+    return sorted(p.parent.name for p in store.glob("*/COMPLETE")) if store.is_dir() else []
+
+
+def test_plan_pins_run_downloads_and_a_later_commit_changes_nothing(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    model_a = hub.repos[("model", MODEL)].refs["main"]
+    data_a = hub.repos[("dataset", DATA)].refs["main"]
+    args = (*HUB_MODEL, *HUB_DATA, *SHORT)
+    planned = engine(tmp_path, hub.endpoint, "plan", *args)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    assert f"revision:  {model_a[:12]} (default branch, resolved now from the hub" in planned.stdout
+    assert f"data rev:  {data_a[:12]} (default branch, resolved now from the hub" in planned.stdout
+    assert not (tmp_path / "out").exists(), "plan writes nothing"
+
+    trained = engine(tmp_path, hub.endpoint, *args)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert summary(tmp_path) == ["trained"]
+    assert f"GET /{MODEL}/resolve/{model_a}/{WEIGHTS}" in hub.requests  # downloaded, at A
+    pins = json.loads((tmp_path / "out" / "store" / "hub-revisions.json").read_text())
+    assert pins["models"][MODEL]["commit"] == model_a
+    assert pins["datasets"][DATA]["commit"] == data_a
+    [key] = committed(tmp_path)
+    manifest = json.loads((tmp_path / "out" / "store" / key / "manifest.json").read_text())
+    assert manifest["model_entry"]["revision"] == model_a
+
+    # Upstream moves on: both repositories get a new commit on main.
+    hub.commit(MODEL, {**hub.repos[("model", MODEL)].snapshots[model_a], "README.md": b"v2"})
+    hub.commit(DATA, {"train.jsonl": b'{"prompt": "1+1=", "completion": "2"}\n'}, kind="dataset")
+    again = engine(tmp_path, hub.endpoint, "plan", *args)
+    assert f"revision:  {model_a[:12]} (pinned 20" in again.stdout
+    assert f"data rev:  {data_a[:12]} (pinned 20" in again.stdout
+    assert f"key {key[:12]}" in again.stdout  # the same stage, so the same key
+    rerun = engine(tmp_path, hub.endpoint, *args)
+    assert rerun.returncode == 0 and summary(tmp_path) == ["cached"], rerun.stderr[-3000:]
+    # Asking for the branch as it is now is another result: another key.
+    moved = engine(tmp_path, hub.endpoint, "plan", *args, "model.revision=main")
+    assert moved.returncode == 0 and f"key {key[:12]}" not in moved.stdout
+
+    # Offline, the cached copy is used: the same plan, and a run that trains from it.
+    hub.stop()
+    offline = engine(tmp_path, "http://127.0.0.1:9", *args, "force=[llm]", offline=True)
+    assert offline.returncode == 0, offline.stderr[-3000:]
+    assert summary(tmp_path) == ["trained"] and committed(tmp_path) == [key]
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (f"model.id={MODEL}-typo", "which the hub does not have"),
+        ("model.id=acme/gated-lm", "which is gated: accept its terms"),
+        ("model.revision=no-such-branch", "has no revision 'no-such-branch'. Fix model.revision"),
+        ("model.revision=a..b", "which the hub cannot read (Invalid rev id: a..b). Fix model"),
+        (f"data.path={DATA}-typo", "is the hub dataset acme/arith-typo, which the hub does not"),
+        ("data.revision=v9", "has no revision 'v9'. Fix data.revision"),
+    ],
+)
+def test_what_the_hub_refuses_is_one_message_at_plan_time(
+    hub: HubServer, tmp_path: Path, override: str, expected: str
+) -> None:
+    hub.commit("acme/gated-lm", build_tiny_model("tiny-qwen2"))
+    hub.gate("acme/gated-lm")
+    for verb in ("plan", "run"):
+        result = engine(tmp_path, hub.endpoint, verb, *HUB_MODEL, *HUB_DATA, override)
+        assert result.returncode == 2 and expected in one_error(result), result.stderr[-3000:]
+        assert not (tmp_path / "out").exists(), "a refusal writes nothing"
+    assert not any(WEIGHTS in request for request in hub.requests), "nothing was downloaded"
+
+
+def test_a_gated_model_plans_with_a_token_the_hub_accepts(hub: HubServer, tmp_path: Path) -> None:
+    hub.commit("acme/gated-lm", build_tiny_model("tiny-qwen2"))
+    hub.gate("acme/gated-lm")
+    hub.tokens.add("hf_accepted")
+    args = ("plan", *HUB_MODEL, "model.id=acme/gated-lm")
+    assert engine(tmp_path, hub.endpoint, *args, HF_TOKEN="hf_accepted").returncode == 0
+    assert engine(tmp_path, hub.endpoint, *args, HF_TOKEN="hf_other").returncode == 2
+
+
+def test_a_hub_that_does_not_answer_is_one_message_for_run(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # a loopback port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    planned = engine(tmp_path, endpoint, "plan", *HUB_MODEL)
+    assert planned.returncode == 0 and f"`{MODEL}` cannot be had from here" in planned.stdout
+    refused = engine(tmp_path, endpoint, *HUB_MODEL)
+    assert refused.returncode == 2 and "the hub did not answer" in one_error(refused)
+    data = engine(tmp_path, endpoint, "plan", *HUB_DATA)
+    assert data.returncode == 2 and "could not load hub dataset `acme/arith`" in one_error(data)
+
+
+def test_a_connection_dropped_mid_file_resumes_to_the_same_bytes(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    hub.drop(MODEL, WEIGHTS, after=100_000, times=2)
+    result = engine(tmp_path, hub.endpoint, *HUB_MODEL, *SHORT)
+    assert result.returncode == 0 and summary(tmp_path) == ["trained"], result.stderr[-3000:]
+    gets = [r for r in hub.requests if r.startswith("GET") and r.endswith(WEIGHTS)]
+    assert len(gets) == 3  # cut twice, resumed twice (with a Range from where it stopped)
+    original = (build_tiny_model("tiny-qwen2") / WEIGHTS).read_bytes()
+    [cached] = (tmp_path / "hf" / "hub").glob(f"models--acme--tiny-lm/snapshots/*/{WEIGHTS}")
+    assert hashlib.sha256(cached.read_bytes()).digest() == hashlib.sha256(original).digest()
+
+
+def test_a_connection_that_keeps_dropping_fails_cleanly_and_a_rerun_resumes(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    hub.drop(MODEL, WEIGHTS, after=100_000, times=100)
+    failed = engine(tmp_path, hub.endpoint, *HUB_MODEL, *SHORT)
+    message = one_error(failed)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert f"downloading hub model {MODEL}" in message and "rerun" in message
+    assert committed(tmp_path) == []  # nothing in the store that a rerun would trust
+    hub_cache = tmp_path / "hf" / "hub" / "models--acme--tiny-lm"
+    assert not list(hub_cache.glob(f"snapshots/*/{WEIGHTS}")), "no half file passes as cached"
+    assert not list(hub_cache.glob("blobs/*.incomplete")), "nor is kept to be trusted later"
+    assert len(list(hub_cache.glob("blobs/*"))) == 5  # the whole files (config, tokenizer...)
+
+    hub.drops.clear()
+    resumed = engine(tmp_path, hub.endpoint, *HUB_MODEL, *SHORT)
+    assert resumed.returncode == 0 and summary(tmp_path) == ["trained"], resumed.stderr[-3000:]
+    assert len(committed(tmp_path)) == 1
+
+
+def test_a_disk_that_fills_during_a_download_leaves_nothing_half_written(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    hf, listing = tmp_path / "hf", tmp_path / "cache-files.txt"
+    small = on_a_small_disk(hf, "256k", then=files_in(hf, listing))  # the weights are 475 KiB
+    result = engine(tmp_path, hub.endpoint, *HUB_MODEL, *SHORT, inside=small)
+    assert result.returncode == 1, result.stderr[-3000:]
+    message = one_error(result)
+    assert f"downloading hub model {MODEL}" in message and "no space left on that disk" in message
+    assert committed(tmp_path) == []
+    cached = listing.read_text()
+    assert "config.json" in cached, "the files that fit are cached whole"
+    assert WEIGHTS not in cached and ".incomplete" not in cached, cached
+
+
+def test_a_disk_that_fills_during_a_commit_leaves_no_entry_and_a_rerun_commits(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    out, listing = tmp_path / "out", tmp_path / "store-files.txt"
+    no_checkpoints = "stage.llm.train.save_strategy=no"  # so the final save is what fills it
+    grow = f'mount -o remount,size=16m "{out}" && "$@" > "{tmp_path}/rerun.out" 2>&1'  # room
+    then = f'{files_in(out, listing)}\n{grow}\necho $? > "{tmp_path}/rerun.code"'
+    result = engine(
+        tmp_path, hub.endpoint, *HUB_MODEL, *SHORT, no_checkpoints,
+        inside=on_a_small_disk(out, "160k", then=then),
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    message = one_error(result)
+    assert "stage `llm` stopped: the disk holding" in message and "is full" in message, message
+    stored = listing.read_text()
+    assert "COMPLETE" not in stored and "final/README.md" in stored, stored  # died in the save
+    # The same command, once the disk has room: it trains and commits the stage.
+    rerun = (tmp_path / "rerun.out").read_text()
+    assert (tmp_path / "rerun.code").read_text().strip() == "0", rerun[-3000:]
+    assert "stage llm: committed" in rerun
