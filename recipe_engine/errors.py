@@ -27,9 +27,39 @@ class StageFailed(Exception):
     """
 
 
+# Words users type for an option that spelling alone would not lead to (`gpu` is closer to
+# `cpu` than to `cuda`): the option they mean, where it is one of the options.
+SYNONYMS = {
+    "gpu": "cuda",
+    "gpus": "cuda",
+    "nvidia": "cuda",
+    "metal": "mps",
+    "apple": "mps",
+    "dp": "ddp",
+    "data_parallel": "ddp",
+    "ds": "deepspeed",
+    "zero": "deepspeed",
+    "zero2": "deepspeed",
+    "zero3": "deepspeed",
+    "train": "run",
+    "fit": "run",
+    "finetune": "run",
+    "dry-run": "plan",
+    "dryrun": "plan",
+    "list": "runs",
+    "ls": "runs",
+}
+
+
 def closest(word: str, options: Iterable[str]) -> str | None:
-    """The option closest to `word`, or None when nothing is close."""
-    matches = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    """The option closest to `word` (or the one its synonym names), None when none is close."""
+    options = list(options)
+    typed = str(word).strip().lower()
+    synonym = difflib.get_close_matches(typed, SYNONYMS, n=1, cutoff=0.8)  # `trian`: train
+    meant = SYNONYMS.get(typed) or (SYNONYMS[synonym[0]] if synonym else None)
+    if meant in options:
+        return meant
+    matches = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return matches[0] if matches else None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from recipe_engine.config.compose import as_add_or_override
 from recipe_engine.errors import RecipeError, did_you_mean
 
 VERBS: dict[str, str] = {
@@ -40,13 +41,6 @@ INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchp
 # Hydra flags that print and exit: the app never runs, so nothing is planned first.
 PRINT_FLAGS = ("--cfg", "-c", "--info", "-i", "--hydra-help")
 
-# Library settings are open mappings validated against SFTConfig / LoraConfig /
-# BitsAndBytesConfig, so any of their keys may be set without Hydra's `+` (add-or-override).
-# A stage's `data` and every `columns` mapping are open the same way.
-_LIBRARY_KEY = re.compile(
-    r"^((stage\.[\w\-]+\.(train|lora|quantization|data)\.\w+"
-    r"|(stage\.[\w\-]+\.)?data\.columns\.\w+)=)"
-)
 # gpus=6,7 is ambiguous to Hydra (a sweep or a list?); outside multirun it means a list.
 _BARE_LIST = re.compile(r"^(gpus|only|force)=([^\[\]{}()'\"]+,[^\[\]{}()'\"]+)$")
 
@@ -62,11 +56,28 @@ def normalise_argv(argv: Sequence[str]) -> tuple[str, list[str], bool]:
                 f"Unknown verb `{verb}`.{did_you_mean(verb, VERBS)} "
                 f"Verbs: {', '.join(VERBS)}. See `python -m recipe_engine --help`."
             )
+    _refuse_repeated_keys(args)
     multirun = any(a in MULTIRUN_FLAGS for a in args)
     if not multirun:
         args = [_BARE_LIST.sub(r"\1=[\2]", a) for a in args]
-    args = [_LIBRARY_KEY.sub(r"++\1", a) for a in args]
+    args = [as_add_or_override(a) for a in args]
     return verb, args, multirun
+
+
+def _refuse_repeated_keys(args: Sequence[str]) -> None:
+    """A key given twice: Hydra would keep the last silently; the user meant one of them."""
+    seen: dict[str, str] = {}
+    for arg in args:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key = arg.split("=", 1)[0].lstrip("+~")
+        if key in seen:
+            raise RecipeError(
+                f"`{key}` is given twice ({seen[key]} and {arg}); Hydra would silently keep the "
+                f"last. Keep one (a sweep over both is -m {key}=A,B).",
+                key=key,
+            )
+        seen[key] = arg
 
 
 def split_hydra_flags(args: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -71,11 +71,11 @@ def verb_usage(verb: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in argv):
-        print(verb_usage(argv[0]) if argv and argv[0] in VERBS else usage())
-        return 0
     try:
-        verb, args, multirun = normalise_argv(argv)
+        verb, args, multirun = normalise_argv(argv)  # an unknown verb is refused, help or not
+        if any(a in ("-h", "--help") for a in argv):
+            print(verb_usage(verb) if argv and argv[0] in VERBS else usage())
+            return 0
         return handler(verb)(args, multirun)
     except RecipeError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -97,11 +97,29 @@ def _sweep(overrides: list[str], flags: list[str], args: list[str]) -> int:
     then composes and runs the jobs, each finding the plan made for its config."""
     jobs = expand_sweep(overrides)
     check_scheduler(jobs[0], config_dirs(flags))
-    plans = [plan_from_config(compose_config(job, extra_dirs=config_dirs(flags))) for job in jobs]
+    plans = [_plan_job(job, overrides, config_dirs(flags)) for job in jobs]
     for plan in plans:
         _refuse_before_writing(plan)
     run_hydra_app(args, {config_key(plan.config): plan for plan in plans})
     return 0
+
+
+def _plan_job(job: list[str], overrides: list[str], extra_dirs: list[str]) -> RecipePlan:
+    """One job's plan; a refusal of a key the sweep split at its commas says so, since the
+    user may have meant one job with a list (`gpus=6,7` in -m is two jobs)."""
+    try:
+        return plan_from_config(compose_config(job, extra_dirs=extra_dirs))
+    except RecipeError as error:
+        swept = [o for o in overrides if "," in o and o.split("=", 1)[0].lstrip("+~") == error.key]
+        if not swept:
+            raise
+        key, values = swept[0].lstrip("+~").split("=", 1)
+        raise RecipeError(
+            f"{error} (With -m, `{swept[0]}` is a sweep: one job per value, {key}="
+            f"{values.split(',')[0]} in this one. For one job with all of them, write "
+            f"{key}=[{values}].)",
+            key=error.key,
+        ) from None
 
 
 def _refuse_before_writing(plan: RecipePlan) -> None:

@@ -206,6 +206,12 @@ def component_of(name: str, layout: Layout | str) -> str:
 
 def validate_components(names: Iterable[str], key: str) -> None:
     """Raise a RecipeError naming ``key`` for anything that is not a component name."""
+    if names is None:  # `components: null` is neither "none" nor "the default": say which
+        raise RecipeError(
+            f"`{key}` is null. List the components (e.g. [language_model]), write [] for none, "
+            f"or remove the key (~{key}) for the default.",
+            key=key,
+        )
     if isinstance(names, str):
         # A bare string would otherwise be iterated character by character.
         raise RecipeError(f"`{key}` must be a list of components, e.g. [{names}].", key=key)

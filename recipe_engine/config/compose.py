@@ -210,6 +210,27 @@ def _unknown_stage(
     return None
 
 
+# Library settings are open mappings validated against SFTConfig / LoraConfig /
+# BitsAndBytesConfig, so any of their keys may be set without Hydra's `+` (add-or-override).
+# A stage's `data` and every `columns` mapping are open the same way.
+_LIBRARY_KEY = re.compile(
+    r"^((stage\.[\w\-]+\.(train|lora|quantization|data)\.\w+"
+    r"|(stage\.[\w\-]+\.)?data\.columns\.\w+)=)"
+)
+ADDED = "++"
+
+
+def as_add_or_override(override: str) -> str:
+    """A library or data key as Hydra's add-or-override (`++key=value`)."""
+    return _LIBRARY_KEY.sub(ADDED + r"\1", override)
+
+
+def as_typed(override: str) -> str:
+    """An override as the user typed it: without the `++` the engine added."""
+    bare = override.removeprefix(ADDED)
+    return bare if override.startswith(ADDED) and _LIBRARY_KEY.match(bare) else override
+
+
 def translate_error(error: BaseException, extra_dirs: Sequence[str] = ()) -> RecipeError:
     """One message naming the key, what was wrong and the fix, from a Hydra/OmegaConf error."""
     raised = _raised_by_resolver(error)
@@ -218,12 +239,7 @@ def translate_error(error: BaseException, extra_dirs: Sequence[str] = ()) -> Rec
     text = str(error)
     cause = error.__cause__ or error
     if isinstance(error, OverrideParseException):
-        return RecipeError(
-            f"Could not parse `{error.override}`: {text.splitlines()[0]}. Check its brackets "
-            "and quotes: lists are key=[a,b], a value with spaces or commas is quoted "
-            "(key='a b').",
-            key=_override_key(f"override {error.override}"),
-        )
+        return _unparsable(error)
     missing = re.search(r"Could not find '([\w\-./]+)/([^']+)'", text)
     if isinstance(error, MissingConfigException) and missing:
         group, name = missing.groups()
@@ -240,9 +256,21 @@ def translate_error(error: BaseException, extra_dirs: Sequence[str] = ()) -> Rec
     if "not in" in str(cause) and key:
         parent_type = getattr(cause, "object_type", None)
         valid = getattr(parent_type, "__dataclass_fields__", {})
+        if not valid and "." in key:  # an open mapping (model.components, ...): any key goes
+            return RecipeError(
+                f"`{key.rsplit('.', 1)[0]}` has no `{key.rsplit('.', 1)[1]}` yet: add it with "
+                f"Hydra's append syntax, +{key}=<value> (`{key}=` changes an existing key only).",
+                key=key,
+            )
         hint = did_you_mean(key.rsplit(".", 1)[-1], valid)
         listing = f" Valid keys there: {', '.join(valid)}." if valid else ""
         return RecipeError(f"Unknown key `{key}`.{hint}{listing}", key=key)
+    if "does not support deletion" in str(cause) and key:
+        return RecipeError(
+            f"`~{key}` removes a key, but `{key}` is part of the engine's schema and stays: "
+            f"set it instead ({key}=null for none, or another value).",
+            key=key,
+        )
     if "Ambiguous value" in text:
         return RecipeError(
             f"{text.splitlines()[0]} Use the list form, e.g. gpus=[6,7]; in multirun (-m) "
@@ -252,6 +280,22 @@ def translate_error(error: BaseException, extra_dirs: Sequence[str] = ()) -> Rec
     where = f"`{key}`: " if key else ""
     return RecipeError(
         f"Invalid value for {where}{detail}. Fix the override or the YAML entry.", key=key
+    )
+
+
+def _unparsable(error: OverrideParseException) -> RecipeError:
+    """An override Hydra cannot parse, quoted as the user typed it."""
+    typed = as_typed(error.override)
+    fix = (
+        "Write one `=` between the key and its value (key=value)"
+        if re.match(r"^[+~]*[\w.\-/@]+==", typed)
+        else "Check its brackets and quotes: lists are key=[a,b], a value with spaces or "
+        "commas is quoted (key='a b')"
+    )
+    first = str(error).splitlines()[0].replace(error.override, typed)
+    return RecipeError(
+        f"Could not parse `{typed}`: {first}. {fix}.",
+        key=_override_key(f"override {error.override}"),
     )
 
 

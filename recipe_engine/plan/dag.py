@@ -111,7 +111,10 @@ def build_graph(stages: Mapping[str, Mapping[str, Any]], targets: Sequence[str] 
         if parent is not None and parent not in stages:
             raise RecipeError(
                 f"`stage.{name}.init.from_stage` names `{parent}`, which is not a stage of "
-                f"this recipe.{did_you_mean(parent, stages)} Stages: {', '.join(stages)}.",
+                f"this recipe.{did_you_mean(parent, stages)} Stages: {', '.join(stages)}. "
+                f"Either keep stage `{parent}` (drop the override that removed it), or start "
+                f"`{name}` from elsewhere: stage.{name}.init.from_stage=null (the recipe's model), "
+                f"with stage.{name}.init.path=<folder> for a stage output you have.",
                 key=f"stage.{name}.init.from_stage",
             )
         parents[name] = parent

@@ -198,12 +198,12 @@ def _check_stage_settings(name: str, stage: StageConfig) -> None:
     library_keys.check_train(name, stage.train)
     if stage.lora:
         library_keys.check_lora_keys(name, stage.lora)
-        validate_components(stage.lora.get("components") or [], f"stage.{name}.lora.components")
+        validate_components(stage.lora.get("components", []), f"stage.{name}.lora.components")
     if stage.quantization:
-        library_keys.check_quant_keys(name, stage.quantization)
         validate_components(
-            stage.quantization.get("components") or [], f"stage.{name}.quantization.components"
+            stage.quantization.get("components", []), f"stage.{name}.quantization.components"
         )
+        library_keys.check_quant_keys(name, stage.quantization)
 
 
 def _check_stage_name(name: str, stages: Mapping[str, Any], key: str) -> None:

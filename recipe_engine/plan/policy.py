@@ -9,7 +9,7 @@ here, once, and executed as they are by `run.policies`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from recipe_engine.config.components import COMPONENTS, Layout, component_of, layout_for
@@ -41,6 +41,7 @@ def decide_policy(
     if inventory is None:
         return _deferred(stage, base)
     layout = layout_for(inventory.model_type, model.layout, model.components)
+    _check_declared_components(model.components, inventory, layout)
     counts = param_counts(inventory, layout)
     check_freeze(inventory, layout=layout, components=frozen, patterns=patterns)
     lora = None
@@ -94,6 +95,25 @@ def _trains_nothing(name: str, frozen: Sequence[str], patterns: Sequence[str]) -
         f"or add stage.{name}.lora.",
         key=f"stage.{name}.freeze.components",
     )
+
+
+def _check_declared_components(
+    declared: Mapping[str, Any], inventory: ModelInventory, layout: Layout
+) -> None:
+    """A component the model entry declares must hold parameters: a regex that matches none
+    would silently move that part of the model to `other` (and a vision-only stage would
+    train the projector instead of the vision tower)."""
+    names = inventory.parameter_names()
+    for component, regex in (declared or {}).items():
+        if not any(component_of(name, layout) == component for name in names):
+            prefixes = list(dict.fromkeys(".".join(n.split(".")[:3]) for n in names))
+            raise RecipeError(
+                f"`model.components.{component}` is {regex!r}, which matches no parameter of "
+                f"this model (type {inventory.model_type}; re.match from the start of names "
+                f"like {', '.join(prefixes[:4])}). Fix the regex, or drop it for the "
+                "built-in layout.",
+                key=f"model.components.{component}",
+            )
 
 
 def param_counts(inventory: ModelInventory, layout: Layout) -> dict[str, int]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
-from recipe_engine.resolve.model_files import adapter_base_location
+from recipe_engine.resolve.model_files import adapter_base_location, check_stage_weights
 from recipe_engine.run.inspecting import DTYPES, Inspection, Row, Target
 from recipe_engine.store.records import ADAPTER, MANIFEST_FILE, SUMMARY_FILE, Manifest, RunSummary
 from recipe_engine.tables import text_table
@@ -167,11 +167,16 @@ def _folder_target(path: Path, label: str) -> Target:
                 "Rerun the stage with force=[STAGE]."
             )
         base = manifest.loadable_base(path.parent)
-        if fmt == ADAPTER and not (base and Path(base).is_dir()):
+        on_the_hub = manifest.model_entry.get(
+            "source"
+        ) == "hub" and base == manifest.model_entry.get("id")
+        if fmt == ADAPTER and not on_the_hub and not (base and Path(base).is_dir()):
             raise RecipeError(
                 f"{path} is a LoRA adapter on {base}, which no longer "
                 "exists, so the adapter cannot be applied. Rerun its parent stage (or the recipe)."
             )
+        retrain = f"Retrain the stage: rerun its recipe with force=[{manifest.stage}]."
+        check_stage_weights(path, f"Stage `{manifest.stage}`'s output", retrain)
         kind = "adapter" if fmt == ADAPTER else "stage"
         return Target(label, kind, path, dict(manifest.model_entry), manifest)
     if (path / "config.json").is_file():

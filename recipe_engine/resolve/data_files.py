@@ -5,6 +5,7 @@ a reader chokes on).
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import csv
 import json
@@ -85,6 +86,8 @@ def _read_file(path: Path) -> Split:
             "or a folder written by datasets' save_to_disk.",
             key="data.path",
         )
+    if suffix != ".parquet":  # Arrow's JSON and CSV readers pass invalid UTF-8 through
+        _check_utf8(path)
     try:
         rows = _load_file(BUILDERS[suffix], path)
     except RecipeError:
@@ -95,6 +98,40 @@ def _read_file(path: Path) -> Split:
     if suffix == ".json" and not json_lines and rows.column_names == ["text"]:
         _scan(path, suffix)  # a list of non-objects, which `datasets` reads as `text` rows
     return Split(f"data file {path}", rows, path.parent, path if json_lines else None)
+
+
+def _check_utf8(path: Path) -> None:
+    """Refuse a text file that is not UTF-8 where the first bad byte is (line, byte), read
+    in blocks: its rows would otherwise fail one by one, wherever a reader first decodes."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines, offset = 1, 0
+    try:
+        with path.open("rb") as handle:
+            while block := handle.read(1 << 20):
+                try:
+                    decoder.decode(block)
+                except UnicodeDecodeError as bad:
+                    before = block[: bad.start]
+                    line = lines + before.count(b"\n")
+                    column = bad.start - (before.rfind(b"\n") + 1) + 1
+                    raise _not_utf8(path, line, column, block[bad.start]) from None
+                lines, offset = lines + block.count(b"\n"), offset + len(block)
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError:  # the file ends inside a character
+        raise _not_utf8(path, lines, None, None) from None
+    except OSError as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def _not_utf8(path: Path, line: int, column: int | None, byte: int | None) -> RecipeError:
+    where = f"line {line}" + (
+        f", byte {column} (0x{byte:02x})" if column and byte is not None else ""
+    )
+    return RecipeError(
+        f"data file {path}, {where}: the file is not UTF-8 text. Re-save it as UTF-8 (e.g. "
+        f"`iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8{path.suffix}`).",
+        key="data.path",
+    )
 
 
 def _load_file(builder: str, path: Path) -> datasets.Dataset:
@@ -278,22 +315,34 @@ def _folder_split_files(folder: Path) -> dict[str, Path]:
     return files
 
 
+def _load_saved(path: Path) -> Any:
+    """A folder written by `save_to_disk` (a Dataset or a DatasetDict)."""
+    import datasets
+
+    try:
+        return datasets.load_from_disk(str(path))
+    except Exception as exc:  # its JSON, Arrow files or layout: datasets raises many types
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise RecipeError(
+            f"data folder {path} looks like a dataset saved with save_to_disk, but it cannot "
+            f"be read ({type(exc).__name__}: {detail}). Save it again with "
+            "Dataset.save_to_disk, or point data.path at its data files.",
+            key="data.path",
+        ) from None
+
+
 def read_local(path: Path, cfg: DataConfig) -> tuple[Split, Split | None]:
     if path.is_file():
         return _read_file(path), None
     if (path / "dataset_dict.json").is_file():
-        import datasets
-
-        dd = datasets.load_from_disk(str(path))
+        dd = _load_saved(path)
         train, ev = pick_splits(dd.keys(), cfg, f"saved dataset {path}")
         return (
             Split(f"saved dataset {path} (split {train})", dd[train], path),
             Split(f"saved dataset {path} (split {ev})", dd[ev], path) if ev else None,
         )
     if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
-        import datasets
-
-        ds = datasets.load_from_disk(str(path))
+        ds = _load_saved(path)
         return Split(f"saved dataset {path}", ds, path), None
     files = _folder_split_files(path)
     if not files:

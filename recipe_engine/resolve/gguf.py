@@ -207,6 +207,30 @@ def conversion_folder(file: Path, kind: str, cache_dir: Path | None = None) -> P
     return root / "models" / "gguf" / f"{file.name.removesuffix('.gguf')}-{digest}"
 
 
+def _check_whole(file: Path) -> None:
+    """Refuse a GGUF file that ends before the data its header lists (a download or copy that
+    stopped): the reader's error names array shapes, and transformers' blames the
+    architecture. The header is read through a memory map; no tensor is loaded."""
+    from gguf import GGUFReader
+
+    with file.open("rb") as handle:
+        if handle.read(4) != b"GGUF":
+            raise RecipeError(
+                f"`model.gguf_file` {file.name} is not a GGUF file (GGUF files start with the "
+                "bytes `GGUF`). Point model.gguf_file at a .gguf model file.",
+                key="model.gguf_file",
+            )
+    try:
+        GGUFReader(str(file))
+    except (ValueError, IndexError) as error:  # the data the header describes is not there
+        raise RecipeError(
+            f"`model.gguf_file` {file.name} is truncated or damaged: its header describes "
+            f"more data than the file's {file.stat().st_size:,} bytes hold ({error}). "
+            "Download or copy it again, whole.",
+            key="model.gguf_file",
+        ) from None
+
+
 def _require_gguf_package(file: Path) -> None:
     """transformers reads GGUF files with the `gguf` package, at its own minimum version."""
     from importlib.metadata import PackageNotFoundError, version
@@ -239,6 +263,7 @@ def convert(file: Path, kind: str, into: Path) -> None:
     # What run.loading's AutoModel class for `kind` loads (plan.models imports this module).
     auto = {"causal_lm": "AutoModelForCausalLM", "vlm": "AutoModelForImageTextToText"}[kind]
     where = {"pretrained_model_name_or_path": str(file.parent), "gguf_file": file.name}
+    _check_whole(file)
     try:
         model = getattr(transformers, auto).from_pretrained(
             **where, dtype=torch.float32, quantization_config=_dequantize_config()

@@ -271,7 +271,12 @@ def _shards(folder: Path, index: Path, where: Where) -> list[Path]:
     return [folder / str(name) for name in names]
 
 
-def _check_safetensors(file: Path, folder: Path, where: Where) -> None:
+def _check_safetensors(
+    file: Path,
+    folder: Path,
+    where: Where,
+    fix: str = "Re-download the model, or re-save it with save_pretrained.",
+) -> None:
     from safetensors import SafetensorError, safe_open
 
     # safe_open memory-maps the file and parses only its header; it also checks that the
@@ -282,9 +287,21 @@ def _check_safetensors(file: Path, folder: Path, where: Where) -> None:
     except (SafetensorError, OSError) as error:
         raise where.refuse(
             folder,
-            f"{file.name} is damaged or truncated ({error}). Re-download the model, or "
-            "re-save it with save_pretrained.",
+            f"{file.name} is damaged or truncated ({error}). {fix}",
         ) from None
+
+
+def check_stage_weights(folder: Path, subject: str, fix: str) -> None:
+    """The weights a stage output (full model or adapter) would load from, header and size, so
+    a damaged file is one message naming it rather than the loader's error."""
+    where = Where("target", subject)
+    adapter = folder / "adapter_model.safetensors"
+    if (folder / "adapter_config.json").is_file():
+        files = [adapter] if adapter.is_file() else []
+    else:
+        files = _weight_files(folder, where, allow_pickle=True)
+    for file in files:
+        _check_safetensors(file, folder, where, fix)
 
 
 def _check_adapter(folder: Path, where: Where, loading: _Loading) -> None:

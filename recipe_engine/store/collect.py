@@ -65,23 +65,27 @@ def collect_garbage(
         and e.path.resolve().parent == store  # never outside the store (defence in depth)
         and not (blind and e.status in OUTPUT_STATUSES)
     ]
-    for e in candidates if not dry_run else []:  # a dry run's report lists them
-        announce(f"  will free {e.name}  {size_text(e.size)}  ({_what(e)})")
     removed, busy = [], []
     for entry in candidates:
-        (removed if _remove_entry(root, entry, dry_run=dry_run) else busy).append(entry)
+        went = _remove_entry(root, entry, dry_run=dry_run, announce=announce)
+        (removed if went else busy).append(entry)
     foreign = [e for e in entries if not e.engine]
     held = len([e for e in entries if e.name in kept])
     collected = Collected(removed, busy, foreign, blind, held, len(runs))
     return _gc_report(collected, dry_run=dry_run)
 
 
-def _remove_entry(root: Path, entry: EntryInfo, *, dry_run: bool) -> bool:
-    """Delete one unneeded store folder unless a writer may still use it; whether it went."""
+def _remove_entry(
+    root: Path, entry: EntryInfo, *, dry_run: bool, announce: Callable[[str], None]
+) -> bool:
+    """Delete one unneeded store folder unless a writer may still use it; whether it went.
+    What goes is announced once its lock is held, so a folder a job holds is never
+    announced (a dry run's report lists what would go)."""
     if entry.status == "tmp" and time.time() - entry.modified < TMP_GRACE_S:
         return False  # its writer may still be at work (tmp folders take no lock)
     with unlocked(root, entry.key) as free:
         if free and not dry_run:
+            announce(f"  will free {entry.name}  {size_text(entry.size)}  ({_what(entry)})")
             shutil.rmtree(entry.path)
     return free
 

@@ -133,15 +133,15 @@ def find_entries(root: Path, runs: Sequence[RunInfo] = ()) -> list[EntryInfo]:
         if not path.is_dir() or path.is_symlink() or path.name == "locks":
             continue
         manifest, unreadable = None, None
-        status = _status(path)
-        if status in ("complete", "incomplete"):
+        status, engine = _status(path), is_engine_folder(path)
+        if status in ("complete", "incomplete") and engine:  # a folder of the user's: not read
             try:
                 manifest = Manifest.load(path)
             except RecipeError as error:
                 unreadable = str(error)
         size, modified = _size_and_mtime(path)
         entry = EntryInfo(path.name, path, status, size, modified, manifest)
-        entry.engine, entry.unreadable = is_engine_folder(path), unreadable
+        entry.engine, entry.unreadable = engine, unreadable
         entry.used_by = [r.path for r in runs if path.name in r.entries]
         entries.append(entry)
     return entries

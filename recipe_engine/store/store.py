@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from filelock import FileLock
@@ -109,8 +110,14 @@ def is_engine_folder(path: Path) -> bool:
     return isinstance(fingerprint, str) and fingerprint[:KEY_LENGTH] == path.name[:KEY_LENGTH]
 
 
+# What a run writes into under output_root: each that exists already must take new files.
+WRITTEN_FOLDERS = ("store", "store/locks", "runs", "sweeps", "experiments")
+
+
 def check_output_root(root: str | Path) -> None:
-    """The store's folder can be made and written: refused before a run writes anything."""
+    """The folders a run writes into can be made and written: refused before a run writes
+    anything. Each is tried with a file made and removed at once, since permission bits do not
+    tell (root passes them; an immutable folder or a read-only mount refuses root too)."""
     path = Path(root).expanduser()
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
@@ -119,12 +126,28 @@ def check_output_root(root: str | Path) -> None:
             "a folder (it is created if missing).",
             key="output_root",
         )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise RecipeError(
-            f"`output_root={root}`: {existing} is not writable by this user. Choose a folder "
-            "you can write, e.g. output_root=~/recipe-outputs.",
-            key="output_root",
-        )
+    folders = [existing] + [path / f for f in WRITTEN_FOLDERS if (path / f).exists()]
+    for folder in folders:
+        why = _unwritable(folder)
+        if why:
+            raise RecipeError(
+                f"`output_root={root}`: {folder} {why}, and a run writes there. Make it "
+                "writable by this user, or choose another output_root (e.g. "
+                "output_root=~/recipe-outputs).",
+                key="output_root",
+            )
+
+
+def _unwritable(folder: Path) -> str | None:
+    if not folder.is_dir():
+        return "is a file, not a folder"
+    try:
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".recipe-engine-probe-")
+    except OSError as error:
+        return f"is not writable ({error.strerror})"
+    os.close(handle)
+    os.unlink(probe)
+    return None
 
 
 def _checkpoint_complete(path: Path, step: int) -> bool:

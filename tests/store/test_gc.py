@@ -190,10 +190,13 @@ def test_gc_removes_partial_folders_unless_a_job_holds_their_lock(root):
     for folder in (idle, busy, stale):
         make_engine_folder(folder / "checkpoints")
         mark_engine_folder(folder)
+    announced: list[str] = []
     with store.lock("b" * 64):  # a job training this key right now
-        report = collect_garbage(root)
+        report = collect_garbage(root, announce=announced.append)
     assert not idle.exists() and not stale.exists()
     assert busy.is_dir() and "a running job holds its lock" in report
+    assert any(idle.name in line for line in announced)
+    assert not any(busy.name in line for line in announced), "never announced, then kept"
     assert "partial" in report
     assert any(e.status == "partial" for e in find_entries(root))  # listed as such
     assert "partial" in render_listing(root, here=here)
@@ -285,9 +288,14 @@ def test_gc_never_removes_a_folder_the_engine_did_not_write(root):
     (mine / "drafts" / "idea.txt").write_text("keep me")
     lookalike = root / "store" / f"{'z' * 20}.partial"  # named like a work folder, not ours
     lookalike.mkdir()
+    theirs = root / "store" / "my-model"  # the user's own model folder, manifest and all
+    theirs.mkdir()
+    (theirs / "manifest.json").write_text("{their own format")
     report = collect_garbage(root)
     assert (mine / "drafts" / "idea.txt").read_text() == "keep me" and lookalike.is_dir()
     assert "kept my-notes: not written by recipe-engine" in report
+    assert "kept my-model: not written by recipe-engine" in report and theirs.is_dir()
+    assert "Rerun the stage" not in report and "kept every stage output" not in report
 
 
 def test_a_damaged_summary_keeps_every_stage_output_and_names_the_file(root, capsys):
