@@ -346,7 +346,8 @@ ARGV = {
 
 DATA = {
     "a file that is not UTF-8": case(
-        *own_data("latin1.jsonl"), expect=("latin1.jsonl, line 2, byte 16 (0xe9)", "not UTF-8", "iconv")
+        *own_data("latin1.jsonl"),
+        expect=("latin1.jsonl, line 2, byte 16 (0xe9)", "not UTF-8", "iconv"),
     ),
     "a saved dataset folder holding garbage": case(
         *own_data("saved-garbage"), expect=("saved-garbage", "save_to_disk", "cannot be read")
