@@ -15,7 +15,7 @@ CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 FLOOR_VENV ?= /tmp/recipe-engine-floor
 
-.PHONY: install run test bench bench-memory bench-trl gpu-check lint docs clean floor-test constraints
+.PHONY: install run test fuzz bench bench-memory bench-trl gpu-check lint docs clean floor-test constraints
 
 install: $(STAMP)
 
@@ -34,8 +34,16 @@ SEEDS ?= 0,1,2
 run: install
 	$(PY) -m recipe_engine compare 'recipes=[$(EXPERIMENT)]' 'seeds=[$(SEEDS)]'
 
+# Two worker processes, one test file each (a file's tests share its fixtures); the fuzzer's
+# seeded, bounded run is part of it (tests/fuzz/test_fuzz.py).
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# The fuzzer unseeded for FUZZ_MINUTES (default 60); what breaks the invariant is saved under
+# tests/fuzz/found/ and replayed by every `make test` from then on.
+FUZZ_MINUTES ?= 60
+fuzz: install
+	$(PY) tests/fuzz/long.py --minutes $(FUZZ_MINUTES)
 
 bench: install
 	$(PY) -m recipe_engine.tools.bench

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from recipe_engine.config.library_keys import cache_dir
 from recipe_engine.files import atomic_write_json
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.versions import package_version
+
+log = logging.getLogger("recipe_engine")
 
 # What each kind of record holds, versioned: bump a kind's number when its reader changes
 # what it records (a new field, another way of counting), so old records are not served.
@@ -61,14 +64,22 @@ LIBRARIES_BY_KIND = {
 def remembered(
     kind: str, inputs: Mapping[str, Any], read: Callable[[], dict[str, Any] | None]
 ) -> dict[str, Any] | None:
-    """`read()`'s result for these inputs: from the cache, or computed (kept if not None)."""
+    """`read()`'s result for these inputs: from the cache, or computed (kept if not None).
+
+    The cache only saves work: a record that cannot be read is computed again, and one that
+    cannot be written (a full disk, a read-only cache) is not kept, and the plan goes on."""
     path = cache_dir() / kind / f"{_key(kind, inputs)}.json"
-    if path.is_file():
+    try:
         return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass  # not cached yet, or a record damaged outside the engine: read again
     result = read()
     if result is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, result)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(path, result)
+        except OSError as error:
+            log.warning("not cached (%s): %s", path, error.strerror or error)
     return result
 
 

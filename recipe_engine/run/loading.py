@@ -173,11 +173,15 @@ def _merge(parent: Path, dtype: str, into: Path) -> None:
     expected = handoff_checksums(merged, manifest.trained_parameters)
     tmp = into.with_name(f".{into.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    make_engine_folder(tmp)
-    merged.save_pretrained(tmp, safe_serialization=True)
-    load_processor(str(parent), entry["kind"], entry).save_pretrained(tmp)
-    (tmp / HANDOFF).write_text(json.dumps(expected))
-    share_as_umask(tmp)  # safetensors writes 0600: children of a shared store load it too
+    try:
+        make_engine_folder(tmp)
+        merged.save_pretrained(tmp, safe_serialization=True)
+        load_processor(str(parent), entry["kind"], entry).save_pretrained(tmp)
+        (tmp / HANDOFF).write_text(json.dumps(expected))
+        share_as_umask(tmp)  # safetensors writes 0600: children of a shared store load it too
+    except BaseException:  # a full disk, a kill: the store as it was, no half-written merge
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     try:
         os.rename(tmp, into)
     except OSError:  # another process merged it first: use theirs

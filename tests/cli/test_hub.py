@@ -169,8 +169,10 @@ def test_what_the_hub_refuses_is_one_message_at_plan_time(
 ) -> None:
     hub.commit("acme/gated-lm", build_tiny_model("tiny-qwen2"))
     hub.gate("acme/gated-lm")
+    key = override.split("=")[0]
+    args = [a for a in (*HUB_MODEL, *HUB_DATA) if a.split("=")[0] != key] + [override]
     for verb in ("plan", "run"):
-        result = engine(tmp_path, hub.endpoint, verb, *HUB_MODEL, *HUB_DATA, override)
+        result = engine(tmp_path, hub.endpoint, verb, *args)
         assert result.returncode == 2 and expected in one_error(result), result.stderr[-3000:]
         assert not (tmp_path / "out").exists(), "a refusal writes nothing"
     assert not any(WEIGHTS in request for request in hub.requests), "nothing was downloaded"
@@ -180,7 +182,7 @@ def test_a_gated_model_plans_with_a_token_the_hub_accepts(hub: HubServer, tmp_pa
     hub.commit("acme/gated-lm", build_tiny_model("tiny-qwen2"))
     hub.gate("acme/gated-lm")
     hub.tokens.add("hf_accepted")
-    args = ("plan", *HUB_MODEL, "model.id=acme/gated-lm")
+    args = ("plan", "recipe=text-lora", "model.source=hub", "model.id=acme/gated-lm")
     assert engine(tmp_path, hub.endpoint, *args, HF_TOKEN="hf_accepted").returncode == 0
     assert engine(tmp_path, hub.endpoint, *args, HF_TOKEN="hf_other").returncode == 2
 
@@ -245,22 +247,30 @@ def test_a_disk_that_fills_during_a_download_leaves_nothing_half_written(
     assert WEIGHTS not in cached and ".incomplete" not in cached, cached
 
 
-def test_a_disk_that_fills_during_a_commit_leaves_no_entry_and_a_rerun_commits(
-    hub: HubServer, tmp_path: Path
+@pytest.mark.parametrize(
+    ("saving", "size", "written"),
+    [
+        ("stage.llm.train.save_strategy=no", "160k", "final/README.md"),  # the final save
+        ("stage.llm.train.save_steps=1", "400k", "checkpoint-1/adapter_model.safetensors"),
+    ],
+    ids=["final save", "checkpoint"],
+)
+def test_a_disk_that_fills_while_a_stage_writes_leaves_no_entry_and_a_rerun_commits(
+    hub: HubServer, tmp_path: Path, saving: str, size: str, written: str
 ) -> None:
     out, listing = tmp_path / "out", tmp_path / "store-files.txt"
-    no_checkpoints = "stage.llm.train.save_strategy=no"  # so the final save is what fills it
     grow = f'mount -o remount,size=16m "{out}" && "$@" > "{tmp_path}/rerun.out" 2>&1'  # room
     then = f'{files_in(out, listing)}\n{grow}\necho $? > "{tmp_path}/rerun.code"'
     result = engine(
-        tmp_path, hub.endpoint, *HUB_MODEL, *SHORT, no_checkpoints,
-        inside=on_a_small_disk(out, "160k", then=then),
+        tmp_path, hub.endpoint, *HUB_MODEL, *SHORT, saving,
+        inside=on_a_small_disk(out, size, then=then),
     )  # fmt: skip
     assert result.returncode == 1, result.stderr[-3000:]
     message = one_error(result)
     assert "stage `llm` stopped: the disk holding" in message and "is full" in message, message
     stored = listing.read_text()
-    assert "COMPLETE" not in stored and "final/README.md" in stored, stored  # died in the save
+    assert "COMPLETE" not in stored and written in stored, stored  # died while writing there
+    assert "trainer_state.json" not in stored  # no checkpoint a rerun would resume from
     # The same command, once the disk has room: it trains and commits the stage.
     rerun = (tmp_path / "rerun.out").read_text()
     assert (tmp_path / "rerun.code").read_text().strip() == "0", rerun[-3000:]
