@@ -213,6 +213,27 @@ def run_job(cfg: DictConfig, plans: Plans) -> None:
     except StageFailed as error:  # on its own line: a progress bar may have the cursor
         print(f"\nerror: {error}", file=sys.stderr)
         sys.exit(EXIT_INCOMPLETE)
+    except Exception as error:  # a library failed mid-run: one line here, its traceback kept
+        print(f"\nerror: {_stopped(error, run_dir)}", file=sys.stderr)
+        sys.exit(EXIT_INCOMPLETE)
+
+
+def _stopped(error: Exception, run_dir: Path) -> str:
+    """What stopped a run that no check foresaw, with its traceback written to the run folder
+    (for the bug report the message asks for), never to the terminal."""
+    import traceback
+
+    where = run_dir / "traceback.txt"
+    try:
+        where.write_text(traceback.format_exc())
+    except OSError:  # the run folder itself cannot take it (a full disk): the message still
+        where = None
+    first = (str(error).strip().splitlines() or [""])[0][:300]
+    kept = f"the traceback is in {where}" if where else "the traceback could not be written"
+    return (
+        f"the run stopped: {type(error).__name__}: {first}. What committed before it is kept "
+        f"and a rerun resumes the rest; {kept} (please include it if you report this)."
+    )
 
 
 def _plan_of(cfg: DictConfig, plans: Plans) -> RecipePlan:

@@ -74,6 +74,49 @@ def _check_folder(folder: Path, where: Where, loading: _Loading) -> None:
     _check_architecture(folder, config, loading.kind, where, loading.trust_remote_code)
     for file in _weight_files(folder, where, loading.allow_pickle):
         _check_safetensors(file, folder, where)
+    _check_loaded_json(folder, where)
+
+
+# The JSON files a load reads beside config.json: the tokenizer's, the processor's, the
+# generation settings. A damaged one would pass every check above and stop `run` mid-way.
+LOADED_JSON = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "generation_config.json",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+)
+
+
+# A tokenizer's vocabulary, under the names transformers' tokenizer classes read.
+VOCABULARY = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
+def _check_loaded_json(folder: Path, where: Where) -> None:
+    if not any((folder / name).is_file() for name in VOCABULARY):
+        raise where.refuse(
+            folder,
+            f"it has no tokenizer vocabulary ({', '.join(VOCABULARY)}), which the stage loads "
+            "from the same folder. Save the tokenizer beside the model "
+            "(tokenizer.save_pretrained(folder)).",
+        )
+    for name in LOADED_JSON:
+        file = folder / name
+        if not file.is_file():
+            continue
+        try:
+            json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise where.refuse(
+                folder,
+                f"{name} is not valid JSON ({error}): the model's tokenizer or processor "
+                "files are damaged. Copy them again, or re-save the model (and its tokenizer) "
+                "with save_pretrained.",
+            ) from None
 
 
 def _not_a_folder(path: Path) -> str:

@@ -35,6 +35,16 @@ TINY_FILES = (
 )
 
 
+SHORT = (
+    "recipe=text-lora",
+    "data.max_samples=8",
+    "eval.max_samples=2",
+    "eval.compare=false",
+    "stage.llm.train.max_steps=1",
+    "stage.llm.train.per_device_train_batch_size=4",
+)
+
+
 def holds(example: Example, outputs: Path | None = None, found: Example | None = None) -> None:
     """The invariant for `example`, its final (shrunk) failure saved as a found case (`found`:
     the example to save, when `example` was derived from it)."""
@@ -80,7 +90,9 @@ def data_file(draw: st.DrawFn) -> Example:
         cut = {}
     files["broken.png"], binary = "not a png", (*binary, "broken.png")
     recipe = draw(st.sampled_from(["text-lora", "r1-llm-only"]))
-    argv = ("plan", f"recipe={recipe}", "data.source=local", f"data.path={USER}/{name}")
+    # Sometimes `run` (one short step): rows `plan` accepts, the trainer must take.
+    verb = ("run", *SHORT[1:]) if draw(st.integers(0, 5)) == 0 else ("plan",)
+    argv = (*verb, f"recipe={recipe}", "data.source=local", f"data.path={USER}/{name}")
     extra = draw(st.sampled_from([(), ("data.format=auto",), ("data.eval_fraction=0.5",)]))
     argv = (*argv, *extra, f"output_root={OUT}")
     return Example(argv, files, binary, cut=cut, what="data")
@@ -149,7 +161,9 @@ def model_folder(draw: st.DrawFn) -> Example:
             files[f"model/{name}"] = draw(TEXT)
         else:
             files[f"model/{name}"] = json.dumps(draw(st.dictionaries(TEXT, TEXT, max_size=3)))
-    argv = ("plan", "recipe=text-lora", f"stage.llm.init.path={USER}/model", f"output_root={OUT}")
+    # Sometimes `run` (one short step): what `plan` accepts, the run must load.
+    verb = ("run", *SHORT[1:]) if draw(st.integers(0, 3)) == 0 else ("plan",)
+    argv = (*verb, "recipe=text-lora", f"stage.llm.init.path={USER}/model", f"output_root={OUT}")
     return Example(argv, files, model="tiny-qwen2", cut=cut, remove=tuple(remove), what="model")
 
 
@@ -159,15 +173,6 @@ def model_folders_plan(example: Example) -> None:
 
 
 # --------------------------------------------------------------------------- store entries
-
-SHORT = (
-    "recipe=text-lora",
-    "data.max_samples=8",
-    "eval.max_samples=2",
-    "eval.compare=false",
-    "stage.llm.train.max_steps=1",
-    "stage.llm.train.per_device_train_batch_size=4",
-)
 
 
 @functools.cache
