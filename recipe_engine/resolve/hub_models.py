@@ -80,7 +80,7 @@ def check_hub(
     snapshot = Path(found).parent if isinstance(found, str) else None
     if snapshot is not None and holds_weights(snapshot):
         return HubModel(cached=snapshot)
-    if not hub_offline() and _ask_hub(model_id, revision, where):
+    if not hub_offline() and ask_hub(model_id, revision, where, kind="model"):
         _fetch_what_plan_reads(model_id, revision, cache)
         return HubModel()  # the weights the cache lacks, the load downloads
     at = f" at revision {revision}" if revision else ""
@@ -145,11 +145,6 @@ def holds_weights(snapshot: Path) -> bool:
     return any((snapshot / name).is_file() for name in names)
 
 
-def _ask_hub(model_id: str, revision: str | None, where: Where) -> bool:
-    """Whether the hub answered; refuses what it answered no to."""
-    return ask_hub(model_id, revision, where, kind="model")
-
-
 def ask_hub(repo_id: str, revision: str | None, where: Where, *, kind: str) -> bool:
     """Whether the hub answered for a model or dataset repository; refuses what it answered
     no to: a repository it does not have, a revision it does not have or cannot read, and a
@@ -159,7 +154,6 @@ def ask_hub(repo_id: str, revision: str | None, where: Where, *, kind: str) -> b
     from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import HfHubHTTPError
 
-    name = f"hub {kind} {repo_id}"
     try:
         info = HfApi().repo_info(repo_id, repo_type=kind, revision=revision, timeout=HUB_TIMEOUT_S)
         first = next((s.rfilename for s in info.siblings or []), None)
@@ -167,7 +161,7 @@ def ask_hub(repo_id: str, revision: str | None, where: Where, *, kind: str) -> b
             url = hf_hub_url(repo_id, first, repo_type=kind, revision=info.sha)
             get_hf_file_metadata(url=url, timeout=HUB_TIMEOUT_S)
     except HfHubHTTPError as error:
-        refusal = hub_refusal(error, name, revision, where)
+        refusal = _refusal(error, Asked(repo_id, kind, revision), where)
         if refusal is not None:
             raise refusal from None
         return False  # the hub answered with a server error: as good as unreachable
@@ -176,9 +170,16 @@ def ask_hub(repo_id: str, revision: str | None, where: Where, *, kind: str) -> b
     return True
 
 
-def hub_refusal(
-    error: Exception, name: str, revision: str | None, where: Where
-) -> RecipeError | None:
+@dataclass(frozen=True)
+class Asked:
+    """What the hub was asked about: a repository of a kind, at a revision."""
+
+    repo_id: str
+    kind: str  # "model" | "dataset"
+    revision: str | None
+
+
+def _refusal(error: Exception, asked: Asked, where: Where) -> RecipeError | None:
     """What the hub's answer means for the user, or None when it is not a refusal (a server
     error, a failure in transit)."""
     from huggingface_hub.errors import (
@@ -188,8 +189,9 @@ def hub_refusal(
         RevisionNotFoundError,
     )
 
-    local = _local_fix(where.key)
-    revision_key = "data.revision" if " dataset " in f" {name} " else "model.revision"
+    local, revision = _local_fix(where.key), asked.revision
+    name = f"hub {asked.kind} {asked.repo_id}"
+    revision_key = f"{'data' if asked.kind == 'dataset' else 'model'}.revision"
     if isinstance(error, GatedRepoError):
         return where.error(
             f"is the {name}, which is gated: accept its terms on its hub page and log in "

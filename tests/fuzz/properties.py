@@ -106,16 +106,17 @@ def _written(made: list[dict[str, object]], kind: str, encoding: str) -> tuple[d
         raw = text.encode(encoding, errors="replace")
         return {f"data.{kind}": raw.decode("latin-1")}, (f"data.{kind}",)
     try:
-        table = _table(made)
-    except Exception:  # noqa: BLE001 - rows Arrow cannot type: the user would write JSON lines
+        return _parquet(made) if kind == "parquet" else _saved(_table(made))
+    except Exception:  # noqa: BLE001 - rows Arrow cannot store: the user would write JSON lines
         return {"data.jsonl": jsonl(made)}, ()
-    if kind == "parquet":
-        import pyarrow.parquet as pq
 
-        buffer = io.BytesIO()
-        pq.write_table(table, buffer)
-        return {"data.parquet": buffer.getvalue().decode("latin-1")}, ("data.parquet",)
-    return _saved(table)
+
+def _parquet(made: list[dict[str, object]]) -> tuple[dict, tuple]:
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(_table(made), buffer)
+    return {"data.parquet": buffer.getvalue().decode("latin-1")}, ("data.parquet",)
 
 
 def _table(made: list[dict[str, object]]):  # noqa: ANN202 - pyarrow is imported lazily
