@@ -224,11 +224,27 @@ def _is_choice(value: str, choices: Sequence[str]) -> bool:
     )
 
 
+def _check_text(key: str, value: Any, type_text: str, *, many: bool) -> None:
+    """Text (or, where the field takes a list, texts): a number here is a mistake, or a name
+    Hydra read as one, which quotes keep as text."""
+    items = value if many and isinstance(value, list | tuple) else [value]
+    if all(isinstance(item, str) for item in items):
+        return
+    raise RecipeError(
+        f"`{key}` is {value!r} ({type(value).__name__}); expected {type_text}. For a name "
+        f"that looks like a number, quote it: {key}='{value}'.",
+        key=key,
+    )
+
+
 def _check_type(key: str, value: Any, type_text: str) -> None:
     """Catch the common mistakes (a word where a number goes) without re-implementing typing."""
     if value is None:
         return
     words = set(re.findall(r"[A-Za-z_]+", type_text))
+    if words & {"str"} and not words & {"Any", "dict", "int", "float", "bool"}:
+        _check_text(key, value, type_text, many="list" in words or "tuple" in words)
+        return
     if words & {"str", "Any", "dict", "list", "tuple"}:
         return  # free-form settings: the library checks them when SFTConfig is built
     expected = words & {"int", "float", "bool"}
