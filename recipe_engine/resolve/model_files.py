@@ -96,14 +96,19 @@ LOADED_JSON = (
 VOCABULARY = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 
 
-def _check_loaded_json(folder: Path, where: Where) -> None:
+def check_tokenizer_here(folder: Path, key: str) -> None:
+    """A folder the stage loads its tokenizer (or processor) from holds a vocabulary: without
+    one, transformers builds a tokenizer that splits nothing, and training fails mid-way."""
     if not any((folder / name).is_file() for name in VOCABULARY):
-        raise where.refuse(
+        raise Where(key, f"`{key}`").refuse(
             folder,
             f"it has no tokenizer vocabulary ({', '.join(VOCABULARY)}), which the stage loads "
             "from the same folder. Save the tokenizer beside the model "
             "(tokenizer.save_pretrained(folder)).",
         )
+
+
+def _check_loaded_json(folder: Path, where: Where) -> None:
     for name in LOADED_JSON:
         file = folder / name
         if not file.is_file():

@@ -148,6 +148,7 @@ def _local_source(given: str, key: str, model: ModelConfig) -> InitSource:
     resolved = path.resolve()
     identity = {"path": str(resolved), "files": tree_identity(path)}
     _check_model_files(resolved, key, model, identity)
+    model_files.check_tokenizer_here(resolved, key)  # the stage loads its tokenizer from here
     return InitSource(
         LOCAL,
         f"local path {path}",
