@@ -1,6 +1,10 @@
 """Test-wide settings: the suite is offline by construction (no hub is reachable here)."""
 
 import os
+from collections.abc import Iterator
+
+import pytest
+from logging_state import logging_as_it_was
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -17,3 +21,10 @@ def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "install: installs the package as a user would (wheel, read-only copy)"
     )
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """Each test leaves logging as it found it (tests/logging_state.py says why)."""
+    with logging_as_it_was():
+        yield

@@ -15,14 +15,14 @@ import contextlib
 import hashlib
 import io
 import json
-import logging
 import os
 import shutil
 import traceback
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from logging_state import logging_as_it_was
 
 from recipe_engine.cli.main import main
 
@@ -134,40 +134,6 @@ def _run(argv: list[str], cwd: Path) -> tuple[int, str]:
     finally:
         os.chdir(previous)
     return code, stderr.getvalue()
-
-
-@contextlib.contextmanager
-def logging_as_it_was() -> Iterator[None]:
-    """Logging restored after an in-process `run`: Hydra configures it for each job (a file
-    handler in the job's folder, which is deleted with the example), and a later example's log
-    line would otherwise go to a closed file as a "Logging error" traceback. One process per
-    command, as users run it, never meets this."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    loggers = dict(logging.Logger.manager.loggerDict)
-    states = {
-        name: (lg.level, lg.disabled, lg.propagate, lg.handlers[:])
-        for name, lg in loggers.items()
-        if isinstance(lg, logging.Logger)
-    }
-    try:
-        yield
-    finally:
-        for handler in root.handlers:
-            if handler not in handlers:
-                handler.close()
-        root.handlers, root.level = handlers, level
-        for name, (lvl, disabled, propagate, own) in states.items():
-            logger = logging.getLogger(name)
-            for handler in logger.handlers:
-                if handler not in own:
-                    handler.close()
-            logger.level, logger.disabled, logger.propagate, logger.handlers = (
-                lvl,
-                disabled,
-                propagate,
-                own,
-            )
 
 
 def save(example: Example, why: str) -> Path:
