@@ -28,7 +28,7 @@ log = logging.getLogger("recipe_engine")
 # what it records (a new field, another way of counting), so old records are not served.
 RECORDS = {
     "inventory": 2,  # a model's parameters and modules on the meta device (2: LoRA's features)
-    "models": 3,  # a model folder loads as its kind of model (3: its tokenizer files too)
+    "models": 4,  # a model folder loads as its kind of model (4: its tokenizer files too)
     "rows": 1,  # a dataset's format and split sizes, checked row by row
     "lengths": 1,  # the longest training row (characters, messages, images)
     "libraries": 1,  # the libraries accept the planned SFTConfig / LoraConfig / bnb settings

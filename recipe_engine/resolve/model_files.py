@@ -109,6 +109,13 @@ def check_tokenizer_here(folder: Path, key: str) -> None:
 
 
 def _check_loaded_json(folder: Path, where: Where) -> None:
+    template = folder / "chat_template.jinja"
+    if template.is_file() and not template.read_text(encoding="utf-8", errors="replace").strip():
+        raise where.refuse(  # a tokenizer loads it as its template: every row renders empty
+            folder,
+            "chat_template.jinja is empty. Delete it (the tokenizer config's own template, if "
+            "any, is used) or save the chat template there again.",
+        )
     for name in LOADED_JSON:
         file = folder / name
         if not file.is_file():
