@@ -142,7 +142,9 @@ def save(example: Example, why: str) -> Path:
     text = json.dumps(record, indent=1, sort_keys=True)
     path = FOUND / f"{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
     FOUND.mkdir(exist_ok=True)
-    path.write_text(json.dumps({**record, "broke": why.splitlines()[:3]}, indent=1))
+    lines = [line.strip() for line in why.splitlines() if line.strip()]
+    broke = [lines[0], lines[-1]] if len(lines) > 1 else lines  # what, and the error's own line
+    path.write_text(json.dumps({**record, "broke": broke}, indent=1))
     return path
 
 
