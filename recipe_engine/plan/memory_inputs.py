@@ -12,7 +12,8 @@ from typing import Any
 
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.plan.memory import (
-    CUDA_OVERHEAD_GIB,
+    CUDA_CONTEXT_GIB,
+    CUDA_WORKSPACE_GIB,
     MemoryRequest,
     Sharding,
     StageMemory,
@@ -72,10 +73,13 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
         gradient_checkpointing=stage.gradient_checkpointing,
         optim=str(stage.train.get("optim") or DEFAULT_OPTIM),
         sharding=_sharding(placement, given.zero_stage),
-        overhead_gib=CUDA_OVERHEAD_GIB if device == "cuda" else 0.0,
+        overhead_gib=CUDA_WORKSPACE_GIB if device == "cuda" else 0.0,
     )
     where = "cuda:0" if device == "cuda" else device
-    return StageMemory(estimate_memory(request), where, given.capacity_gib, request, assumed)
+    capacity = given.capacity_gib
+    if capacity is not None and device == "cuda":
+        capacity = max(capacity - CUDA_CONTEXT_GIB, 0.0)  # what the allocator can have
+    return StageMemory(estimate_memory(request), where, capacity, request, assumed)
 
 
 def _policy_terms(policy: PolicyPlan, stage: StageConfig) -> dict[str, Any]:

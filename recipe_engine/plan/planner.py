@@ -129,6 +129,9 @@ def _plan_stage(
     )
     if placement.mode == "deepspeed":
         trainer["deepspeed"] = deepspeed_settings(context.inputs.deepspeed)
+    autocast = _bf16_autocast(context, placement)
+    if autocast:
+        trainer["bf16"] = True
     return StagePlan(
         name=name,
         fingerprint="",  # set once every stage's placement is known
@@ -142,9 +145,22 @@ def _plan_stage(
         placement=placement,
         trainer={**trainer, "full_determinism": determinism.deterministic_kernels},
         determinism=determinism,
-        notes=[*_notes(policy, context), *loss_notes],
+        notes=[*_notes(policy, context), *loss_notes, *autocast],
         memory=_memory(context, policy, rows, placement),
     )
+
+
+def _bf16_autocast(context: StageContext, placement: PlacementPlan) -> list[str]:
+    """A stage left at `dtype: auto` on a float32 model entry trains on a GPU as the Trainer's
+    `bf16=True` does: float32 weights, bf16 autocast (the tiny and SmolLM2 entries are float32
+    for CPUs). A stage that names float32 keeps pure float32. The note says which happened."""
+    asked = context.cfg.stage[context.name].dtype
+    if not (asked == "auto" and context.stage.dtype == "float32" and placement.device == "cuda"):
+        return []
+    return [
+        "float32 weights with bf16 autocast on cuda (dtype: auto); "
+        f"`stage.{context.name}.dtype=float32` trains in pure float32"
+    ]
 
 
 def _determinism(cfg: EngineConfig, stage: StageConfig, placement: PlacementPlan) -> Determinism:

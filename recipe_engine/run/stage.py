@@ -157,7 +157,9 @@ class StageRecipe:
                 processing_class=self.processor,
                 callbacks=[self.metrics_log],
             )
-        if not self.args.bf16:  # TRL casts trainable weights of k-bit models to bf16
+        if self.stage.dtype != "bfloat16":  # TRL casts k-bit models' trainables to bf16
+            # float32 weights under bf16 autocast too: ops autocast leaves alone (a vision
+            # tower's conv, norms) meet a bf16 weight with float32 inputs (seen on an H100)
             align_trainable_dtype(self.trainer.model, torch_dtype(self.stage.dtype))
 
     def guard_and_preflight(self) -> None:
@@ -166,8 +168,8 @@ class StageRecipe:
         placement = self.stage.placement
         expected = planned_steps(self.args, self.stage.data.train_rows, placement.world_size)
         self.metrics.planned_steps = verify_trainer(self.trainer, placement, expected)
-        if self.sharded:  # ZeRO-3 partitions the weights as training starts: none to run yet
-            log.info("stage %s: no preflight batch (ZeRO-3 shards in train)", self.stage.name)
+        if self.sharded:  # ZeRO-3 / FSDP shard the weights as training starts: none to run yet
+            log.info("stage %s: no preflight batch (%s shards in train)", *self._sharding)
             return
         self.metrics.preflight_loss = preflight(self.trainer)
 
@@ -275,10 +277,17 @@ class StageRecipe:
 
     @property
     def sharded(self) -> bool:
-        """Whether each rank holds only a shard of the weights while training (ZeRO-3)."""
+        """Whether each rank holds only a shard of the weights while training (ZeRO-3, FSDP).
+        Before `train` an FSDP model is still unwrapped on the CPU (the Trainer places it
+        when it wraps it), so a batch on the GPU cannot run through it yet."""
         placement = self.stage.placement
         config = self.stage.trainer.get("deepspeed")
-        return placement.mode == "deepspeed" and zero_stage(config) == 3
+        zero3 = placement.mode == "deepspeed" and zero_stage(config) == 3
+        return zero3 or placement.mode == "fsdp"
+
+    @property
+    def _sharding(self) -> tuple[str, str]:
+        return self.stage.name, "FSDP" if self.stage.placement.mode == "fsdp" else "ZeRO-3"
 
     def _trained_model(self, final: Path) -> Any:
         """The trained model rank 0 records and scores: the trainer's, or, when the ranks

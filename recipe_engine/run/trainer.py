@@ -150,7 +150,11 @@ def preflight(trainer: Any) -> float:
     batch = next(iter(trainer.get_train_dataloader()))
     batch = trainer._prepare_inputs(batch)
     try:
-        with trainer.compute_loss_context_manager():
+        # Training autocasts through accelerate's wrapper of the prepared model's forward,
+        # which `train` installs; the preflight runs before it, so it autocasts the same way
+        # itself (a no-op without mixed precision). Without it a bf16 stage on a GPU was
+        # checked in a precision it never trains in (seen on an H100, docs/gpu/).
+        with trainer.compute_loss_context_manager(), trainer.accelerator.autocast():
             loss = trainer.compute_loss(model, batch)
         loss.backward()
     except RuntimeError as error:

@@ -37,11 +37,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.bench_trl")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (the engine's device=)")
     parser.add_argument("--smollm2-steps", type=int, default=20, help="optimizer steps to time")
+    parser.add_argument(
+        "--parts", default="engine,smollm2", help="engine (against plain TRL), smollm2"
+    )
     options = parser.parse_args(argv)
+    parts = options.parts.split(",")
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as scratch:
         root = Path(scratch)
-        bench_engine_against_plain_trl(root, options.device)
-        bench_smollm2_tokens_per_second(root, options.device, options.smollm2_steps)
+        if "engine" in parts:
+            bench_engine_against_plain_trl(root, options.device)
+        if "smollm2" in parts:
+            bench_smollm2_tokens_per_second(root, options.device, options.smollm2_steps)
 
 
 def bench_engine_against_plain_trl(root: Path, device: str) -> None:

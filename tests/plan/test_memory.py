@@ -220,3 +220,17 @@ def test_seed_write_ups_beside_the_estimates(capsys: pytest.CaptureFixture[str])
     # Within 25% of what the write-ups measured (their batch and images are unknown).
     assert r2_total == pytest.approx(SEED_R2_TOTAL_GB, rel=0.25)
     assert SEED_R1_GB[0] * 0.75 <= r1_peak <= SEED_R1_GB[1] * 1.25
+
+
+def test_a_cuda_peak_is_what_the_allocator_holds_and_the_context_comes_off_the_card():
+    """Measured on an H100 (docs/gpu/): `max_memory_allocated` holds the tensors and cuBLAS's
+    workspace, not the CUDA context; the estimate compares like with like and the fit takes
+    the context off the card instead."""
+    from plans import plan
+
+    from recipe_engine.plan.memory import CUDA_CONTEXT_GIB, CUDA_WORKSPACE_GIB
+
+    memory = plan("recipe=r1-llm-only", "hardware=1x-rtx4090", "gpus=0").stages["llm"].memory
+    assert memory.estimate.overhead == CUDA_WORKSPACE_GIB
+    assert memory.capacity_gib == pytest.approx(24.0 - CUDA_CONTEXT_GIB)
+    assert memory.fits and "cuda:0" in memory.describe()

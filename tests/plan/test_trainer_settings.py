@@ -72,3 +72,26 @@ def test_plan_chooses_the_flag_prints_it_and_keys_it(tmp_path: Path) -> None:
     with pytest.raises(RecipeError) as info:
         plan("recipe=text-lora", *data, "++stage.llm.train.assistant_only_loss=true")
     assert "prompt/completion rows" in str(info.value)
+
+
+# --- precision on a GPU: what the Trainer's `bf16=True` means (seen on an H100, docs/gpu/) ---
+
+GPU = ("hardware=1x-rtx4090", "gpus=0")
+
+
+def test_a_float32_model_left_at_dtype_auto_trains_with_bf16_autocast_on_a_gpu() -> None:
+    vision = plan("recipe=r2-vision-only", *GPU).stages["vision"]
+    assert vision.dtype == "float32" and vision.trainer["bf16"] is True
+    assert any("bf16 autocast" in note for note in vision.notes)
+
+
+def test_a_stage_that_names_float32_keeps_pure_float32_on_a_gpu() -> None:
+    vision = plan("recipe=r2-vision-only", *GPU, "stage.vision.dtype=float32").stages["vision"]
+    assert vision.trainer["bf16"] is False
+    assert not any("autocast" in note for note in vision.notes)
+
+
+def test_on_the_cpu_a_float32_stage_stays_float32_and_its_key_is_unchanged() -> None:
+    vision = plan("recipe=r2-vision-only").stages["vision"]
+    assert vision.trainer["bf16"] is False
+    assert vision.fingerprint.startswith("f6643624bda3")  # the key before this change

@@ -55,6 +55,7 @@ from recipe_engine.run.trainer import (
     build_args,
     check_parameter_devices,
     planned_steps,
+    preflight,
     verify_trainer,
 )
 
@@ -587,3 +588,24 @@ def test_check_parameter_devices_names_a_misplaced_parameter(tiny_path):
     norm.weight = torch.nn.Parameter(torch.empty_like(norm.weight, device="meta"))
     with pytest.raises(GuardViolation, match=r"meta \(e\.g\. .*model\.norm\.weight\)"):
         check_parameter_devices(model, plan)
+
+
+def test_the_preflight_runs_in_the_precision_training_runs_in(
+    tmp_path, tiny_path, tokenizer, chat_rows
+):
+    """Training autocasts through accelerate's wrapper of the prepared model, which `train`
+    installs; the preflight runs before it and autocasts itself. On an H100 a bf16 stage's
+    preflight ran without autocast (docs/gpu/); bf16 on the CPU takes the same path here."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
+    args = SFTConfig(**sft_settings(tmp_path, bf16=True), use_cpu=True)
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=chat_rows, processing_class=tokenizer
+    )
+    seen = []
+    linear = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    hook = linear.register_forward_hook(lambda *_: seen.append(torch.is_autocast_enabled("cpu")))
+    try:
+        assert preflight(trainer) > 0
+    finally:
+        hook.remove()
+    assert seen and all(seen)
