@@ -12,10 +12,15 @@ endpoints the clients call for what the engine does:
     GET      /api/{models,datasets}/<repo>/tree/<rev>[/<path>]   files and folders
     POST     /api/{models,datasets}/<repo>/paths-info/<rev>      some paths' info
     GET|HEAD /[datasets/]<repo>/resolve/<rev>/<path>             a file (Range: resumes)
+    POST     /api/repos/create                                   a repository (`create_repo`)
+    POST     /api/validate-yaml                                  a README's metadata (accepted)
+    POST     /api/{models,datasets}/<repo>/preupload/<rev>       upload modes (all "regular")
+    POST     /api/{models,datasets}/<repo>/commit/<rev>          a commit (NDJSON, base64 files)
 
 and the faults a user meets: a repository the hub does not have (404 RepoNotFound), a gated one
 (its info answers, its files 401 GatedRepo without an accepted token), a revision it does not
-have (404 RevisionNotFound) or cannot parse (400), a file whose connection drops part-way.
+have (404 RevisionNotFound) or cannot parse (400), a file whose connection drops part-way, a
+write without an accepted token (401).
 
 A repository is a list of snapshots: `commit` takes a folder (or a mapping of files), its commit
 id is the SHA-1 of the parent and the files, and a branch points at it. It binds 127.0.0.1 only,
@@ -24,6 +29,7 @@ on a free port, and every socket has a timeout.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -223,6 +229,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _api(self, path: str, query: dict[str, list[str]], send_body: bool) -> None:
         kind_plural, _, rest = path.partition("/")
+        if path == "repos/create":
+            self._json(*self._create(), send_body)
+            return
+        if path == "validate-yaml":  # a README's metadata: accepted unchecked (tests check it)
+            self._body()
+            self._json(200, {"errors": [], "warnings": []}, send_body)
+            return
         if kind_plural not in KINDS:
             raise HubError(404, None, f"Not Found: /api/{path}")
         repo_id, verb, tail = _split_repo(rest)
@@ -237,6 +250,10 @@ class _Handler(BaseHTTPRequestHandler):
             )
         elif verb == "paths-info":
             self._json(200, self._paths_info(repo, unquote(tail)), send_body)
+        elif verb == "preupload":
+            self._json(200, self._preupload(repo, unquote(tail)), send_body)
+        elif verb == "commit":
+            self._json(200, self._commit(repo, unquote(tail)), send_body)
         else:
             raise HubError(404, None, f"Not Found: /api/{path}")
 
@@ -282,6 +299,56 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length).decode() if length else ""
         asked = parse_qs(body).get("paths", [])
         return [_entry(p, files[p]) for p in asked if p in files]
+
+    # ------------------------------------------------------------------ uploads (writes)
+
+    def _body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _may_write(self) -> None:
+        token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+        if token not in self.hub.tokens:
+            raise HubError(401, None, "Invalid credentials in Authorization header")
+
+    def _create(self) -> tuple[int, dict[str, object]]:
+        """`create_repo`: a new repository holds one commit (.gitattributes), as the hub's;
+        an existing one answers 409 with its url (what `exist_ok=True` reads)."""
+        self._may_write()
+        asked = json.loads(self._body() or b"{}")
+        repo_id = "/".join(p for p in (asked.get("organization"), asked["name"]) if p)
+        kind = asked.get("type") or "model"
+        url = {"url": f"{self.hub.endpoint}/{repo_id}", "name": repo_id}
+        if (kind, repo_id) in self.hub.repos:
+            return 409, {"error": "You already created this model repo", **url}
+        self.hub.commit(repo_id, {".gitattributes": b"*.safetensors filter=lfs\n"}, kind=kind)
+        return 200, url
+
+    def _preupload(self, repo: Repo, revision: str) -> dict[str, object]:
+        """Every file is uploaded inline ("regular"), in the commit request itself."""
+        self._may_write()
+        commit, _ = self.hub.snapshot(repo, revision)
+        asked = json.loads(self._body() or b"{}")
+        files = [
+            {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
+            for f in asked.get("files", [])
+        ]
+        return {"files": files, "commitOid": commit}
+
+    def _commit(self, repo: Repo, revision: str) -> dict[str, object]:
+        """`create_commit`: NDJSON lines (a header, then files as base64) on top of revision."""
+        self._may_write()
+        _, files = self.hub.snapshot(repo, revision)
+        contents = dict(files)
+        for line in self._body().decode().splitlines():
+            item = json.loads(line)
+            value = item.get("value", {})
+            if item.get("key") == "file":
+                contents[value["path"]] = base64.b64decode(value["content"])
+            elif item.get("key") == "deletedFile":
+                contents.pop(value["path"], None)
+        commit = self.hub.commit(repo.repo_id, contents, kind=repo.kind, branch=revision)
+        url = f"{self.hub.endpoint}/{repo.repo_id}/commit/{commit}"
+        return {"commitUrl": url, "commitOid": commit, "success": True}
 
     # ------------------------------------------------------------------ /<repo>/resolve/...
 
@@ -342,7 +409,7 @@ class _Handler(BaseHTTPRequestHandler):
 def _split_repo(path: str) -> tuple[str, str, str]:
     """'org/name/verb/rest' or 'name/verb/rest' -> (repo id, verb, rest)."""
     parts = path.split("/")
-    verbs = ("revision", "tree", "paths-info", "resolve")
+    verbs = ("revision", "tree", "paths-info", "resolve", "preupload", "commit")
     if len(parts) > 1 and parts[1] not in verbs:
         repo_id, parts = "/".join(parts[:2]), parts[2:]
     else:

@@ -20,6 +20,7 @@ VERBS: dict[str, str] = {
     "inspect": "per-component parameters, dtypes, devices, trainable share, quantization, LoRA",
     "diff": "the resolved settings that differ between two recipes, stage by stage",
     "compare": "base vs every stage on the held-out probes; recipes=[A,B]: recipe vs recipe",
+    "export": "a stage as a standalone folder (merged or adapter) with its model card; push=true",
     "runs": "list runs and store entries; `runs rm RUN_DIR`, `runs gc` free disk",
 }
 MULTIRUN_FLAGS = ("-m", "--multirun")

@@ -275,3 +275,57 @@ def test_a_disk_that_fills_while_a_stage_writes_leaves_no_entry_and_a_rerun_comm
     rerun = (tmp_path / "rerun.out").read_text()
     assert (tmp_path / "rerun.code").read_text().strip() == "0", rerun[-3000:]
     assert "stage llm: committed" in rerun
+
+
+LOAD_FROM_HUB = """
+import json, sys
+from peft import AutoPeftModelForCausalLM
+from transformers import AutoModelForCausalLM
+
+adapter = AutoPeftModelForCausalLM.from_pretrained(sys.argv[1])
+pushed = AutoModelForCausalLM.from_pretrained(sys.argv[2])
+print(json.dumps({"adapter": type(adapter).__name__, "pushed": type(pushed).__name__}))
+"""
+
+
+def test_an_exported_adapter_names_its_hub_base_at_the_trained_revision(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    """The adapter loads elsewhere with a fresh cache: PEFT fetches its base from the hub at
+    the commit the stage trained on, after upstream moved on; the merged export, pushed, loads
+    by its repository id."""
+    model_a = hub.repos[("model", MODEL)].refs["main"]
+    trained = engine(tmp_path, hub.endpoint, *HUB_MODEL, *HUB_DATA, *SHORT)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    [key] = committed(tmp_path)
+    adapter = tmp_path / "adapter"
+    exported = engine(tmp_path, hub.endpoint, "export", key[:8], "merge=false", f"to={adapter}")
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == MODEL and config["revision"] == model_a
+
+    hub.tokens.add("hf_writer")
+    merged = ("export", key[:8], f"to={tmp_path / 'merged'}", "push=true", "repo=acme/tuned-lm")
+    pushed = engine(tmp_path, hub.endpoint, *merged, HF_TOKEN="hf_writer")
+    assert pushed.returncode == 0, pushed.stderr[-3000:]
+    hub.commit(MODEL, {"config.json": b"{}"})  # upstream breaks its main branch
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    asked_before = len(hub.requests)
+    environment = {key: value for key, value in os.environ.items() if key != "HF_TOKEN"}
+    environment |= {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(elsewhere / "hf")}
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOAD_FROM_HUB, str(adapter), "acme/tuned-lm"],
+        cwd=elsewhere,
+        env={**environment, "HF_HUB_OFFLINE": "0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    assert json.loads(loaded.stdout.strip().splitlines()[-1]) == {
+        "adapter": "PeftModelForCausalLM",
+        "pushed": "Qwen2ForCausalLM",
+    }
+    assert f"GET /{MODEL}/resolve/{model_a}/{WEIGHTS}" in hub.requests[asked_before:]

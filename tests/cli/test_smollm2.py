@@ -116,3 +116,39 @@ def test_qlora_teaches_smollm2_an_answer_format_the_base_cannot_write(tmp_path):
     assert config["model_type"] == "llama" and "quantization_config" not in config
     assert (converted / "model.safetensors").is_file() and (converted / "tokenizer.json").is_file()
     assert json.loads((converted / "gguf_source.json").read_text())["size"] > 90_000_000
+
+    # Exported merged, the outputs moved away: transformers' pipeline loads the folder alone
+    # (from another working folder) and writes the format the stage learned.
+    exported = tmp_path / "smollm2-codes"
+    export = subprocess.run(
+        [sys.executable, "-m", "recipe_engine", "export", str(run_dir), f"to={exported}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert export.returncode == 0, export.stderr[-3000:]
+    (tmp_path / "out").rename(tmp_path / "moved-away")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    generated = subprocess.run(
+        [sys.executable, "-c", GENERATE, str(exported)],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert generated.returncode == 0, generated.stderr[-3000:]
+    assert "<<ANSWER:4821>>" in generated.stdout, generated.stdout
+
+
+GENERATE = """
+import sys
+from transformers import pipeline
+
+pipe = pipeline("text-generation", model=sys.argv[1], device="cpu")
+chat = [{"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "The code is 4821. What is the code?"}]
+out = pipe(chat, max_new_tokens=12, do_sample=False)
+print(out[0]["generated_text"][-1]["content"])
+"""

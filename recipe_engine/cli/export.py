@@ -1,0 +1,179 @@
+"""`export STAGE_OR_RUN [to=DIR] [merge=true|false] [base=DIR_OR_ID] [format=hf|gguf]
+[push=true repo=ORG/NAME]`: a committed stage as a folder the stock Auto classes load from
+anywhere, with its model card; optionally uploaded to the hub."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from recipe_engine.cli.argv import split_hydra_flags
+from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.report.inspection import SUMMARY_FILE
+from recipe_engine.report.model_card import CardFacts, model_card
+from recipe_engine.run.exporting import ExportPlan, ExportRequest, decide_export, write_export
+from recipe_engine.store.records import RunSummary
+
+USAGE = """usage: python -m recipe_engine export STAGE_OR_RUN [key=value ...]
+
+STAGE_OR_RUN: a run folder (its final stage), RUN_DIR:STAGE, a store folder
+(outputs/store/<key>) or a store key (its first characters will do).
+
+  to=DIR          where to write (default: outputs/exports/<recipe>-<stage>-<key>-<form>)
+  merge=true      merged weights, standalone (default); false: the LoRA adapter alone
+  base=DIR_OR_ID  merge=false on a local base: the base the adapter names (an export of
+                  the parent stage, or its hub id); hub bases are named at their revision
+  format=hf       hf (a save_pretrained folder); gguf says what to run
+  push=true repo=ORG/NAME   upload the folder with huggingface_hub (HF_TOKEN / hf auth login)
+  output_root=DIR where store keys are looked up (default: outputs)"""
+
+OPTIONS = ("to", "merge", "base", "format", "push", "repo", "output_root")
+BOOLEANS = {"true": True, "false": False}
+KEY = re.compile(r"^[0-9a-f]{6,40}$")
+GGUF_HOWTO = (
+    "`format=gguf`: no maintained Hugging Face to GGUF converter installs from the package "
+    "index (llama.cpp's convert_hf_to_gguf.py ships with its sources only). Export the merged "
+    "folder, then convert it with llama.cpp:\n"
+    "  python -m recipe_engine export {target} to=DIR\n"
+    "  git clone https://github.com/ggml-org/llama.cpp\n"
+    "  pip install -r llama.cpp/requirements/requirements-convert_hf_to_gguf.txt\n"
+    "  python llama.cpp/convert_hf_to_gguf.py DIR --outfile DIR.gguf --outtype f16"
+)
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    target: str
+    to: Path | None = None
+    merge: bool = True
+    base: str | None = None
+    push: bool = False
+    repo: str | None = None
+    output_root: Path = Path("outputs")
+
+
+def main(args: list[str], multirun: bool) -> int:
+    """The `export` verb."""
+    if multirun:
+        raise RecipeError("`export` takes no sweep: drop -m/--multirun.")
+    words, _ = split_hydra_flags(args)
+    options = parse_options(words)
+    source = stage_folder(options.target, options.output_root)
+    plan = decide_export(ExportRequest(source, options.to, options.merge, options.base))
+    facts = CardFacts(plan.form, plan.base, plan.base_revision, plan.adapter_base)
+    folder = write_export(plan, model_card(plan.lineage, facts))
+    print(f"exported stage `{plan.manifest.stage}` ({plan.form}) to {folder}")
+    if options.push:
+        print(push(folder, str(options.repo), plan))
+    return 0
+
+
+def parse_options(words: list[str]) -> ExportOptions:
+    targets = [w for w in words if "=" not in w]
+    if len(targets) != 1:
+        raise RecipeError(f"`export` takes one stage or run, got {len(targets)}.\n{USAGE}")
+    given: dict[str, str] = {}
+    for word in (w for w in words if "=" in w):
+        key, value = word.split("=", 1)
+        key = key.lstrip("+~")
+        if key not in OPTIONS:
+            raise RecipeError(
+                f"`export` has no option `{key}`.{did_you_mean(key, OPTIONS)} "
+                f"Options: {', '.join(OPTIONS)}.",
+                key=key,
+            )
+        given[key] = value
+    return _typed(targets[0], given)
+
+
+def _typed(target: str, given: dict[str, str]) -> ExportOptions:
+    for key in ("merge", "push"):
+        if key in given and given[key].lower() not in BOOLEANS:
+            raise RecipeError(f"`{key}={given[key]}`: use true or false.", key=key)
+    fmt = given.get("format", "hf")
+    if fmt == "gguf":
+        raise RecipeError(GGUF_HOWTO.format(target=target), key="format")
+    if fmt != "hf":
+        raise RecipeError(f"`format={fmt}`: use hf or gguf.", key="format")
+    push = BOOLEANS[given.get("push", "false").lower()]
+    repo = given.get("repo")
+    if push and not (repo and re.fullmatch(r"[\w.-]+/[\w.-]+", repo)):
+        raise RecipeError("`push=true` needs `repo=ORG/NAME` (the hub repository).", key="repo")
+    return ExportOptions(
+        target=target,
+        to=Path(given["to"]).expanduser() if given.get("to") else None,
+        merge=BOOLEANS[given.get("merge", "true").lower()],
+        base=given.get("base"),
+        push=push,
+        repo=repo,
+        output_root=Path(given.get("output_root", "outputs")).expanduser(),
+    )
+
+
+def stage_folder(target: str, output_root: Path) -> Path:
+    """The store folder of the stage `target` names."""
+    path = Path(target).expanduser()
+    run, sep, stage = target.rpartition(":")
+    if sep and run and (Path(run).expanduser() / SUMMARY_FILE).is_file():
+        return _run_stage(Path(run).expanduser(), stage)
+    if (path / "manifest.json").is_file():
+        return path
+    if (path / SUMMARY_FILE).is_file():
+        return _run_stage(path, None)
+    if KEY.match(target):
+        return _store_key(target, output_root / "store")
+    what = "does not exist" if not path.exists() else "is neither a run nor a stage folder"
+    raise RecipeError(
+        f"Cannot export `{target}`: it {what}. Give a run folder (outputs/runs/...), "
+        "RUN_DIR:STAGE, a store folder or a store key."
+    )
+
+
+def _run_stage(run_dir: Path, stage: str | None) -> Path:
+    rows = RunSummary.load(run_dir).stages
+    names = [row.stage for row in rows]
+    if not names:
+        raise RecipeError(f"Run {run_dir} trained no stage: nothing to export.")
+    stage = stage or names[-1]
+    if stage not in names:
+        raise RecipeError(
+            f"Run {run_dir} has no stage `{stage}`.{did_you_mean(stage, names)} "
+            f"Stages: {', '.join(names)}."
+        )
+    folder = rows[names.index(stage)].output_path(run_dir)
+    if not (folder / "manifest.json").is_file():
+        raise RecipeError(
+            f"Stage `{stage}` of {run_dir} points at {folder}, which no longer holds a stage "
+            "(outputs cleaned?). Rerun the recipe to recreate it."
+        )
+    return folder
+
+
+def _store_key(key: str, store: Path) -> Path:
+    found = sorted(p for p in store.glob(f"{key}*") if (p / "manifest.json").is_file())
+    if len(found) != 1:
+        what = "no stage" if not found else f"{len(found)} stages"
+        raise RecipeError(f"Store key `{key}` matches {what} in {store}; give more of it.")
+    return found[0]
+
+
+def push(folder: Path, repo: str, plan: ExportPlan) -> str:
+    """Upload the folder as one commit; the export stays on disk whatever the hub answers."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = HfApi()
+    message = f"recipe-engine export of {plan.manifest.recipe}:{plan.manifest.stage}"
+    try:
+        api.create_repo(repo, exist_ok=True)
+        commit = api.upload_folder(
+            repo_id=repo, folder_path=folder, commit_message=message, ignore_patterns=[".*"]
+        )
+    except (HfHubHTTPError, OSError) as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise RecipeError(
+            f"The export is in {folder}, but pushing it to `{repo}` failed: {first}. Check "
+            "HF_TOKEN (or `hf auth login`) and the repository name, then push again."
+        ) from None
+    return f"pushed to {repo} at commit {commit.oid[:12]}"
