@@ -24,3 +24,19 @@ def pairs_csv(folder: Path) -> Path:
         writer.writerow(["prompt", "completion"])
         writer.writerows((f"{a} + {a}?", str(2 * a)) for a in range(8))
     return path
+
+
+def short_text_run(root: Path) -> Path:
+    """A finished text-lora run of 2 training steps under `root`: base + one adapter `llm`."""
+    from recipe_engine.run.recipe import run_recipe
+
+    overrides = [
+        "recipe=text-lora",
+        f"output_root={root}",
+        "data.max_samples=16",
+        "eval.max_samples=2",
+        "++stage.llm.train.max_steps=2",
+    ]
+    run_dir = root / "runs" / "text-lora" / "t1"
+    run_recipe(plan_from_config(compose_config(overrides)), run_dir)
+    return run_dir

@@ -16,19 +16,23 @@ Every model is measured on the full-precision base; the table also shows the acc
 eval loss the run measured itself, labelled with its base precision (4-bit for a QLoRA stage).
 The eval loss is the stage's own held-out loss (run.held_out_loss: TRL's tokens and masks with
 the stage's loss settings), so compare's and the run's agree wherever the base is the same.
+With `tasks=[...]` the same models' lm-evaluation-harness scores (run.harness) get their own
+section in compare.md (report.harness renders it) and their own records, compare_harness.*.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import atomic_write_text
+from recipe_engine.report.harness import harness_section, harness_table
 from recipe_engine.report.plots import PlotStage, write_loss_plot, write_metric_bars
+from recipe_engine.run.harness import HarnessScored
 from recipe_engine.run.probing import Measured, Stage
 from recipe_engine.run.scoring import Scored
 from recipe_engine.store.records import platform_lines
@@ -65,16 +69,18 @@ def newest_run(output_root: Path, recipe: str) -> Path:
 # --------------------------------------------------------------------------- the report
 
 
-def render_compare(scored: Scored) -> dict[str, Any]:
-    """The comparison's report beside its records (`run.scoring` wrote them): the Markdown
-    report, a bar chart per metric and the loss plot. Returns the records' and the report's
-    paths, the per-model metrics and the printed table."""
+def render_compare(scored: Scored, harness: HarnessScored | None = None) -> dict[str, Any]:
+    """The comparison's report beside its records (`run.scoring` wrote them; `run.harness` the
+    harness scores, with `tasks=`): the Markdown report, a bar chart per metric and the loss
+    plot. Returns the records' and the report's paths, the per-model metrics and the printed
+    table (and the harness table)."""
     measured, stem = scored.measured, scored.stem
     metrics, stages, run_dir = measured.metrics, measured.stages, measured.run_dir
     loss_plot = _loss_plot(run_dir, stages)
     bars = _metric_bars(run_dir, stem, metrics)
     table = metrics_table(metrics)
-    report = _write_report(measured, stem, Figures(table, bars, loss_plot))
+    section = harness_section(harness) if harness else []
+    report = _write_report(measured, stem, Figures(table, bars, loss_plot, section))
     return {
         "run_dir": run_dir,
         "probes": len(measured.rows),
@@ -87,6 +93,16 @@ def render_compare(scored: Scored) -> dict[str, Any]:
         "loss_plot": loss_plot,
         "plots": bars,
         **scored.paths(),
+        **(_harness_outputs(harness) if harness else {}),
+    }
+
+
+def _harness_outputs(harness: HarnessScored) -> dict[str, Any]:
+    return {
+        "harness": harness.result,
+        "harness_table": harness_table(harness.result),
+        "harness_csv": harness.csv,
+        "harness_json": harness.json,
     }
 
 
@@ -95,6 +111,7 @@ class Figures:
     table: str
     bars: dict[str, Path]
     loss_plot: Path | None
+    harness: list[str] = field(default_factory=list)  # compare.md's harness section
 
 
 def platform_warning_lines(stages: list[Stage], *, bullet: str = "  ") -> list[str]:
@@ -200,6 +217,8 @@ def _write_report(measured: Measured, stem: str, figures: Figures) -> Path:
         "",
     ]
     lines += [f"![{metric}]({path.name})" for metric, path in bars.items()]
+    if figures.harness:
+        lines += ["", *figures.harness]
     if loss_plot is not None:
         lines += ["", "## Loss over the run", "", f"![loss]({loss_plot.name})"]
     lines += ["", "## Side by side", "", *_side_by_side(rows, outputs)]

@@ -102,6 +102,15 @@ def evaluate_models(
 Loader = tuple[str, Callable[[], tuple[Any, Any]], dict[str, Any]]
 
 
+def model_loaders(run_dir: Path) -> tuple[str, list[Loader]]:
+    """The run's kind (causal_lm, vlm) and its models as `measure_run` loads them: the base
+    first, then every stage (adapters on their full-precision base), each loaded only when its
+    turn comes. For other measurements of the same models (`run.harness`)."""
+    stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
+    root = _root(stages)
+    return root[2].kind, _loaders(stages, root)
+
+
 def _loaders(stages: list[Stage], root: Stage) -> list[Loader]:
     """The base model first, then every stage, each loaded only when its turn comes. Each stage
     is measured with its own loss settings, the base with the root stage's (trained on it)."""

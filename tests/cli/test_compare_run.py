@@ -216,3 +216,18 @@ def test_damaged_stage_folder(outputs, tmp_path):
     (broken / "manifest.json").unlink()
     with pytest.raises(RecipeError, match="not a completed stage output"):
         compare_run(run_dir)
+
+
+def test_harness_tasks_score_a_vlm_run_through_its_language_model(outputs, capsys):
+    """lm-evaluation-harness's `hf` model is text-only: the base and both r3 stages (a full
+    vision stage, then LoRA on the language model) answer the shipped text tasks without an
+    image, and their rows say so."""
+    run = copy_run(outputs, "harness")
+    code = main(["compare", f"run={run}", "tasks=[recipe_arith_mc]", "harness.limit=4"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    with (run / "compare_harness.csv").open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["model"] for r in rows] == ["base", "vision", "llm"]
+    assert all(0.0 <= float(r["value"]) <= 1.0 and r["n"] == "4" for r in rows)
+    assert "text only" in printed
