@@ -13,11 +13,11 @@ from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.report.inspection import SUMMARY_FILE
 from recipe_engine.report.model_card import CardFacts, model_card
 from recipe_engine.run.exporting import ExportPlan, ExportRequest, decide_export, write_export
-from recipe_engine.store.records import RunSummary
+from recipe_engine.store.records import EVALUATION, Manifest, RunSummary
 
 USAGE = """usage: python -m recipe_engine export STAGE_OR_RUN [key=value ...]
 
-STAGE_OR_RUN: a run folder (its final stage), RUN_DIR:STAGE, a store folder
+STAGE_OR_RUN: a run folder (its last trained stage), RUN_DIR:STAGE, a store folder
 (outputs/store/<key>) or a store key (its first characters will do).
 
   to=DIR          where to write (default: outputs/exports/<recipe>-<stage>-<key>-<form>)
@@ -133,9 +133,10 @@ def stage_folder(target: str, output_root: Path) -> Path:
 def _run_stage(run_dir: Path, stage: str | None) -> Path:
     rows = RunSummary.load(run_dir).stages
     names = [row.stage for row in rows]
-    if not names:
-        raise RecipeError(f"Run {run_dir} trained no stage: nothing to export.")
-    stage = stage or names[-1]
+    trained = [row.stage for row in rows if _holds_weights(row.output_path(run_dir))]
+    if not trained:
+        raise RecipeError(f"Run {run_dir} has no stage with weights: nothing to export.")
+    stage = stage or trained[-1]  # the last stage that trained (not a final evaluation)
     if stage not in names:
         raise RecipeError(
             f"Run {run_dir} has no stage `{stage}`.{did_you_mean(stage, names)} "
@@ -148,6 +149,11 @@ def _run_stage(run_dir: Path, stage: str | None) -> Path:
             "(outputs cleaned?). Rerun the recipe to recreate it."
         )
     return folder
+
+
+def _holds_weights(folder: Path) -> bool:
+    manifest = folder / "manifest.json"
+    return manifest.is_file() and Manifest.load(folder).format != EVALUATION
 
 
 def _store_key(key: str, store: Path) -> Path:

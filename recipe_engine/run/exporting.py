@@ -21,7 +21,7 @@ from typing import Any
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import atomic_write_text
-from recipe_engine.store.records import Manifest
+from recipe_engine.store.records import EVALUATION, Manifest
 from recipe_engine.store.store import (
     COMPLETE,
     ENGINE_MARKER,
@@ -85,6 +85,11 @@ def decide_export(request: ExportRequest) -> ExportPlan:
     """What the export will be, checked before anything is written."""
     lineage = stage_lineage(request.source)
     final = lineage[-1]
+    if final.format == EVALUATION:
+        raise RecipeError(
+            f"Stage `{final.stage}` only evaluates (it holds no weights): export "
+            f"`{final.parent or 'its model'}` instead."
+        )
     adapter = (request.source / "adapter_config.json").is_file()
     form = "adapter" if adapter and not request.merge else "merged" if adapter else "full"
     to = request.to or default_destination(request.source, final, form)

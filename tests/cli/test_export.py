@@ -24,6 +24,7 @@ from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import run_recipe
 
 RECIPE = "r3-two-stage"
+USER_RECIPES = Path(__file__).resolve().parents[1] / "fixtures" / "recipes"
 
 # Loads every export as the model card says, from the folders alone, and generates.
 LOAD_SCRIPT = """
@@ -201,3 +202,25 @@ def cli(*words: str, env: dict[str, str]) -> subprocess.CompletedProcess:
         timeout=300,
         env={**os.environ, "HF_HUB_OFFLINE": "0", **env},
     )
+
+
+def test_a_run_ending_in_an_evaluation_exports_its_last_trained_stage(tmp_path, capsys):
+    """`export RUN_DIR` skips a final evaluate-only stage (it holds no weights); naming that
+    stage is one message."""
+    root = tmp_path / "outputs"
+    overrides = [
+        "recipe=user-with-eval",
+        f"output_root={root}",
+        "++stage.vision.train.max_steps=1",
+        "++stage.llm.train.max_steps=1",
+        "data.max_samples=8",
+        "eval.max_samples=2",
+    ]
+    config = compose_config(overrides, extra_dirs=[str(USER_RECIPES)])
+    run = root / "runs" / "user-with-eval" / "t1"
+    run_recipe(plan_from_config(config), run)
+    assert export(run, f"to={tmp_path / 'final'}") == 0
+    assert json.loads((tmp_path / "final" / "export.json").read_text())["stage"] == "llm"
+    assert export(f"{run}:eval", f"to={tmp_path / 'eval'}") == 2
+    assert "only evaluates" in capsys.readouterr().err
+    assert not (tmp_path / "eval").exists()
