@@ -75,6 +75,13 @@ def main(placement: str, folder: str, out: str) -> None:
         verify_trainer(trainer, plan, planned_steps(args, len(ROWS), plan.world_size))
     trainer.train()
     print(f"rank {os.environ['RANK']}: trained {trainer.state.global_step} step(s)", flush=True)
+    # Leave together: a rank that exits first tears gloo down under the other, which then
+    # aborts ("terminate called without an active exception"; seen under load in `make test`).
+    trainer.accelerator.wait_for_everyone()
+    import torch.distributed
+
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -57,7 +57,12 @@ def test_public_names() -> None:
         "tiny-llama",
         "tiny-qwen2",
     )
-    assert TINY_DATASETS == {"shapes": "vlm", "arithmetic": "messages"}
+    assert TINY_DATASETS == {
+        "shapes": "vlm",
+        "arithmetic": "messages",
+        "shapes-preference": "preference",
+        "arithmetic-preference": "preference",
+    }
 
 
 def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -279,8 +279,10 @@ def _check_shared_base(jobs: list[Job]) -> None:
 
 def _base_and_data(a: RecipePlan, b: RecipePlan) -> dict[str, tuple[Any, Any]]:
     def entries(plan: RecipePlan) -> tuple[Any, Any]:
-        root, final = plan.stages[root_stage(plan)], plan.stages[final_stage(plan)]
-        return dataclasses.asdict(root.model), dataclasses.asdict(final.data.config)
+        # The probes are the root's held-out rows; a later stage may train on other data
+        # (DPO's pairs), judged on those pairs besides (`judge_preference`).
+        root = plan.stages[root_stage(plan)]
+        return dataclasses.asdict(root.model), dataclasses.asdict(root.data.config)
 
     (model_a, data_a), (model_b, data_b) = entries(a), entries(b)
     return {"model": (model_a, model_b), "data": (data_a, data_b)}
@@ -307,11 +309,33 @@ def collect_all(jobs: list[Job], probes: Path | None) -> list[RecipeRun]:
     """Every job's scores; on a probe file each model is measured now, the shared base once
     per seed (every recipe starts from it)."""
     if probes is None:
-        return [collect(job) for job in jobs]
-    first: dict[int, Job] = {}
-    for job in jobs:
-        first.setdefault(job.seed, job)
-    return [collect(job, probes, base=first[job.seed] is job) for job in jobs]
+        runs = [collect(job) for job in jobs]
+    else:
+        first: dict[int, Job] = {}
+        for job in jobs:
+            first.setdefault(job.seed, job)
+        runs = [collect(job, probes, base=first[job.seed] is job) for job in jobs]
+    judge_preference(jobs, runs)
+    return runs
+
+
+def judge_preference(jobs: list[Job], runs: list[RecipeRun]) -> None:
+    """Where a recipe trains on preference pairs, every recipe's final stage and the base are
+    judged on its held-out pairs (rewards against the base), so the recipes compare by what
+    preference training is judged by too."""
+    from recipe_engine.run.pair_judging import judge_on_pairs, run_pairs
+
+    settings = _eval_settings(jobs[0])
+    limit = settings.get("max_samples")
+    found = (run_pairs(job.run_dir, job.seed, limit) for job in jobs)
+    pairs = next((p for p in found if p), None)
+    if pairs is None:
+        return
+    for job, run in zip(jobs, runs, strict=True):
+        print(f"experiment: judging `{job.recipe}` on {len(pairs)} preference pair(s)")
+        final = final_stage(job.plan)
+        judged = judge_on_pairs(job.run_dir, [final], pairs, settings, job.seed)
+        run.preference, run.base_preference = judged.get(final), next(iter(judged.values()))
 
 
 def collect(job: Job, probes: Path | None = None, *, base: bool = True) -> RecipeRun:
@@ -348,9 +372,12 @@ def _scores(
     they used these settings, the rest measured now (everything, on a probe file)."""
     settings, final = _eval_settings(job), final_stage(job.plan)
     score, base_score = None, None
+    root = manifests[root_stage(job.plan)]
     if probes is None:
-        score = stored_score(manifests[final], settings)
-        base_score = stored_base_score(manifests[root_stage(job.plan)], settings)
+        # A final stage trained on other data (DPO's pairs) held out other rows than the probes.
+        same_rows = manifests[final].data == root.data
+        score = stored_score(manifests[final], settings) if same_rows else None
+        base_score = stored_base_score(root, settings)
     wanted = [(final, score), *([(BASE, base_score)] if base else [])]
     missing = [name for name, found in wanted if found is None]
     if missing:
@@ -454,6 +481,8 @@ def _print(written: dict[str, Any], runs: list[RecipeRun]) -> None:
     for line in written["platform_warning"]:
         print(line)
     print(differences_sentence(summarize(runs)))
+    for line in written["preference"]:
+        print(line)
     print(f"report: {written['report']}")
     print(f"table:  {written['csv']}")
     charts = [str(path) for path in written["plots"].values() if path is not None]

@@ -12,6 +12,7 @@ import enum
 import importlib
 import inspect
 import json
+import os
 import re
 import typing
 from collections.abc import Iterator, Mapping, Sequence
@@ -36,6 +37,8 @@ from recipe_engine.versions import package_version
 # BitsAndBytesConfig its __init__ arguments.
 LIBRARY_CLASSES = {
     "SFTConfig": ("trl", "SFTConfig", "trl"),
+    "DPOConfig": ("trl", "DPOConfig", "trl"),
+    "ORPOConfig": ("trl.experimental.orpo", "ORPOConfig", "trl"),
     "LoraConfig": ("peft", "LoraConfig", "peft"),
     "BitsAndBytesConfig": ("transformers", "BitsAndBytesConfig", "transformers"),
 }
@@ -105,6 +108,8 @@ def library_fields(class_name: str) -> dict[str, LibraryField]:
     cached = cache_dir() / "fields" / f"{class_name}-{dist}-{version}-{FIELDS_FORMAT}.json"
     if version and cached.is_file():
         return {k: LibraryField(v["type"], tuple(v["choices"])) for k, v in _read(cached).items()}
+    if module.startswith("trl.experimental"):  # its import warns of what `plan` notes already
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     fields = _read_fields(getattr(importlib.import_module(module), attr), class_name)
     if version:  # fields of an unversioned import may change under the same name
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -171,10 +176,11 @@ def _integrations() -> tuple[str, ...]:
     return ("all", "none", *INTEGRATION_TO_CALLBACK)
 
 
-def check_train(stage: str, train: Mapping[str, Any]) -> None:
-    """Keys are SFTConfig fields the engine doesn't own; values have the field's type, one of
-    its choices, and lie in their range."""
-    fields = library_fields("SFTConfig")
+def check_train(stage: str, train: Mapping[str, Any], settings_class: str = "SFTConfig") -> None:
+    """Keys are fields of the stage trainer's settings class (SFTConfig, DPOConfig, ...) the
+    engine doesn't own; values have the field's type, one of its choices, and lie in their
+    range."""
+    fields = library_fields(settings_class)
     for key, value in train.items():
         full = f"stage.{stage}.train.{key}"
         if key in ENGINE_OWNED_TRAIN_KEYS:
@@ -187,8 +193,8 @@ def check_train(stage: str, train: Mapping[str, Any]) -> None:
             continue
         if key not in fields:
             valid = [*fields, *ENGINE_TRAIN_KEYS]
-            raise unknown_key(full, valid, "the trainer settings (SFTConfig fields)")
-        check_field(full, value, fields[key], "SFTConfig")
+            raise unknown_key(full, valid, f"the trainer settings ({settings_class} fields)")
+        check_field(full, value, fields[key], settings_class)
     check_bounds(f"stage.{stage}.train", train, TRAIN_BOUNDS)
 
 

@@ -14,10 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.config.trainers import TRAINERS
+
 # bitsandbytes arguments that name a torch dtype: plans keep the name, the library wants it.
 DTYPE_KEYS = ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage")
 # What a child process checks: the class name -> how to build it from plain arguments.
-CLASSES = ("SFTConfig", "LoraConfig", "BitsAndBytesConfig")
+TRAINER_CLASSES = tuple(kind.settings_class for kind in TRAINERS.values())
+CLASSES = (*TRAINER_CLASSES, "LoraConfig", "BitsAndBytesConfig")
 # `report_to` integrations the engine offers as extras: pip install 'recipe-engine[<name>]'.
 ENGINE_EXTRAS = ("tensorboard", "wandb", "mlflow")
 # The other integrations transformers knows -> what to pip install for them (transformers'
@@ -37,9 +40,19 @@ INTEGRATION_PACKAGES = {
 
 
 def sft_config(settings: Mapping[str, Any], output_dir: Path | str) -> Any:
-    from trl import SFTConfig
+    return trainer_config("SFTConfig", settings, output_dir)
 
-    return SFTConfig(**settings, output_dir=str(output_dir))
+
+def trainer_config(class_name: str, settings: Mapping[str, Any], output_dir: Path | str) -> Any:
+    """A trainer's settings object (SFTConfig, DPOConfig, ORPOConfig) from plain arguments."""
+    import importlib
+    import os
+
+    module = next(k.module for k in TRAINERS.values() if k.settings_class == class_name)
+    if module.startswith("trl.experimental"):  # `plan` notes it; the import would warn
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    settings_class = getattr(importlib.import_module(module), class_name)
+    return settings_class(**settings, output_dir=str(output_dir))
 
 
 def lora_config(arguments: Mapping[str, Any]) -> Any:
@@ -63,7 +76,10 @@ def judge(stages: list[dict[str, Any]]) -> dict[str, str]:
     """The first refusal among the stages' settings, or {} if none: {stage, class, error} with
     a library's own words, or {stage, class, key, message} with the engine's."""
     build = {
-        "SFTConfig": lambda a: sft_config(a, Path("unused-output-dir")),
+        **{
+            name: lambda a, n=name: trainer_config(n, a, Path("unused-output-dir"))
+            for name in TRAINER_CLASSES
+        },
         "LoraConfig": lora_config,
         "BitsAndBytesConfig": bnb_config,
     }
@@ -85,7 +101,8 @@ def judge(stages: list[dict[str, Any]]) -> dict[str, str]:
 def reporting_refusal(stage: dict[str, Any]) -> dict[str, str]:
     """`report_to` names integrations SFTConfig accepts but the Trainer fails on when their
     package is missing (after the model has loaded): refuse those here, saying what to install."""
-    report_to = (stage.get("SFTConfig") or {}).get("report_to") or "none"
+    trainer_class = next((c for c in TRAINER_CLASSES if stage.get(c) is not None), "SFTConfig")
+    report_to = (stage.get(trainer_class) or {}).get("report_to") or "none"
     names = [report_to] if isinstance(report_to, str) else list(report_to)
     available = available_integrations()
     missing = [n for n in names if n not in ("none", "all", *available)]
@@ -94,7 +111,7 @@ def reporting_refusal(stage: dict[str, Any]) -> dict[str, str]:
     key = f"stage.{stage['stage']}.train.report_to"
     return {
         "stage": stage["stage"],
-        "class": "SFTConfig",
+        "class": trainer_class,
         "key": "report_to",
         "message": f"`{key}` names {missing[0]}, but {_what_to_install(missing[0])}, or "
         f"remove {missing[0]} from {key}.",

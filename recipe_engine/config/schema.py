@@ -35,7 +35,8 @@ class DataConfig:
     name: str = MISSING
     source: str = "local"  # local | hub | tiny
     path: str | None = None
-    format: str = "auto"  # auto | messages | prompt_completion | alpaca | sharegpt | vlm
+    # auto | messages | prompt_completion | alpaca | preference | sharegpt | vlm
+    format: str = "auto"
     columns: dict[str, str] = field(default_factory=dict)
     train_split: str = "train"
     eval_split: str | None = "eval"
@@ -65,6 +66,8 @@ class StageConfig:
     template: str | None = None
     description: str = ""
     evaluate_only: bool = False  # a held-out evaluation of `init`, cached like any stage
+    # sft | dpo | orpo (config/trainers.py): TRL's trainer, whose settings class `train` holds
+    trainer: str = "sft"
     init: InitConfig = field(default_factory=InitConfig)
     freeze: FreezeConfig = field(default_factory=FreezeConfig)
     # Empty = not used; a mapping (not None) so that any key can be set on the command line,
@@ -76,7 +79,7 @@ class StageConfig:
     # `data` keys that replace the recipe's for this stage (empty: the recipe's data), so
     # stage.<name>.data.path=... changes one key, like any other override.
     data: dict[str, Any] | None = field(default_factory=dict)
-    train: dict[str, Any] = field(default_factory=dict)  # SFTConfig keys
+    train: dict[str, Any] = field(default_factory=dict)  # the trainer's settings (SFTConfig ...)
 
 
 @dataclass

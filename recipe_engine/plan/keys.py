@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from recipe_engine.config.schema import EngineConfig, ModelConfig
+from recipe_engine.config.trainers import SFT
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan import dag
 from recipe_engine.plan.recipe_plan import StagePlan
@@ -25,7 +26,7 @@ def set_fingerprints(
     settings = {}
     for name, stage in planned.items():
         settings[name] = {
-            **dataclasses.asdict(stage.config),
+            **_stage_settings(stage),
             "world_size": stage.placement.world_size,
             "effective_quantization": stage.placement.quantization,
             **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
@@ -44,6 +45,15 @@ def set_fingerprints(
         planned[name].fingerprint = fingerprint
 
 
+def _stage_settings(stage: StagePlan) -> dict[str, Any]:
+    """The stage's own settings; the default trainer (sft) is left out, so the keys of every
+    stage from before trainers were a choice stay as they were."""
+    settings = dataclasses.asdict(stage.config)
+    if settings.get("trainer") == SFT:
+        del settings["trainer"]
+    return settings
+
+
 def _randomness(stage: StagePlan) -> dict[str, Any]:
     """How a stage's random draws are made, where that changed what its key trains to.
 
@@ -54,7 +64,12 @@ def _randomness(stage: StagePlan) -> dict[str, Any]:
     """
     seeded = {"lora_init": "seeded"} if stage.config.lora else {}
     kernels = {"deterministic_kernels": True} if stage.determinism.deterministic_kernels else {}
-    return {**seeded, **kernels}
+    # Until the preflight ran in train mode, its no-grad forward in eval mode had bitsandbytes
+    # repack a 4-bit stage's weights for CPU inference (on CPUs with AVX512-BF16), and the
+    # stage then trained through that inference kernel: other weights than the training
+    # kernel gives. Such keys named another result, so 4-bit stages got new keys.
+    kbit = {"kbit_kernels": "training"} if stage.placement.quantization == "4bit" else {}
+    return {**seeded, **kernels, **kbit}
 
 
 def _declared_layout(model: ModelConfig) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Memory estimate: how much memory a stage needs per device, and of what.
 
 Pure arithmetic over plain data (no torch): the model's shape (read from its config),
-its parameter counts per component (from the policy), the stage's policy and its trainer
-settings. `estimate_memory` returns the peak per device as a breakdown; `plan` prints it,
+its parameter counts per component (from the policy), the stage's policy, its trainer and
+its settings. `estimate_memory` returns the peak per device as a breakdown; `plan` prints it,
 placement decides fit / refuse with it, and `make bench-memory` compares it with peaks
 measured on real runs.
 
@@ -18,6 +18,13 @@ PEFT keeps LoRA weights in fp32 (`autocast_adapter_dtype`), `prepare_model_for_k
 upcasts every non-quantized weight of a k-bit model to fp32, TRL casts a k-bit model's
 trainable weights to bf16 when training in bf16, torch optimizers keep their state in the
 parameter's dtype, and TRL's fused LM head never materializes the logits (see VOCAB_TILE).
+
+Preference trainers run a row as two sequences (prompt + chosen, prompt + rejected) in one
+batch of 2 x batch, images repeated: activations and LM head buffers follow that batch. DPO
+uses SFT's fused LM head; its reference forward (no_grad, after the policy's) stays below the
+backward's top. A LoRA policy's reference is the adapter-disabled base; a full fine-tune's a
+frozen copy of the starting weights (`reference`, sharded like them) unless
+`precompute_ref_log_probs` scores the rows before training. ORPO materializes the logits.
 """
 
 from __future__ import annotations
@@ -53,6 +60,13 @@ PASS_H, PASS_I = 4, 3
 TOKEN_TILE = 4096
 VOCAB_TILE = 32768
 CPU_TILE_BYTES = 7 * 4 + 1
+# ORPO's plain forward: logits of every position of the 2 x batch sequences, kept (its log-prob
+# gather saves them), the chosen half's NLL log-softmax, and the backward's logits gradients:
+# ~ORPO_LOGITS logits-sized tensors at the top (CPU live tensors, fp32, SmolLM2-135M; not yet
+# measured on CUDA, where TRL's Triton log-prob kernel replaces the torch gather).
+ORPO_LOGITS = 4.5
+# LoRA on every linear layer at r ~16 is ~1% of the weights (the advice's LoRA alternative).
+LORA_SHARE = 100
 # On CUDA the peak is what PyTorch's allocator holds (`max_memory_allocated`, what the run
 # measures): tensors plus cuBLAS's workspace, which torch allocates through it (32 MiB per
 # handle on Hopper; measured on an H100, docs/gpu/). The CUDA context and kernels live outside
@@ -107,6 +121,10 @@ class MemoryRequest:
     attention: str = "sdpa"  # eager also keeps the attention matrix
     sharding: Sharding = field(default_factory=Sharding)
     overhead_gib: float = 0.0
+    sequences_per_row: int = 1  # 2 for preference pairs: prompt + chosen, prompt + rejected
+    reference_copy: bool = False  # DPO's frozen copy of the starting weights (full fine-tune)
+    fused_head: bool = True  # TRL's fused LM head; False: ORPO's materialized logits
+    stage: str = ""  # the stage's name, for the advice
 
 
 @dataclass(frozen=True)
@@ -122,22 +140,19 @@ class MemoryEstimate:
     overhead: float
     phase: str  # backward | optimizer step: the moment the peak falls in
     devices: int = 1
+    reference: float = 0.0  # DPO's frozen copy of the starting weights
 
     @property
     def peak(self) -> float:
-        return (
-            self.weights
-            + self.lora
-            + self.gradients
-            + self.optimizer
-            + self.activations
-            + self.logits
-            + self.overhead
-        )
+        return sum(value for _, value in self._named())
 
     def parts(self) -> list[tuple[str, float]]:
-        named = [
+        return [(n, v) for n, v in self._named() if v > 0]
+
+    def _named(self) -> list[tuple[str, float]]:
+        return [
             ("weights", self.weights),
+            ("reference model", self.reference),
             ("lora", self.lora),
             ("gradients", self.gradients),
             ("optimizer", self.optimizer),
@@ -145,7 +160,6 @@ class MemoryEstimate:
             ("logits", self.logits),
             ("overhead", self.overhead),
         ]
-        return [(n, v) for n, v in named if v > 0]
 
 
 @dataclass(frozen=True)
@@ -180,9 +194,11 @@ def estimate_memory(req: MemoryRequest) -> MemoryEstimate:
     lora = req.lora_params * _trainable_width(req, lora=True)
     grads = _trainable_params(req) * _trainable_width(req) + lora
     optimizer = _optimizer(req, _trainable_params(req), lora)
-    activations = _activations(req)
-    logits = _logits(req)
+    sequences = replace(req, batch=req.batch * req.sequences_per_row)  # the batch run
+    activations = _activations(sequences)
+    logits = _logits(sequences)
     full = {"weights": weights, "lora": lora, "gradients": grads, "optimizer": optimizer}
+    full["reference"] = _reference(req)
     shared = _shares(req.sharding, full)
     model_parallel = req.sharding.mode == "model_parallel"
     act_share = activations / req.sharding.devices if model_parallel else activations
@@ -199,22 +215,31 @@ def estimate_memory(req: MemoryRequest) -> MemoryEstimate:
         overhead=req.overhead_gib,
         phase=phase,
         devices=req.sharding.devices,
+        reference=shared["reference"] / GIB,
     )
+
+
+def _reference(req: MemoryRequest) -> float:
+    """DPO's frozen copy of the starting weights: stored as the stage loads them (its dtype,
+    quantized weights as quantized), no gradients, no optimizer state."""
+    return _stored(req, WIDTH[req.dtype], copies=False) if req.reference_copy else 0.0
 
 
 def _weights(req: MemoryRequest) -> float:
     """Every stored weight at its width; trained components under LoRA are copied
     (PEFT's modules_to_save) and the copy is trainable."""
-    dtype_width = WIDTH[req.dtype]
     # prepare_model_for_kbit_training upcasts every non-quantized weight to fp32.
-    plain_width = 4 if req.bits != "none" else dtype_width
+    return _stored(req, 4 if req.bits != "none" else WIDTH[req.dtype], copies=True)
+
+
+def _stored(req: MemoryRequest, plain_width: int, copies: bool) -> float:
     total = 0.0
     for component, count in req.param_counts.items():
         quantized = 0
         if component in req.quantized_components:
             quantized = _quantized_share(req, component, count)
         total += quantized * _quant_bytes(req) + (count - quantized) * plain_width
-        if component in req.trained and req.lora_components:
+        if copies and component in req.trained and req.lora_components:
             total += count * _trainable_width(req)
     return total
 
@@ -296,6 +321,8 @@ def _shares(sharding: Sharding, full: Mapping[str, float]) -> dict[str, float]:
             2: {"optimizer", "gradients"},
             3: {"optimizer", "gradients", "weights", "lora"},
         }[stage]
+    if "weights" in sharded:  # TRL prepares the reference like the policy
+        sharded.add("reference")
     return {k: v / n if k in sharded else v for k, v in full.items()}
 
 
@@ -382,8 +409,13 @@ def _stack(req: MemoryRequest, stack: Stack) -> float:
 
 
 def _logits(req: MemoryRequest) -> float:
-    """TRL's fused LM head at the start of the backward pass (see VOCAB_TILE)."""
+    """TRL's fused LM head at the start of the backward pass (see VOCAB_TILE), or ORPO's
+    materialized logits (see ORPO_LOGITS)."""
     tokens, shape = _tokens(req), req.shape
+    if not req.fused_head:  # and a trained lm_head's gradient, the backward's first
+        head = shape.vocab_size * shape.hidden_size * _trainable_width(req)
+        head = head if "lm_head" in req.trained else 0
+        return ORPO_LOGITS * tokens * shape.vocab_size * WIDTH[req.dtype] + head
     rows, width = min(tokens, TOKEN_TILE), WIDTH[req.dtype]
     tile = rows * VOCAB_TILE * width
     per_element = 0 if req.accelerated else CPU_TILE_BYTES + (4 if width != 4 else 0)
@@ -433,9 +465,34 @@ def fit_advice(req: MemoryRequest, capacity_gib: float) -> list[str]:
         )
         if estimate_memory(quantized).peak <= capacity_gib:
             advice.append("quantization 4-bit on the frozen language model")
+    advice += _reference_advice(req, capacity_gib)
     for devices in (2, 4, 8):
         sharded = replace(req, sharding=Sharding("fsdp", devices))
         if estimate_memory(sharded).peak <= capacity_gib:
             advice.append(f"parallel=fsdp over {devices} GPUs")
             break
+    return advice
+
+
+def _reference_advice(req: MemoryRequest, capacity_gib: float) -> list[str]:
+    """DPO's frozen reference copy: LoRA makes the reference the adapter-disabled base; text
+    rows can have the reference's log-probs computed once before training instead."""
+    if not req.reference_copy:
+        return []
+    copy, name, advice = f"{estimate_memory(req).reference:.1f} GiB", req.stage or "<name>", []
+    language = req.param_counts.get("language_model", 0)
+    lora = replace(req, reference_copy=False, trained=(), lora_components=("language_model",))
+    if estimate_memory(replace(lora, lora_params=language // LORA_SHARE)).peak <= capacity_gib:
+        rest = ",".join(c for c in req.param_counts if c != "language_model")
+        advice.append(
+            f"LoRA on the language model, the rest frozen (stage.{name}.lora.components="
+            f"[language_model], stage.{name}.freeze.components=[{rest}]): DPO's reference is "
+            f"then the adapter-disabled base, not a {copy} frozen copy"
+        )
+    precomputed = replace(req, reference_copy=False)
+    if not req.images_per_row and estimate_memory(precomputed).peak <= capacity_gib:
+        advice.append(
+            f"stage.{name}.train.precompute_ref_log_probs=true (TRL scores the reference "
+            f"once before training and keeps no {copy} copy; text rows only)"
+        )
     return advice

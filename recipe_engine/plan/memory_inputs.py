@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipe_engine.config.schema import StageConfig
+from recipe_engine.config.trainers import ORPO, TRAINERS
 from recipe_engine.plan.memory import (
     CUDA_CONTEXT_GIB,
     CUDA_WORKSPACE_GIB,
@@ -46,6 +47,7 @@ class MemoryInputs:
     placement: PlacementPlan | None = None
     capacity_gib: float | None = None
     zero_stage: int | None = None
+    name: str = ""  # the stage's name, for the advice
 
 
 # --------------------------------------------------------------------------- the stage
@@ -59,7 +61,8 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
         return None
     lengths = given.longest
     shape = model_shape(given.files.config, given.files.processor, lengths["image_pixels"])
-    text, assumed = _text_tokens(stage.train, lengths, given.kind)
+    pairs = TRAINERS.get(stage.trainer, TRAINERS["sft"]).preference
+    text, assumed = _text_tokens(stage.train, lengths, given.kind, pairs)
     device = placement.device if placement else "cuda"
     request = MemoryRequest(
         shape=shape,
@@ -74,6 +77,8 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
         optim=str(stage.train.get("optim") or DEFAULT_OPTIM),
         sharding=_sharding(placement, given.zero_stage),
         overhead_gib=CUDA_WORKSPACE_GIB if device == "cuda" else 0.0,
+        **_trainer_terms(given.policy, stage),
+        stage=given.name,
     )
     where = "cuda:0" if device == "cuda" else device
     capacity = given.capacity_gib
@@ -96,13 +101,32 @@ def _policy_terms(policy: PolicyPlan, stage: StageConfig) -> dict[str, Any]:
     }
 
 
+def _trainer_terms(policy: PolicyPlan, stage: StageConfig) -> dict[str, Any]:
+    """What the trainer puts on the estimate (config/trainers.py): a preference pair is two
+    sequences; DPO's reference is a frozen copy of the starting weights for a full fine-tune
+    (LoRA's is the adapter-disabled base), none when TRL precomputes its log-probs (no
+    `ref_model`: the policy before training scores the rows); ORPO materializes the logits."""
+    kind = TRAINERS.get(stage.trainer, TRAINERS["sft"])
+    precomputed = bool(stage.train.get("precompute_ref_log_probs"))
+    return {
+        "sequences_per_row": 2 if kind.preference else 1,
+        "reference_copy": kind.reference and policy.lora is None and not precomputed,
+        "fused_head": kind.name != ORPO,
+    }
+
+
 def _text_tokens(
-    train: Mapping[str, Any], lengths: Mapping[str, int], kind: str
+    train: Mapping[str, Any], lengths: Mapping[str, int], kind: str, pairs: bool = False
 ) -> tuple[int, tuple[str, ...]]:
-    """Text tokens of the longest row, capped by max_length (a batch pads to its longest)."""
-    estimated = lengths["chars"] // CHARS_PER_TOKEN + TEMPLATE_TOKENS_PER_MESSAGE * max(
-        lengths["messages"], 1
-    )
+    """Text tokens of the longest row, capped by max_length (a batch pads to its longest).
+    A preference row's sequence is its prompt and the longer answer (`pair_chars`,
+    `pair_messages`); lengths surveyed without them count both answers' characters (over by
+    the shorter answer)."""
+    chars, messages = lengths["chars"], lengths["messages"]
+    if pairs:  # without pair_messages: the prompt's turns and one answer's
+        chars = lengths.get("pair_chars", chars)
+        messages = lengths.get("pair_messages", messages - 1)
+    estimated = chars // CHARS_PER_TOKEN + TEMPLATE_TOKENS_PER_MESSAGE * max(messages, 1)
     limit = train.get("max_length", None if kind == "vlm" else DEFAULT_MAX_LENGTH)
     tokens = min(estimated, int(limit)) if limit else estimated
     return max(tokens, 1), (f"longest row ~{estimated} text tokens",)

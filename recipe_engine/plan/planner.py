@@ -24,6 +24,7 @@ from recipe_engine.config.schema import (
     StageConfig,
     without_empty_sections,
 )
+from recipe_engine.config.trainers import SFT, trainer_kind
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.plan import dag
 from recipe_engine.plan.determinism import Determinism, decide_determinism
@@ -38,6 +39,7 @@ from recipe_engine.plan.placement import (
     plan_placement,
 )
 from recipe_engine.plan.policy import decide_policy, evaluation_policy
+from recipe_engine.plan.preference import check_rows_fit_trainer, trainer_notes
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.rows import check_trainable_rows, rows_through_template
 from recipe_engine.plan.trainer_settings import (
@@ -120,6 +122,7 @@ def _plan_stage(
     placement = _place(context, policy, rows)
     if placement.quantization == "none":  # skipped where bitsandbytes cannot run (recorded)
         policy = dataclasses.replace(policy, quantization=None)
+    check_rows_fit_trainer(name, stage, rows)
     stage, loss_notes = _loss_follows_data(context, rows)
     check_trainable_rows(name, stage, rows, context.cfg.eval.enabled)
     _check_rows_reach_training(name, policy, rows)
@@ -145,7 +148,12 @@ def _plan_stage(
         placement=placement,
         trainer={**trainer, "full_determinism": determinism.deterministic_kernels},
         determinism=determinism,
-        notes=[*_notes(policy, context), *loss_notes, *autocast],
+        notes=[
+            *_notes(policy, context),
+            *trainer_notes(name, stage, policy),
+            *loss_notes,
+            *autocast,
+        ],
         memory=_memory(context, policy, rows, placement),
     )
 
@@ -211,7 +219,8 @@ def resolve_dtypes(stage: StageConfig, model: ModelConfig) -> StageConfig:
 def _check_stage_settings(name: str, stage: StageConfig) -> None:
     library_keys.check_dtype(name, stage.dtype)
     validate_components(stage.freeze.components, f"stage.{name}.freeze.components")
-    library_keys.check_train(name, stage.train)
+    kind = trainer_kind(stage.trainer, name)
+    library_keys.check_train(name, stage.train, kind.settings_class)
     if stage.lora:
         library_keys.check_lora_keys(name, stage.lora)
         validate_components(stage.lora.get("components", []), f"stage.{name}.lora.components")
@@ -330,6 +339,7 @@ def _memory(
             zero_stage=zero_stage(deepspeed_settings(context.inputs.deepspeed))
             if deepspeed
             else None,
+            name=context.name,
         )
     )
 
@@ -353,7 +363,7 @@ def _loss_follows_data(context: StageContext, rows: Rows) -> tuple[StageConfig, 
     """The stage with the loss flag its rows call for (`choose_loss`) among its `train`
     keys, so that the flag enters the stage key, and the note `plan` prints about it."""
     stage = context.stage
-    if stage.evaluate_only:
+    if stage.evaluate_only or stage.trainer != SFT:  # preference trainers have no loss flags
         return stage, []
     support = "" if is_prompt_completion(rows.format) else context.inputs.model.template.support
     choice = choose_loss(context.name, stage.train, rows.format, support)

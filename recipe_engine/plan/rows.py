@@ -11,18 +11,20 @@ import dataclasses
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.data import chat_template_setting
-from recipe_engine.resolve.formats import is_text_prompt_completion
+from recipe_engine.resolve.formats import is_plain_text, is_text_prompt_completion
 from recipe_engine.resolve.inputs import Rows, StageInputs
 
 
 def rows_through_template(inputs: StageInputs, shared: dict[tuple[str, str], Rows]) -> Rows:
-    """Plain prompt/completion rows as TRL's conversational prompt-completion where the model
-    has a chat template (`data.chat_template`), so that training, evaluation and `compare` ask
-    an instruct model as it was made to be asked; the data line of `plan` says which, and why.
-    Conversations go through the template anyway; image rows are conversational already."""
+    """Plain-text rows (prompt/completion, preference pairs) as TRL's conversational rows where
+    the model has a chat template (`data.chat_template`), so that training, evaluation and
+    `compare` ask an instruct model as it was made to be asked; the data line of `plan` says
+    which, and why. Conversations go through the template anyway; image rows are
+    conversational already."""
     rows = inputs.data[""]
     setting = chat_template_setting(rows.config)
-    if not is_text_prompt_completion(rows.format):
+    written = inputs.data.get("auto", rows)  # as written, where `true` read them otherwise
+    if not (is_text_prompt_completion(rows.format) or is_plain_text(written.format)):
         return inputs.data["auto"] if setting == "true" else rows  # moot for these rows
     if setting == "false":
         return _rendered(rows, "as plain text (data.chat_template=false)", shared)

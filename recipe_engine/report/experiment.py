@@ -80,6 +80,10 @@ class RecipeRun:
     # trained in an earlier run, and the table says so.
     cached: list[str] = field(default_factory=list)
     stages: int = 1  # how many stages the recipe has
+    # The final stage's and the base's metrics on the experiment's held-out preference pairs
+    # (run.preference_scores; None: no recipe trains on pairs).
+    preference: dict[str, Any] | None = None
+    base_preference: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

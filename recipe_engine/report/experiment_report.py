@@ -27,6 +27,7 @@ from recipe_engine.report.experiment import (
     table_rows,
 )
 from recipe_engine.report.plots import MISSING, write_metric_bars
+from recipe_engine.report.preference import RULE, experiment_pairs, pair_table, preference_answer
 from recipe_engine.store.records import platform_lines, relative_to
 from recipe_engine.tables import markdown_table
 
@@ -59,7 +60,10 @@ def write_experiment(folder: Path, experiment: Experiment) -> dict[str, Any]:
     report = folder / "experiment.md"
     atomic_write_text(report, "\n".join(lines) + "\n")
     warning = platform_warning_lines(experiment.runs)
+    judged = experiment_pairs(experiment.runs)
+    preference = [*pair_table(judged), *filter(None, [preference_answer(experiment.runs)])]
     return {
+        "preference": preference if any(judged.values()) else [],
         "report": report,
         "csv": csv_path,
         "plots": charts,
@@ -162,12 +166,30 @@ def _report_lines(
         "",
         f"**{answer}**",
         "",
+        *_preference_lines(experiment.runs),
         "## Bar charts",
         "",
     ]
     lines += [_chart_line(metric, path) for metric, path in charts.items()] or ["(none)"]
     lines += ["", "## Settings that differ", "", "```", experiment.differences, "```", ""]
     return lines + ["## Runs", "", *_run_lines(folder, experiment.runs)]
+
+
+def _preference_lines(runs: Sequence[RecipeRun]) -> list[str]:
+    """The preference pairs' section, where a recipe trains on pairs."""
+    judged = experiment_pairs(runs)
+    if not any(judged.values()):
+        return []
+    answer = preference_answer(runs)
+    return [
+        "## Preference pairs",
+        "",
+        *pair_table(judged, markdown=True),
+        "",
+        RULE + ".",
+        "",
+        *([f"**{answer}**", ""] if answer else []),
+    ]
 
 
 def _legend(runs: Sequence[RecipeRun]) -> str:

@@ -117,11 +117,21 @@ def sinks(plan: RecipePlan, results: list[StageResult]) -> list[StageResult]:
     return targets or leaves
 
 
+def _on_rows(plan: RecipePlan, name: str, text: str) -> str:
+    """A stage's accuracy, saying so when it was measured on other rows than the base's (a
+    DPO stage's held-out pairs, asked for the chosen answer)."""
+    roots = [s for s in plan.stages.values() if s.parent is None]
+    stage = plan.stages[name]
+    if not roots or stage.data.identity == roots[0].data.identity:
+        return text
+    return f"{text} on its own held-out rows ({stage.data.config.name or stage.data.origin})"
+
+
 def _accuracy_line(plan: RecipePlan, results: list[StageResult]) -> list[str]:
     metrics: list[Any] = [r.manifest.metrics for r in results if r.manifest]
     base = next((m.base_accuracy for m in metrics if m.base_accuracy is not None), None)
     scored = [(r.name, accuracy_text(r.manifest)) for r in sinks(plan, results) if r.manifest]
-    scored = [(name, text) for name, text in scored if text is not None]
+    scored = [(name, _on_rows(plan, name, text)) for name, text in scored if text is not None]
     if base is None or not scored:
         return []
     if len(scored) == 1:

@@ -149,6 +149,17 @@ def json_list(value: Any) -> Any:
     return value
 
 
+def json_messages(value: Any) -> Any:
+    """Messages stored as JSON text (CSV cells): a list of them, or one message object,
+    decoded; anything else as it is."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return json_list(value)
+
+
 def given_keys(message: Any) -> dict[str, Any]:
     """A message's keys that hold a value (Arrow gives every row the keys of all rows)."""
     if not isinstance(message, Mapping):

@@ -53,9 +53,10 @@ __all__ = [
 SOURCES = ("local", "hub", "tiny")
 FORMAT_SETTINGS = ("auto", *INPUT_FORMATS)
 KINDS = ("vlm", "causal_lm")
-# `data.chat_template`: whether plain prompt/completion rows go through the model's chat
-# template (as one user and one assistant turn). The planner resolves `auto` by the tokenizer:
-# rows it reads with `true` are converted, with `auto` or `false` kept as plain text.
+# `data.chat_template`: whether plain prompt/completion rows (and plain-text preference pairs)
+# go through the model's chat template (as one user and one assistant turn). The planner
+# resolves `auto` by the tokenizer: rows it reads with `true` are converted, with `auto` or
+# `false` kept as plain text. Conversations, preference pairs included, are read as they are.
 CHAT_TEMPLATE_SETTINGS = ("auto", "true", "false")
 
 
@@ -66,7 +67,7 @@ class DataSplits:
     train: datasets.Dataset
     eval: datasets.Dataset | None
     identity: str
-    format: str  # formats.OUTPUT_FORMATS: messages | prompt_completion | vlm | vlm_prompt_...
+    format: str  # formats.OUTPUT_FORMATS: messages | prompt_completion | ... | vlm_preference
     source_format: str = ""  # what the rows were: messages, sharegpt, alpaca, ... (+ images)
 
 

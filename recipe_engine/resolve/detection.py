@@ -12,14 +12,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.resolve.converters import json_list
+from recipe_engine.resolve.converters import json_messages
 from recipe_engine.resolve.formats import (
     CANONICAL_COLUMNS,
     INPUT_FORMATS,
+    PREFERENCE,
     REGISTRY,
     DataFormat,
     looks_sharegpt,
 )
+from recipe_engine.resolve.preference_rows import ANSWERS
 
 # Rows read to learn the keys of conversations stored as JSON text (CSV cells, mixed types).
 SURVEY_ROWS = 64
@@ -30,7 +32,10 @@ LOOKS_LIKE = {
     "completion": re.compile(
         r"^(a|answer|response|output|completion|target|label|reply)$", re.IGNORECASE
     ),
+    "chosen": re.compile(r"^(chosen|preferred|accepted|better|good|winner)(_\w+)?$", re.I),
+    "rejected": re.compile(r"^(rejected|dispreferred|worse|bad|loser)(_\w+)?$", re.I),
 }
+MESSAGE_KEYS = frozenset({"role", "content"})
 
 
 # --------------------------------------------------------------------------- what a split holds
@@ -77,6 +82,8 @@ def _conversation_keys(ds: Any, column: str) -> tuple[frozenset[str], bool] | No
 
     feature = ds.features[column]
     lists = (datasets.List, datasets.LargeList)
+    if isinstance(feature, dict) and MESSAGE_KEYS <= feature.keys():  # one message a row
+        return frozenset(feature), isinstance(feature["content"], lists)
     if isinstance(feature, lists) and isinstance(feature.feature, dict):
         content = feature.feature.get("content")
         if isinstance(content, lists):
@@ -93,7 +100,9 @@ def _conversation_keys(ds: Any, column: str) -> tuple[frozenset[str], bool] | No
     keys: set[str] = set()
     with_parts = False
     for value in ds.select(range(min(SURVEY_ROWS, ds.num_rows)))[column]:
-        messages = json_list(value)
+        messages = json_messages(value)
+        if isinstance(messages, Mapping):
+            messages = [messages]  # one message a row
         for message in messages if isinstance(messages, list) else ():
             if isinstance(message, Mapping):
                 keys.update(k for k, v in message.items() if v is not None)
@@ -113,6 +122,11 @@ class Layout:
     columns: Mapping[str, str]  # canonical name -> the split's column
     images: bool
     chat: bool = False  # plain prompt/completion text as one user and one assistant turn
+    # The format's conversable columns hold messages (`DataFormat.conversable`): the chat
+    # shape, whatever data.chat_template says.
+    conversational: bool = False
+    # No `prompt` column: the turns `chosen` and `rejected` share (`DataFormat.implicit`).
+    implicit_prompt: bool = False
 
     @property
     def given(self) -> DataFormat:
@@ -121,11 +135,12 @@ class Layout:
     @property
     def output(self) -> str:
         """The row shape TRL gets (`formats.SHAPES`)."""
-        return self.given.shapes.pick(self.images, self.chat).name
+        return self.given.shapes.pick(self.images, self.chat or self.conversational).name
 
     def describe(self) -> str:
         with_images = self.images and not self.given.images  # `vlm` says so itself
-        return f"{self.fmt}{' with images' if with_images else ''}"
+        implicit = " (implicit prompt)" if self.implicit_prompt else ""
+        return f"{self.fmt}{' with images' if with_images else ''}{implicit}"
 
 
 def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> Layout:
@@ -137,10 +152,24 @@ def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> La
     if given.conversation:
         # Conversation formats read one column: the mapped one, `messages` or `conversations`.
         columns["messages"] = columns["conversations"] = conversation
+    conversable = [columns[canon] for canon in given.conversable]
     images = (
-        given.images or columns["images"] in seen.present or columns["messages"] in seen.with_parts
+        given.images
+        or columns["images"] in seen.present
+        or columns["messages"] in seen.with_parts
+        or any(column in seen.with_parts for column in conversable)
     )
-    return Layout(given.name, columns, images)
+    return Layout(
+        given.name,
+        columns,
+        images,
+        conversational=any(
+            MESSAGE_KEYS <= seen.message_keys.get(column, frozenset()) for column in conversable
+        ),
+        implicit_prompt=given.implicit is not None
+        and given.implicit not in mapping
+        and given.implicit not in seen.present,
+    )
 
 
 def _conversation_column(seen: Survey, mapping: Mapping[str, str]) -> str:
@@ -187,7 +216,30 @@ def _detect(seen: Survey, mapping: Mapping[str, str], conversation: str) -> Data
         for given in detection_order():
             if fits(given) and (not explicit or any(n in mapping for n in given.columns)):
                 return given
-    raise _undetectable(seen)
+    raise _half_there(seen, mapping) or _undetectable(seen)
+
+
+def _half_there(seen: Survey, mapping: Mapping[str, str]) -> RecipeError | None:
+    """A format whose own columns (no other format's) are partly there: the ones missing
+    named, rather than the list of every format (`prompt`+`chosen` lacks `rejected`)."""
+    for given in detection_order():
+        others = {c for other in REGISTRY.values() if other is not given for c in other.columns}
+        there = [[c for c in group if c in mapping or c in seen.present] for group in given.needs]
+        found = [c for columns in there for c in columns if c not in others]
+        missing = [
+            group[0] for group, columns in zip(given.needs, there, strict=True) if not columns
+        ]
+        if found and missing:
+            named = ", ".join(f"`{mapping.get(c, c)}`" for c in found)
+            lacking = " and ".join(f"`{c}`" for c in missing)
+            maps = " ".join(f"data.columns.{c}=<name>" for c in missing)
+            return RecipeError(
+                f"{seen.label} has {named} but no {lacking} column (columns: "
+                f"{', '.join(seen.present) or 'none'}): {given.expected} rows need it. "
+                f"Add it, or map your column with {maps}.",
+                key=f"data.columns.{missing[0]}",
+            )
+    return None
 
 
 def _undetectable(seen: Survey) -> RecipeError:
@@ -207,8 +259,11 @@ def _undetectable(seen: Survey) -> RecipeError:
 
 def _hints(seen: Survey) -> list[str]:
     """What each column looks like, with the mapping that would use it."""
-    hints = []
+    pair = _preference_pair(seen)
+    hints = [_pair_hint(seen, pair)] if pair else []
     for column, keys in seen.message_keys.items():
+        if column in pair:
+            continue
         if looks_sharegpt(keys):
             hints.append(
                 f"`{column}` holds ShareGPT messages (`from`/`value` keys): "
@@ -219,7 +274,7 @@ def _hints(seen: Survey) -> list[str]:
     for column in seen.present:
         if LOOKS_LIKE["images"].search(column) and column not in seen.message_keys:
             hints.append(f"`{column}` looks like images: data.columns.images={column}")
-    texts = [c for c in seen.texts if not LOOKS_LIKE["images"].search(c)]
+    texts = [c for c in seen.texts if not LOOKS_LIKE["images"].search(c) and c not in pair]
     prompt = next((c for c in texts if LOOKS_LIKE["prompt"].match(c)), texts[0] if texts else None)
     rest = [c for c in texts if c != prompt]
     answer = next((c for c in rest if LOOKS_LIKE["completion"].match(c)), rest[0] if rest else None)
@@ -229,3 +284,24 @@ def _hints(seen: Survey) -> list[str]:
             f"data.columns.prompt={prompt} data.columns.completion={answer}"
         )
     return hints
+
+
+def _preference_pair(seen: Survey) -> tuple[str, ...]:
+    """Columns named like a chosen and a rejected answer (`good`, `bad`), or none."""
+    found = [next((c for c in seen.present if LOOKS_LIKE[k].match(c)), "") for k in ANSWERS]
+    return tuple(found) if all(found) else ()
+
+
+def _pair_hint(seen: Survey, pair: tuple[str, ...]) -> str:
+    prompt = next(
+        (c for c in seen.present if LOOKS_LIKE["prompt"].match(c) and c not in pair), None
+    )
+    mapping = [
+        f"data.columns.{canon}={column}" for canon, column in zip(ANSWERS, pair, strict=True)
+    ]
+    if prompt:
+        mapping.insert(0, f"data.columns.prompt={prompt}")
+    return (
+        f"`{pair[0]}`, `{pair[1]}` look like a preference pair (chosen, rejected): "
+        f"{' '.join(mapping)} (data.format={PREFERENCE})"
+    )

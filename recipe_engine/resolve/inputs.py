@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config.schema import DataConfig, ModelConfig
-from recipe_engine.resolve.formats import PROMPT_COMPLETION
+from recipe_engine.resolve.formats import written_as
 from recipe_engine.resolve.hub_revisions import HubRevision
 from recipe_engine.resolve.inventory import ModelInventory
 from recipe_engine.resolve.machine import Machine
@@ -86,7 +86,7 @@ class Rows:
         held_out = f"{self.eval_rows} held out" if self.eval_rows else "no held-out split"
         rows = f"{self.train_rows} train / {held_out}"
         if self.rendering:  # the rows' own format, then how they reach the model
-            return f"{self.origin} ({PROMPT_COMPLETION}, {self.rendering}, {rows})"
+            return f"{self.origin} ({written_as(self.format)}, {self.rendering}, {rows})"
         return f"{self.origin} ({self.format}, {rows})"
 
     @property

@@ -19,7 +19,7 @@ from recipe_engine.errors import RecipeError, unknown_key
 from recipe_engine.resolve import cache, templates
 from recipe_engine.resolve import data as rows_data
 from recipe_engine.resolve.data import chat_template_setting, data_identity
-from recipe_engine.resolve.formats import is_text_prompt_completion
+from recipe_engine.resolve.formats import is_plain_text, is_text_prompt_completion
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.inputs import (
     ModelFiles,
@@ -210,14 +210,15 @@ def _entry_location(model: ModelConfig) -> str | None:
 def _rows_each_way(
     data: DataConfig, model: ModelInputs, seed: int, surveyed: dict[tuple[str, str], Rows]
 ) -> dict[str, Rows]:
-    """The rows as written, and read the other way where the planner may choose it: plain
-    prompt/completion rows through the chat template (`auto` with a template at hand), and
-    rows `chat_template=true` cannot apply to read as `auto`."""
+    """The rows as written, and read the other way where the planner may choose it: plain-text
+    rows (prompt/completion, preference pairs) through the chat template (`auto` with a
+    template at hand), and rows read with `chat_template=true` that may not be plain
+    prompt/completion text read as `auto` too (as written: `plan.rows` tells by them)."""
     kind = model.entry.kind
     given = survey(data, kind, seed, surveyed)
     setting = chat_template_setting(data)
     ways = {"": given}
-    if setting == "auto" and is_text_prompt_completion(given.format) and model.template.found:
+    if setting == "auto" and is_plain_text(given.format) and model.template.found:
         ways["true"] = survey(dataclasses.replace(data, chat_template="true"), kind, seed, surveyed)
     if setting == "true" and not is_text_prompt_completion(given.format):
         ways["auto"] = survey(dataclasses.replace(data, chat_template="auto"), kind, seed, surveyed)
@@ -277,8 +278,8 @@ def _row_counts(row: Mapping[str, Any]) -> dict[str, int]:
             chars += text
             messages += is_message
             images += image
-    if not messages:
-        messages = sum(1 for key in ("prompt", "completion") if key in row)
+    if not messages:  # plain text: a turn each
+        messages = sum(1 for key in ("prompt", "completion", "chosen", "rejected") if key in row)
     return {"chars": chars, "messages": messages, "images": images, "image_pixels": pixels}
 
 

@@ -15,6 +15,16 @@ from recipe_engine.resolve.detection import Layout
 from recipe_engine.resolve.formats import ROLES, SHAPES
 
 _COLUMNS_FIX = "Map your column with data.columns.{canon}=<name> or fix the row."
+# The role the last message must have -> (what ends so, the fix where it does not): a
+# conversation ends with the reply the model learns, a preference pair's prompt with the turn
+# its answers reply to.
+_LAST = {
+    "assistant": ("", "End each conversation with the assistant reply the model should learn."),
+    "user": (
+        " of the prompt",
+        "End the prompt with the user turn that the chosen and rejected answers reply to.",
+    ),
+}
 
 
 def row_error(label: str, row: int, problem: str, fix: str) -> RecipeError:
@@ -72,6 +82,10 @@ class RowConverter:
         value = self.get(canon, required)
         if value is None:
             return ""
+        return self.checked_text(canon, value, required)
+
+    def checked_text(self, canon: str, value: Any, required: bool = True) -> str:
+        """`value`, read from column `canon`, as a string (non-empty when `required`)."""
         if not isinstance(value, str):
             raise self.fail(
                 f"`{self.name(canon)}` must be a string, got {type(value).__name__}",
@@ -100,8 +114,10 @@ class RowConverter:
         return value
 
     def validated(
-        self, value: list[Any], name: str, parts: bool
+        self, value: list[Any], name: str, parts: bool, last: str = "assistant"
     ) -> tuple[list[dict[str, Any]], bool]:
+        """Role/content messages checked (`last`: the role the last one must have), with
+        contents as strings or (`parts`) image/text parts."""
         result, all_strings = [], True
         for j, msg in enumerate(value, start=1):
             if (
@@ -134,12 +150,13 @@ class RowConverter:
                 all_strings = False
                 content = self.parts(j, content)
             result.append({"role": role, "content": content})
-        self.check_turns([m["role"] for m in result])
+        self.check_turns([m["role"] for m in result], last)
         return result, all_strings
 
-    def check_turns(self, roles: list[str]) -> None:
+    def check_turns(self, roles: list[str], last: str = "assistant") -> None:
         """An optional system message first, then user and assistant turns in alternation,
-        ending with the assistant reply the model learns (what chat templates assume)."""
+        ending with the assistant reply the model learns (what chat templates assume), or
+        with `last`."""
         for j, role in enumerate(roles, start=1):
             expected = _expected_role(roles[: j - 1])
             if role not in expected:
@@ -149,11 +166,9 @@ class RowConverter:
                     "Start with an optional system message, then alternate user and assistant "
                     "turns.",
                 )
-        if roles[-1] != "assistant":
-            raise self.fail(
-                f"the last message is from `{roles[-1]}`, not `assistant`",
-                "End each conversation with the assistant reply the model should learn.",
-            )
+        if roles[-1] != last:
+            where, fix = _LAST[last]
+            raise self.fail(f"the last message{where} is from `{roles[-1]}`, not `{last}`", fix)
 
     def text_content(self, j: int, content: Any) -> str:
         if not isinstance(content, str):

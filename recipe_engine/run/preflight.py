@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from recipe_engine.config.trainers import TRAINERS
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.recipe_plan import StagePlan
 from recipe_engine.resolve import cache
@@ -33,7 +34,11 @@ LAUNCHER_VARIABLES = re.compile(
     r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|"
     r"ROLE_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*)$"
 )
-SECTIONS = {"SFTConfig": "train", "LoraConfig": "lora", "BitsAndBytesConfig": "quantization"}
+SECTIONS = {
+    **{kind.settings_class: "train" for kind in TRAINERS.values()},
+    "LoraConfig": "lora",
+    "BitsAndBytesConfig": "quantization",
+}
 
 
 def check_with_libraries(stages: Sequence[StagePlan]) -> None:
@@ -61,7 +66,7 @@ def library_arguments(stage: StagePlan) -> dict[str, Any]:
     policy = stage.policy
     return {
         "stage": stage.name,
-        "SFTConfig": {**trainer, "use_cpu": True},
+        TRAINERS[stage.config.trainer].settings_class: {**trainer, "use_cpu": True},
         "LoraConfig": policy.lora.config if policy.lora else None,
         "BitsAndBytesConfig": policy.quantization.config if policy.quantization else None,
     }

@@ -114,7 +114,8 @@ def probe_chat_template(folder: Path, manifest: Manifest) -> str:
 def _probe(row: Mapping[str, Any]) -> dict[str, Any]:
     """A probe keeps its row's own shape (conversation, or prompt and completion), so the
     models are asked exactly what training taught them to answer."""
-    probe = {key: row[key] for key in ("messages", "prompt", "completion") if key in row}
+    columns = ("messages", "prompt", "completion", "chosen", "rejected")
+    probe = {key: row[key] for key in columns if key in row}
     probe["images"] = list(row.get("images") or [])
     probe["reference"] = reference_text(probe).strip()
     return _describe(probe)

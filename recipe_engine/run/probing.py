@@ -20,6 +20,12 @@ from typing import Any
 from recipe_engine.errors import RecipeError
 from recipe_engine.run.evaluation import GENERATION_KEYS, Generation, generate_answers, task_metrics
 from recipe_engine.run.held_out_loss import held_out_loss, loss_settings
+from recipe_engine.run.preference_probes import (
+    PairJudge,
+    is_preference_row,
+    is_preference_stage,
+    preference_pairs,
+)
 from recipe_engine.run.probes import probe_set
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
 
@@ -71,8 +77,9 @@ def measure_run(
     root = _root(stages)
     limit = evaluation.get("max_samples")
     rows, source = probe_set(probes, root[1:], seed, held_out, limit)
+    asked = Asked(rows, preference_pairs(stages, seed, limit))
     generation = {k: evaluation[k] for k in GENERATION_KEYS if k in evaluation}
-    outputs, metrics = _answer_all(_loaders(stages, root), rows, root[2].kind, seed, generation)
+    outputs, metrics = _answer_all(_loaders(stages, root), asked, root[2].kind, seed, generation)
     return Measured(
         run_dir, summary.recipe, stages, rows, source, outputs, metrics, seed, generation
     )
@@ -92,14 +99,26 @@ def evaluate_models(
     already."""
     stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
     root = _root(stages)
-    rows, _ = probe_set(probes, root[1:], seed, None, settings.get("max_samples"))
+    limit = settings.get("max_samples")
+    rows, _ = probe_set(probes, root[1:], seed, None, limit)
     generation = {k: settings[k] for k in GENERATION_KEYS if k in settings}
-    wanted = [loader for loader in _loaders(stages, root) if loader[0] in models]
-    return _answer_all(wanted, rows, root[2].kind, seed, generation)[1]
+    loaders = _loaders(stages, root)
+    # Rewards are judged against the base, so it is measured on the pairs whenever they are.
+    pairs = preference_pairs(stages, seed, limit)
+    wanted = [
+        loader for loader in loaders if loader[0] in models or (pairs and loader is loaders[0])
+    ]
+    metrics = _answer_all(wanted, Asked(rows, pairs), root[2].kind, seed, generation)[1]
+    return {name: values for name, values in metrics.items() if name in models}
 
 
 # Model name, what loads it (model, processor), and the loss settings it is measured with.
 Loader = tuple[str, Callable[[], tuple[Any, Any]], dict[str, Any]]
+
+
+def run_stages(run_dir: Path) -> list[Stage]:
+    """(name, output folder, manifest) of every trained stage of a finished run."""
+    return _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
 
 
 def model_loaders(run_dir: Path) -> tuple[str, list[Loader]]:
@@ -122,7 +141,8 @@ def _loaders(stages: list[Stage], root: Stage) -> list[Loader]:
         (
             name,
             lambda f=folder, m=manifest, n=name: _load_stage(n, f, m, stages),
-            _loss_settings(manifest),
+            # A preference stage has no SFT loss of its own: the probes' loss is the root's.
+            _loss_settings(root[2] if is_preference_stage(manifest) else manifest),
         )
         for name, folder, manifest in stages
     ]
@@ -143,17 +163,31 @@ def _loss_settings(manifest: Manifest) -> dict[str, Any]:
     return loss_settings({**defaults, **train})
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What every model is asked: the probes, and the held-out preference pairs of the run's
+    preference stage (None: it has none)."""
+
+    rows: list[dict[str, Any]]
+    pairs: list[dict[str, Any]] | None = None
+
+
 def _answer_all(
     loaders: list[Loader],
-    rows: list[dict[str, Any]],
+    asked: Asked,
     kind: str,
     seed: int,
     generation: Mapping[str, Any],
 ) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
-    """Every model's answers to the probes and its metrics (task metrics need references)."""
+    """Every model's answers to the probes and its metrics (task metrics need references),
+    with the preference metrics on the pairs where the run has them (rewards against the
+    base, the first model)."""
+    rows = asked.rows
     has_reference = all(r["reference"] is not None for r in rows)
+    sft_rows = not is_preference_row(rows[0])  # SFT's held-out loss: instruction rows only
     outputs: dict[str, list[str]] = {}
     metrics: dict[str, dict[str, Any]] = {}
+    on_pairs = PairJudge(asked.pairs, kind, Generation(seed=seed, **generation))
     for name, load, settings in loaders:
         log.info("compare: %s on %d probe(s)", name, len(rows))
         model, processor = load()
@@ -164,10 +198,13 @@ def _answer_all(
         metrics[name] = {"n": len(rows)}
         if has_reference:
             metrics[name] |= task_metrics(answers, [r["reference"] for r in rows])
+        if has_reference and sft_rows:
             loss = held_out_loss(model, processor, rows, settings)
             metrics[name]["eval_loss"] = None if math.isnan(loss) else loss
+        on_pairs.measure(name, model, processor)
         del model, processor
         gc.collect()  # one model in memory at a time
+    on_pairs.judge(metrics)
     return outputs, metrics
 
 

@@ -174,7 +174,10 @@ def loss_text(manifest: Manifest) -> str | None:
     if loss is None:
         return None
     precision = manifest.base_precision
-    return f"{loss:.4f}" + ("" if precision == "full" else f" ({precision} base)")
+    trainer = (manifest.config or {}).get("trainer", "sft")
+    labels = [f"{trainer} loss"] if trainer != "sft" else []  # not an SFT loss: say whose
+    labels += [] if precision == "full" else [f"{precision} base"]
+    return f"{loss:.4f}" + (f" ({', '.join(labels)})" if labels else "")
 
 
 def eval_text(manifest: Manifest) -> str:

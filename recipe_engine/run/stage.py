@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.components import report_layout
+from recipe_engine.config.trainers import TRAINERS, TrainerKind
 from recipe_engine.plan.policy import decide_policy
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.trainer_settings import zero_stage
 from recipe_engine.resolve.inventory import model_inventory
 from recipe_engine.resolve.machine import is_main_process
-from recipe_engine.run import evaluation, tracking
+from recipe_engine.run import evaluation, preference_scores, tracking
 from recipe_engine.run.census import census, format_report, trainable_report
 from recipe_engine.run.loading import (
     Weights,
@@ -39,6 +40,7 @@ from recipe_engine.run.policies import enable_gradient_checkpointing as checkpoi
 from recipe_engine.run.seeding import seed_stage
 from recipe_engine.run.trainer import (
     MetricsLogger,
+    TrainerParts,
     align_trainable_dtype,
     apply_guard,
     build_args,
@@ -46,6 +48,8 @@ from recipe_engine.run.trainer import (
     check_parameter_devices,
     check_saved_weights,
     checkpoint_is_finite,
+    evaluate_held_out,
+    make_trainer,
     planned_steps,
     preflight,
     verify_trainer,
@@ -140,23 +144,24 @@ class StageRecipe:
             check_parameter_devices(self.model, placement)
 
     def build_trainer(self) -> None:
-        from trl import SFTTrainer
-
-        splits, name = self.stage.data.splits(), self.stage.name
+        """The stage's TRL trainer (`stage.<name>.trainer`) with its planned settings."""
+        kind, name = TRAINERS[self.stage.config.trainer], self.stage.name
         settings = tracking.with_run_name(self.stage.trainer, self.plan.recipe, name)
-        self.args = build_args(settings, output_dir=self.store.checkpoints(self.stage.fingerprint))
+        checkpoints = self.store.checkpoints(self.stage.fingerprint)
+        self.args = build_args(settings, output_dir=checkpoints, kind=kind)
         apply_guard(self.args, self.stage.placement)
         self.metrics_log = MetricsLogger(self.work / "metrics.jsonl", name)
         events = tracking.tensorboard_dir(self.run_dir, name, self.stage.config.train)
+        parts = TrainerParts(
+            self.model,
+            self.args,
+            self.stage.data.splits(),
+            self.processor,
+            [self.metrics_log],
+            reference=self._reference_model(kind),
+        )
         with tracking.tensorboard_logging_dir(events):
-            self.trainer = SFTTrainer(
-                model=self.model,
-                args=self.args,
-                train_dataset=splits.train,
-                eval_dataset=splits.eval,
-                processing_class=self.processor,
-                callbacks=[self.metrics_log],
-            )
+            self.trainer = make_trainer(kind, parts)
         if self.stage.dtype != "bfloat16":  # TRL casts k-bit models' trainables to bf16
             # float32 weights under bf16 autocast too: ops autocast leaves alone (a vision
             # tower's conv, norms) meet a bf16 weight with float32 inputs (seen on an H100)
@@ -248,7 +253,9 @@ class StageRecipe:
             return
         started = time.time()
         held_out = evaluation.capped(splits.eval, settings.max_samples)
-        self.metrics.eval_loss = self.trainer.evaluate(held_out)["eval_loss"]
+        evaluated = evaluate_held_out(self.trainer, TRAINERS[self.stage.config.trainer], held_out)
+        self.metrics.eval_loss = evaluated["eval_loss"]
+        self.metrics.preference = preference_scores.trl_metrics(evaluated) or None
         self.metrics.eval_samples = len(held_out)
         if self.main_process:  # alone: ZeRO-3 would sync generation with the other ranks
             with whole_models(self.args):
@@ -305,6 +312,19 @@ class StageRecipe:
             base = _load_model(self.stage, self.weights, bnb_config(quant) if quant else None)
             return PeftModel.from_pretrained(base, str(final))
 
+    def _reference_model(self, kind: TrainerKind) -> Any:
+        """A full fine-tune's DPO reference: the starting weights again, frozen. A LoRA policy's
+        is its adapter-disabled base, and precomputed log-probs need none (TRL: None)."""
+        precomputed = self.stage.trainer.get("precompute_ref_log_probs")
+        if not kind.reference or self.policy.lora is not None or precomputed:
+            return None
+        quant = self.policy.quantization
+        seed_stage(self.stage)
+        reference = _load_model(self.stage, self.weights, bnb_config(quant) if quant else None)
+        reference.eval()
+        reference.requires_grad_(False)
+        return reference
+
     def _complete_policy(self) -> PolicyPlan:
         """The planned policy; one deferred because the model's config was unreachable at
         plan time (a hub model offline) is decided now by the same planner, on its config."""
@@ -318,8 +338,15 @@ class StageRecipe:
         return relative_in_store(self.weights.location, self.store)
 
     def _scores(self, model: Any) -> tuple[float, float]:
-        """(exact match, contains) on the held-out rows."""
+        """(exact match, contains) on the held-out rows; on preference pairs the trained
+        model's win rate of chosen over rejected too."""
         result = _exact_match(self.plan, self.stage, model, self.processor)
+        if self.metrics.preference is not None and model is self.trained:
+            rows = evaluation.capped(
+                self.stage.data.splits().eval, self.plan.config.eval.max_samples
+            )
+            answers = [p["answer"] for p in result["predictions"]]
+            self.metrics.preference["win_rate"] = preference_scores.win_rate(answers, rows)
         return result["accuracy"], result["contains"]
 
     def _manifest(self) -> Manifest:

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,11 @@ import torch
 from transformers import TrainerCallback
 
 from recipe_engine.config import library_objects
+from recipe_engine.config.trainers import SFT, TRAINERS, TrainerKind
 from recipe_engine.errors import RecipeError, StageFailed
 from recipe_engine.plan.placement import PlacementPlan
+
+SFT_KIND = TRAINERS[SFT]
 
 
 class NonFiniteTraining(StageFailed):
@@ -37,17 +41,73 @@ class PreflightError(StageFailed):
     """The one-batch forward/backward failed: a dtype or device mismatch, named clearly."""
 
 
-def build_args(settings: dict[str, Any], *, output_dir: Path) -> Any:
-    """The planned SFTConfig (`StagePlan.trainer`) writing its checkpoints to `output_dir`."""
+def build_args(settings: dict[str, Any], *, output_dir: Path, kind: TrainerKind = SFT_KIND) -> Any:
+    """The planned settings object (SFTConfig, DPOConfig ...: `StagePlan.trainer`) writing its
+    checkpoints to `output_dir`."""
     if (settings.get("accelerator_config") or {}).get("use_configured_state"):
         cpu_deepspeed_state(settings)
     try:
-        return library_objects.sft_config(settings, output_dir)
+        return library_objects.trainer_config(kind.settings_class, settings, output_dir)
     except (ValueError, TypeError) as error:
         raise RecipeError(
-            f"The trainer settings were rejected by SFTConfig: {str(error).splitlines()[0]} "
-            "Fix the matching stage.<name>.train key.",
+            f"The trainer settings were rejected by {kind.settings_class}: "
+            f"{str(error).splitlines()[0]} Fix the matching stage.<name>.train key.",
         ) from None
+
+
+@dataclass
+class TrainerParts:
+    """What a stage hands its TRL trainer; `reference` is the frozen reference model a
+    full-fine-tune DPO stage compares with (None: the adapter-disabled base, or none)."""
+
+    model: Any
+    args: Any
+    splits: Any  # DataSplits: train and eval datasets
+    processor: Any
+    callbacks: list[Any]
+    reference: Any = None
+
+
+def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
+    """TRL's trainer for `kind` (SFTTrainer, DPOTrainer, ORPOTrainer) built from the parts."""
+    import importlib
+
+    trainer_class = getattr(importlib.import_module(kind.module), kind.trainer_class)
+    extra = {"ref_model": parts.reference} if kind.reference else {}
+    trainer = trainer_class(
+        model=parts.model,
+        args=parts.args,
+        train_dataset=parts.splits.train,
+        eval_dataset=parts.splits.eval,
+        processing_class=parts.processor,
+        callbacks=parts.callbacks,
+        **extra,
+    )
+    if kind.reference:
+        reference_is_the_disabled_adapter(trainer.model)
+    return trainer
+
+
+def evaluate_held_out(trainer: Any, kind: TrainerKind, held_out: Any) -> dict[str, float]:
+    """The trainer's own evaluation of the held-out rows (loss; rewards for preference)."""
+    if kind.evaluates_tokenized:  # the same rows, as the trainer tokenized them when built
+        return trainer.evaluate(trainer.eval_dataset.select(range(len(held_out))))
+    return trainer.evaluate(held_out)
+
+
+def reference_is_the_disabled_adapter(model: Any) -> None:
+    """Given a PEFT model, TRL's DPOTrainer copies its adapter as a "ref" adapter (it cannot
+    tell a fresh adapter from a pretrained one) and scores the reference with it. The engine's
+    adapters are fresh: with LoRA's default initialisation (B = 0, modules_to_save copies of
+    the originals) the copy computes what the adapter-disabled base computes, which TRL uses
+    when there is no "ref" adapter. Dropped, no second copy of the adapter and of the fully
+    trained modules sits in memory, and none is saved with the stage. Other initialisations
+    (PiSSA, Gaussian ...) differ from the base at step 0, so their copy stays."""
+    configs = getattr(model, "peft_config", None)
+    if not configs or "ref" not in configs:
+        return
+    if configs["default"].init_lora_weights is True:
+        model.delete_adapter("ref")
 
 
 def cpu_deepspeed_state(settings: dict[str, Any]) -> None:
@@ -149,6 +209,19 @@ def preflight(trainer: Any) -> float:
     model = trainer.model
     batch = next(iter(trainer.get_train_dataloader()))
     batch = trainer._prepare_inputs(batch)
+    # In train mode, as `training_step` runs it: a model fresh from `from_pretrained` is in
+    # eval mode, where bitsandbytes repacks 4-bit weights for CPU inference in place on a
+    # no-grad forward (DPO's reference pass), and training then fails in that layout. The
+    # random stream is forked so that dropout here draws nothing training would have drawn.
+    model.train()
+    with torch.random.fork_rng():
+        loss = _preflight_step(trainer, model, batch)
+    for logged in getattr(trainer, "_metrics", {}).values():  # TRL's per-step metrics: the
+        logged.clear()  # preflight batch is no training step
+    return loss
+
+
+def _preflight_step(trainer: Any, model: Any, batch: Any) -> float:
     try:
         # Training autocasts through accelerate's wrapper of the prepared model's forward,
         # which `train` installs; the preflight runs before it, so it autocasts the same way

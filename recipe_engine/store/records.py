@@ -177,6 +177,9 @@ class StageMetrics:
     base_accuracy: float | None = None  # the untrained base, on the same rows (root stages)
     base_contains: float | None = None
     evaluation_error: str | None = None  # the evaluation failed; the weights are committed
+    # A preference stage's held-out pairs: TRL's reward metrics against the stage's reference
+    # (reward_accuracy, reward_margin ...) and the greedy answers' win_rate (run.preference_scores).
+    preference: dict[str, float] | None = None
     # Peak memory of training on one device, in GiB: the plan's estimate and what was measured
     # (run.memory_peak: CUDA allocator peak, or live tensor bytes on CPU), and how.
     estimated_peak_gib: float | None = None
@@ -188,6 +191,8 @@ class StageMetrics:
         parts = ["evaluation failed"] if self.evaluation_error else []
         if self.eval_accuracy is not None:
             parts.append(f"acc {self.eval_accuracy:.0%}")
+        if self.preference and "reward_accuracy" in self.preference:
+            parts.append(f"reward acc {self.preference['reward_accuracy']:.0%}")
         if self.eval_loss is not None:
             parts.append(f"loss {self.eval_loss:.3f}")
         return ", ".join(parts) or "-"

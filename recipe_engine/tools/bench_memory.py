@@ -9,7 +9,11 @@ median within +-7%.
 
 Covered: the tiny VLM's vision-full, llm-lora (4-bit) and joint-lora stages; SmolLM2-135M
 (offline GGUF entry) in full fine-tune, LoRA and QLoRA; batch 2 vs 8; sequence 128 vs 512;
-gradient checkpointing on and off.
+gradient checkpointing on and off. Preference trainers (`stage.llm.trainer`): DPO with LoRA
+(the reference is the adapter-disabled base) and as a full fine-tune (a frozen reference copy)
+on the tiny text model and SmolLM2, and ORPO (materialized logits) on SmolLM2, on preference
+pairs longer than max_length (so every sequence is max_length tokens, as the estimate takes
+them; the built-in arithmetic pairs are short, and their tokens are guessed from characters).
 """
 
 from __future__ import annotations
@@ -42,30 +46,49 @@ class Case:
     name: str
     stage: str
     overrides: tuple[str, ...]
+    rows: str = ""  # "": the recipe's data; chat | pairs: long rows written by the bench
 
 
-def _text(batch: int, seq: int, *extra: str) -> tuple[str, ...]:
-    if "stage.llm.lora=null" not in extra:
+def _text(batch: int, seq: int, *extra: str, model: str = "smollm2-135m") -> tuple[str, ...]:
+    if "stage.llm.lora=null" not in extra and model == "smollm2-135m":
         extra = (TIED, *extra)
     return (
         "recipe=text-lora",
-        "model=smollm2-135m",
+        f"model={model}",
         f"stage.llm.train.per_device_train_batch_size={batch}",
         f"stage.llm.train.max_length={seq}",
         *extra,
     )
 
 
+def _pairs(trainer: str, batch: int, seq: int, *extra: str, model: str = "smollm2-135m") -> Case:
+    """A preference stage on the long pairs (the text-lora stage with another trainer)."""
+    full = "stage.llm.lora=null" in extra
+    name = f"{model.removesuffix('-135m')} {trainer} {'full' if full else 'lora'} b{batch} s{seq}"
+    overrides = _text(batch, seq, f"stage.llm.trainer={trainer}", *extra, model=model)
+    return Case(name, "llm", overrides, rows="pairs")
+
+
 CASES = (
     Case("tiny-qwen2-vl vision-full b8", "vision", ("recipe=r2-vision-only",)),
     Case("tiny-qwen2-vl llm-lora 4bit b8", "llm", ("recipe=r1-llm-only",)),
     Case("tiny-qwen2-vl joint-lora 4bit b8", "joint", ("recipe=r4-joint",)),
-    Case("smollm2 full b2 s128", "llm", _text(2, 128, *FULL)),
-    Case("smollm2 lora b2 s128", "llm", _text(2, 128)),
-    Case("smollm2 lora b8 s128", "llm", _text(8, 128)),
-    Case("smollm2 lora b2 s512", "llm", _text(2, 512)),
-    Case("smollm2 lora b2 s512 gc", "llm", _text(2, 512, "stage.llm.gradient_checkpointing=true")),
-    Case("smollm2 qlora b2 s128", "llm", _text(2, 128, QLORA)),
+    Case("smollm2 full b2 s128", "llm", _text(2, 128, *FULL), rows="chat"),
+    Case("smollm2 lora b2 s128", "llm", _text(2, 128), rows="chat"),
+    Case("smollm2 lora b8 s128", "llm", _text(8, 128), rows="chat"),
+    Case("smollm2 lora b2 s512", "llm", _text(2, 512), rows="chat"),
+    Case(
+        "smollm2 lora b2 s512 gc",
+        "llm",
+        _text(2, 512, "stage.llm.gradient_checkpointing=true"),
+        rows="chat",
+    ),
+    Case("smollm2 qlora b2 s128", "llm", _text(2, 128, QLORA), rows="chat"),
+    _pairs("dpo", 8, 128, model="tiny-qwen2"),
+    _pairs("dpo", 8, 128, *FULL, model="tiny-qwen2"),
+    _pairs("dpo", 2, 128),
+    _pairs("dpo", 2, 128, *FULL),
+    _pairs("orpo", 2, 128),
 )
 
 
@@ -86,7 +109,21 @@ def long_rows(folder: Path, rows: int = 32) -> Path:
     return path
 
 
-def run_case(case: Case, data: Path, device: str) -> dict:
+def long_pairs(folder: Path, rows: int = 32) -> Path:
+    """Preference pairs: a short prompt (TRL drops a pair whose prompt alone fills max_length)
+    and answers longer than 512 tokens, so every sequence is truncated to max_length."""
+    words = "the quick brown fox jumps over the lazy dog and keeps running far away".split()
+    path = folder / "long-pairs.jsonl"
+    with path.open("w") as out:
+        for n in range(rows):
+            answer = [" ".join(words[(n + k + i) % len(words)] for i in range(700)) for k in (1, 2)]
+            prompt = " ".join(words[(n + i) % len(words)] for i in range(8))
+            out.write(json.dumps({"prompt": prompt, "chosen": answer[0], "rejected": answer[1]}))
+            out.write("\n")
+    return path
+
+
+def run_case(case: Case, data: dict[str, Path], device: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         stage = f"stage.{case.stage}.train"
         args = [
@@ -98,11 +135,11 @@ def run_case(case: Case, data: Path, device: str) -> dict:
             f"{stage}.save_steps=1000",
             f"device={device}",
         ]
-        if case.overrides[1:2] == ("model=smollm2-135m",):
+        if case.rows:
             args += [
                 "data.source=local",
-                f"data.path={data}",
-                "data.name=long",
+                f"data.path={data[case.rows]}",
+                f"data.name={data[case.rows].stem}",
                 "data.eval_split=null",
             ]
         started = time.perf_counter()
@@ -126,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device={options.device}")
     rows, errors, failed = [], [], 0
     with tempfile.TemporaryDirectory(prefix="bench-memory-data-") as tmp:
-        data = long_rows(Path(tmp))
+        data = {"chat": long_rows(Path(tmp)), "pairs": long_pairs(Path(tmp))}
         wanted = options.only.split(",")
         for case in (c for c in CASES if any(w in c.name for w in wanted)):
             result = run_case(case, data, options.device)

@@ -181,12 +181,14 @@ def assert_trained_evaluated_compared(run_dir: Path, stages: list[str]) -> None:
     assert (run_dir / "compare.md").is_file()
 
 
-@pytest.mark.parametrize(("model", "fmt", "family"), MATRIX)
-def test_every_format_trains_evaluates_and_compares(model, fmt, family, tmp_path):
+def run_family(
+    tmp_path: Path, model: str, family: str, data: tuple[Path, list[str]], trainer: str = "sft"
+) -> tuple[Path, str]:
+    """One step of the family's recipe on `data` (a file and its column mapping) with
+    `trainer`; the run folder and the stage's name."""
     kind_families = CAUSAL_LM_FAMILIES if model == "tiny-qwen2" else VLM_FAMILIES
     recipe, stage, family_overrides = kind_families[family]
-    write = {**TEXT_FORMATS, **VLM_FORMATS}[fmt]
-    path, mapping = write(tmp_path)
+    path, mapping = data
     run_dir = run_engine(
         tmp_path / "out",
         f"recipe={recipe}",
@@ -194,9 +196,17 @@ def test_every_format_trains_evaluates_and_compares(model, fmt, family, tmp_path
         "data.source=local",
         f"data.path={path}",
         *mapping,
+        f"stage.{stage}.trainer={trainer}",
         f"stage.{stage}.train.max_steps=1",
         *family_overrides,
     )
+    return run_dir, stage
+
+
+@pytest.mark.parametrize(("model", "fmt", "family"), MATRIX)
+def test_every_format_trains_evaluates_and_compares(model, fmt, family, tmp_path):
+    write = {**TEXT_FORMATS, **VLM_FORMATS}[fmt]
+    run_dir, stage = run_family(tmp_path, model, family, write(tmp_path))
     assert_trained_evaluated_compared(run_dir, [stage])
 
 
@@ -241,3 +251,50 @@ def test_idefics3_trains_two_stages_from_declared_components_or_regexes_alone(re
 
 def _mtime(path: Path) -> float:
     return path.stat().st_mtime
+
+
+# --------------------------------------------------------------------------- preference stages
+
+
+def preference_file(folder: Path) -> tuple[Path, list[str]]:
+    """Text pairs in a user's own column names: question, good, bad."""
+    rows = [{"question": q, "good": a, "bad": str(int(a) + 1)} for q, a in _pairs()]
+    mapping = ["prompt=question", "chosen=good", "rejected=bad"]
+    return _jsonl(folder / "pairs.jsonl", rows), [f"data.columns.{m}" for m in mapping]
+
+
+def vlm_preference_file(folder: Path) -> tuple[Path, list[str]]:
+    wrong = {"red": "green", "green": "blue", "blue": "red"}
+    rows = [
+        {"images": [image], "prompt": QUESTION, "chosen": colour, "rejected": wrong[colour]}
+        for image, colour in _pictures(folder)
+    ]
+    return _jsonl(folder / "vlm_pairs.jsonl", rows), []
+
+
+PREFERENCE_MATRIX = [
+    pytest.param("tiny-qwen2", trainer, family, id=f"causal_lm-{trainer}-{family}")
+    for trainer in ("dpo", "orpo")
+    for family in CAUSAL_LM_FAMILIES
+] + [
+    pytest.param("tiny-qwen2-vl", "dpo", family, id=f"vlm-dpo-{family}") for family in VLM_FAMILIES
+]
+
+
+@pytest.mark.parametrize(("model", "trainer", "family"), PREFERENCE_MATRIX)
+def test_every_preference_trainer_trains_evaluates_and_compares(model, trainer, family, tmp_path):
+    """DPO (text and VLM) and ORPO (text: TRL's is text-only) on each policy family, from a
+    user's pair file; the run's comparison judges every model on the held-out pairs."""
+    write = preference_file if model == "tiny-qwen2" else vlm_preference_file
+    run_dir, stage = run_family(tmp_path, model, family, write(tmp_path), trainer)
+    assert_trained_evaluated_compared(run_dir, [stage])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    [row] = summary["stages"]
+    if trainer == "dpo":
+        assert "reward acc" in row["eval"], row  # TRL's reward accuracy, held out
+    metrics = json.loads((run_dir / "compare_metrics.json").read_text())
+    for name, scores in metrics.items():
+        judged = scores["preference"]
+        assert judged["pairs"] >= 1 and 0.0 <= judged["pair_accuracy"] <= 1.0, name
+        assert 0.0 <= judged["win_rate"] <= 1.0
+    assert "reward_accuracy" in metrics[stage]["preference"]  # against the base

@@ -11,8 +11,10 @@ import pytest
 from recipe_engine.plan.memory import (
     GIB,
     NF4_DOUBLE_QUANT_BYTES,
+    ORPO_LOGITS,
     MemoryRequest,
     Sharding,
+    describe_memory,
     estimate_memory,
     fit_advice,
     optimizer_states,
@@ -234,3 +236,133 @@ def test_a_cuda_peak_is_what_the_allocator_holds_and_the_context_comes_off_the_c
     assert memory.estimate.overhead == CUDA_WORKSPACE_GIB
     assert memory.capacity_gib == pytest.approx(24.0 - CUDA_CONTEXT_GIB)
     assert memory.fits and "cuda:0" in memory.describe()
+
+
+# --------------------------------------------------------------------------- trainers
+
+LORA = {"lora_components": ("language_model",), "lora_params": 10**7}
+FULL = {"trained": ("embeddings", "language_model", "lm_head")}
+
+
+def test_sft_estimates_are_unchanged_by_the_trainer_fields() -> None:
+    """The peaks (GiB) these SFT requests had before `sequences_per_row`, `reference_copy` and
+    `fused_head` existed, to the last bit: an SFT stage's defaults change nothing."""
+    before = [
+        (request(), 14.269527912139893),
+        (request(trained=("language_model",), batch=1, text_tokens=8), 50.68257451057434),
+        (request(**LORA, batch=16), 56.559882164001465),
+        (
+            request(
+                trained=("language_model", "lm_head"),
+                accelerated=False,
+                dtype="float32",
+                gradient_checkpointing=True,
+                optim="adamw_torch",
+            ),
+            133.81242752075195,
+        ),
+        (request(**LORA, attention="eager", sharding=Sharding("fsdp", 4)), 11.214189291000366),
+    ]
+    for sft, peak in before:
+        estimate = estimate_memory(sft)
+        assert estimate.peak == peak
+        assert estimate.reference == 0 and "reference model" not in dict(estimate.parts())
+
+
+def test_dpo_lora_adds_no_reference_and_doubles_the_sequences() -> None:
+    """Chosen and rejected run as one batch of 2 x batch sequences; the reference of a LoRA
+    policy is the adapter-disabled base: no second copy of any weight."""
+    sft = estimate_memory(request(**LORA))
+    dpo = estimate_memory(request(**LORA, sequences_per_row=2))
+    as_double_batch = estimate_memory(request(**LORA, batch=4))
+    assert dpo.reference == 0
+    assert dpo.weights == sft.weights and dpo.lora == sft.lora and dpo.optimizer == sft.optimizer
+    assert dpo.activations == pytest.approx(2 * sft.activations)
+    assert dpo.logits == as_double_batch.logits  # the same fused LM head as SFT, on 2x tokens
+    assert dpo.peak == pytest.approx(as_double_batch.peak)
+
+
+def test_dpo_full_fine_tune_adds_exactly_one_frozen_copy_of_the_weights() -> None:
+    full = request(**FULL, batch=1, text_tokens=64)
+    sft = estimate_memory(dataclasses.replace(full, sequences_per_row=2))
+    dpo = estimate_memory(dataclasses.replace(full, sequences_per_row=2, reference_copy=True))
+    assert dpo.reference == pytest.approx(sum(COUNTS.values()) * 2 / GIB)  # bf16, no states
+    assert dpo.reference == pytest.approx(sft.weights)
+    assert dpo.peak == pytest.approx(sft.peak + sft.weights)
+    assert ("reference model", dpo.reference) in dpo.parts()
+    assert "reference model" in describe_memory(dpo, "cuda:0", 80)
+
+
+def test_the_reference_copy_is_sharded_like_the_weights() -> None:
+    dpo = request(**FULL, batch=1, text_tokens=8, sequences_per_row=2, reference_copy=True)
+    single = estimate_memory(dpo).reference
+    for sharding, share in [
+        (Sharding("fsdp", 4), single / 4),
+        (Sharding("deepspeed", 4, 3), single / 4),
+        (Sharding("deepspeed", 4, 2), single),
+        (Sharding("ddp", 4), single),
+    ]:
+        assert estimate_memory(dataclasses.replace(dpo, sharding=sharding)).reference == (
+            pytest.approx(share)
+        )
+
+
+def test_orpo_has_no_reference_and_materializes_the_logits() -> None:
+    """ORPO (trl.experimental) runs the plain forward: 2 x batch x tokens x vocab logits at
+    the stage's width, ORPO_LOGITS of them at the top of the backward pass."""
+    orpo = estimate_memory(request(**LORA, sequences_per_row=2, fused_head=False))
+    dpo = estimate_memory(request(**LORA, sequences_per_row=2))
+    assert orpo.reference == 0
+    assert orpo.activations == pytest.approx(dpo.activations)
+    logits = 2 * 2 * 512 * 152064 * 2  # sequences x tokens x vocab x bf16
+    assert orpo.logits == pytest.approx(ORPO_LOGITS * logits / GIB)
+    assert orpo.logits > dpo.logits
+
+
+def test_advice_for_a_dpo_full_fine_tune_names_the_reference_and_its_fixes() -> None:
+    dpo = request(
+        **FULL, batch=1, text_tokens=64, sequences_per_row=2, reference_copy=True, stage="pref"
+    )
+    estimate = estimate_memory(dpo)
+    capacity = estimate.peak - estimate.reference / 2  # fits once the copy is gone
+    advice = fit_advice(dpo, capacity)
+    lora = [a for a in advice if "stage.pref.lora" in a]
+    assert lora and "adapter-disabled base" in lora[0] and "frozen copy" in lora[0]
+    assert any("stage.pref.train.precompute_ref_log_probs=true" in a for a in advice)
+    with_images = fit_advice(dataclasses.replace(dpo, images_per_row=1), capacity)
+    assert not any("precompute_ref_log_probs" in a for a in with_images)  # TRL: text rows only
+    no_copy = dataclasses.replace(dpo, reference_copy=False)  # LoRA, precomputed, SFT
+    assert not any("reference" in a for a in fit_advice(no_copy, capacity))
+
+
+def test_stage_memory_reads_the_trainer_and_the_policy() -> None:
+    """`stage.<name>.trainer` sets the pair's two sequences, DPO's copy for a full fine-tune
+    (not with LoRA, not with precomputed reference log-probs), ORPO's logits."""
+    from recipe_engine.config.schema import StageConfig
+    from recipe_engine.plan.memory_inputs import MemoryInputs, stage_memory
+    from recipe_engine.plan.recipe_plan import AdapterPlan, PolicyPlan
+    from recipe_engine.resolve.inputs import ModelFiles
+
+    lengths = {"chars": 400, "messages": 3, "images": 0, "image_pixels": 0}
+    adapter = AdapterPlan(["language_model"], [], {})
+
+    def memory(trainer: str, lora: bool = False, **train: object) -> MemoryRequest:
+        stage = StageConfig(trainer=trainer, dtype="bfloat16", train=dict(train))
+        policy = PolicyPlan(
+            None, [], [], [] if lora else ["language_model"], False, adapter if lora else None
+        )
+        policy.param_counts = COUNTS
+        inputs = MemoryInputs(stage, "causal_lm", ModelFiles(CONFIG, {}), policy, lengths)
+        found = stage_memory(dataclasses.replace(inputs, name="pref"))
+        assert found is not None
+        return found.request
+
+    sft, dpo, orpo = memory("sft"), memory("dpo"), memory("orpo")
+    assert (sft.sequences_per_row, sft.reference_copy, sft.fused_head) == (1, False, True)
+    assert (dpo.sequences_per_row, dpo.reference_copy, dpo.fused_head) == (2, True, True)
+    assert (orpo.sequences_per_row, orpo.reference_copy, orpo.fused_head) == (2, False, False)
+    assert not memory("dpo", lora=True).reference_copy
+    assert not memory("dpo", precompute_ref_log_probs=True).reference_copy
+    assert dpo.stage == "pref"
+    # One sequence is the prompt and one answer: a turn fewer than the row's three.
+    assert dpo.text_tokens == sft.text_tokens - 5

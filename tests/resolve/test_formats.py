@@ -43,13 +43,23 @@ def seen(*present: str, keys: dict[str, set[str]] | None = None, parts: tuple = 
 
 
 def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
-    assert INPUT_FORMATS == ("messages", "prompt_completion", "alpaca", "sharegpt", "vlm")
+    assert INPUT_FORMATS == (
+        "messages",
+        "prompt_completion",
+        "alpaca",
+        "preference",
+        "sharegpt",
+        "vlm",
+    )
     assert OUTPUT_FORMATS == (
         "messages",
         "prompt_completion",
         "chat_prompt_completion",
         "vlm",
         "vlm_prompt_completion",
+        "preference",
+        "chat_preference",
+        "vlm_preference",
     )
     assert all(name == given.name for name, given in REGISTRY.items())
     assert all(name == shape.name for name, shape in SHAPES.items())
@@ -62,7 +72,8 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
     for given in REGISTRY.values():
         assert given.shapes.images.images and not given.shapes.text.images
         assert set(given.columns) <= set(formats.CANONICAL_COLUMNS)
-        assert given.messages is not None or given.shapes.text.prompt_completion
+        text = given.shapes.text
+        assert given.messages is not None or text.prompt_completion or text.preference
 
 
 def test_no_module_matches_a_format_by_its_name_outside_the_registry() -> None:
@@ -130,17 +141,23 @@ def test_an_undetectable_split_lists_what_each_format_expects() -> None:
     assert info.value.key == "data.format"
     assert (
         "Expected `messages` (role/content messages), `conversations` (ShareGPT from/value "
-        "messages), `prompt`+`completion`, or `instruction`+`output` (Alpaca); an `images` "
-        "column adds images." in str(info.value)
+        "messages), `prompt`+`completion`, `instruction`+`output` (Alpaca), or "
+        "`prompt`+`chosen`+`rejected` (preference pairs); an `images` column adds images."
+        in str(info.value)
     )
-    assert "data.format=<messages|prompt_completion|alpaca|sharegpt|vlm>" in str(info.value)
+    assert "data.format=<messages|prompt_completion|alpaca|preference|sharegpt|vlm>" in str(
+        info.value
+    )
 
 
 # --------------------------------------------------------------------------- loss, evaluation
 
 
 def test_each_shape_declares_the_loss_flag_the_plan_chooses() -> None:
-    for shape in SHAPES.values():
+    pairs = [shape.name for shape in SHAPES.values() if shape.preference]
+    assert pairs == ["preference", "chat_preference", "vlm_preference"]
+    assert all(SHAPES[name].loss is None for name in pairs)  # SFT's flags do not apply
+    for shape in (shape for shape in SHAPES.values() if not shape.preference):
         assert shape.loss == (COMPLETION_ONLY if shape.prompt_completion else ASSISTANT_ONLY)
         assert shape.loss.flag in LOSS_FLAGS
         assert choose_loss("s", {}, shape.name, MARKED).flags == {shape.loss.flag: True}
@@ -163,6 +180,14 @@ ROWS = {
     "vlm_prompt_completion": {
         "prompt": [{"role": "user", "content": PARTS}],
         "completion": [ANSWER],
+        "images": ["a.png"],
+    },
+    "preference": {"prompt": "2+2?", "chosen": "4", "rejected": "5", "images": []},
+    "chat_preference": {"prompt": [USER], "chosen": [ANSWER], "rejected": [ANSWER]},
+    "vlm_preference": {
+        "prompt": [{"role": "user", "content": PARTS}],
+        "chosen": [ANSWER],
+        "rejected": [{"role": "assistant", "content": "5"}],
         "images": ["a.png"],
     },
 }

@@ -23,7 +23,7 @@ from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import run_recipe
 
 USER_RECIPES = str(Path(__file__).parents[1] / "fixtures" / "recipes")
-KINDS = ("full", "lora", "qlora", "joint")
+KINDS = ("full", "lora", "qlora", "joint", "dpo", "dpo_full")
 SHORT = [
     "recipe=user-every-kind",
     "device=cpu",

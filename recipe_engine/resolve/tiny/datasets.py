@@ -1,12 +1,15 @@
 """The built-in datasets: coloured shapes to name (vlm rows) and sums to do (messages rows),
-generated deterministically into `<cache>/data/<name>-<version>/{train,eval}.jsonl`.
+and both as preference pairs (the right answer in a sentence chosen over the bare answer or a
+wrong one, for DPO and ORPO), generated deterministically into
+`<cache>/data/<name>-<version>/{train,eval}.jsonl`.
+Each is written as a user would write the file, so it goes through the same converters.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +21,25 @@ from recipe_engine.resolve.tiny.build import build_once
 from recipe_engine.resolve.tiny.shapes import COLOURS, SHAPES, SHAPES_QUESTION, draw_shape
 
 # Built-in datasets and the format of their rows (what `data.format: auto` resolves to).
-TINY_DATASETS: dict[str, str] = {"shapes": "vlm", "arithmetic": "messages"}
+TINY_DATASETS: dict[str, str] = {
+    "shapes": "vlm",
+    "arithmetic": "messages",
+    "shapes-preference": "preference",
+    "arithmetic-preference": "preference",
+}
 _SHAPES_TRAIN_PER_CLASS = 80  # 12 classes -> 960 rows
 _SHAPES_EVAL_PER_CLASS = 8  # 12 classes -> 96 rows
+_SHAPE_PAIRS_TRAIN_PER_CLASS = 20  # 12 classes -> 240 pairs
+_SHAPE_PAIRS_EVAL_PER_CLASS = 4  # 12 classes -> 48 pairs
 # Single-digit operands keep the answer table small enough for a 2-layer model to learn quickly.
 ARITH_MAX_OPERAND = 9
 _ARITH_TRAIN_ROWS = 800
 _ARITH_EVAL_ROWS = 64
+_ARITH_PAIRS_TRAIN = 400
+_ARITH_PAIRS_EVAL = 64
+# Seeds of the preference sets' train and eval splits: other draws than the instruction sets'.
+_SHAPE_PAIRS_SEED = _SEED + 2
+_ARITH_PAIRS_SEED = _SEED + 4
 
 
 def build_dataset(name: str, cache_dir: Path | None = None) -> Path:
@@ -32,6 +47,8 @@ def build_dataset(name: str, cache_dir: Path | None = None) -> Path:
     builders: dict[str, Callable[[Path], None]] = {
         "shapes": _build_shapes,
         "arithmetic": _build_arithmetic,
+        "shapes-preference": _build_shapes_preference,
+        "arithmetic-preference": _build_arithmetic_preference,
     }
     if name not in builders:
         raise RecipeError(
@@ -49,20 +66,29 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
             f.write(json.dumps(row) + "\n")
 
 
+def _drawn_shapes(
+    folder: Path, split: str, per_class: int, seed: int
+) -> Iterator[tuple[random.Random, str, str, str]]:
+    """Every class `per_class` times in a seeded random order, each picture drawn into
+    `folder/images`: (the generator, for what a row draws next; the picture's relative path;
+    colour; shape)."""
+    rng = random.Random(seed)
+    labels = [(c, s) for c in COLOURS for s in SHAPES for _ in range(per_class)]
+    rng.shuffle(labels)  # balanced classes, random order
+    for i, (colour, shape) in enumerate(labels):
+        rel = f"images/{split}_{i:04d}.png"
+        draw_shape(rng, colour, shape).save(folder / rel)
+        yield rng, rel, colour, shape
+
+
 def _build_shapes(folder: Path) -> None:
     (folder / "images").mkdir()
-    classes = [(c, s) for c in COLOURS for s in SHAPES]
     for split, per_class, seed in (
         ("train", _SHAPES_TRAIN_PER_CLASS, _SEED),
         ("eval", _SHAPES_EVAL_PER_CLASS, _SEED + 1),
     ):
-        rng = random.Random(seed)
-        labels = [cls for cls in classes for _ in range(per_class)]
-        rng.shuffle(labels)  # balanced classes, random order
         rows = []
-        for i, (colour, shape) in enumerate(labels):
-            rel = f"images/{split}_{i:04d}.png"
-            draw_shape(rng, colour, shape).save(folder / rel)
+        for _, rel, colour, shape in _drawn_shapes(folder, split, per_class, seed):
             rows.append(
                 {
                     "images": [rel],
@@ -94,13 +120,7 @@ def _build_arithmetic(folder: Path) -> None:
         rng = random.Random(seed)
         rows = []
         for _ in range(count):
-            a = rng.randint(0, ARITH_MAX_OPERAND)
-            b = rng.randint(0, ARITH_MAX_OPERAND)
-            if rng.random() < 0.5:
-                question, answer = f"What is {a} + {b}?", a + b
-            else:
-                a, b = max(a, b), min(a, b)  # keep answers non-negative
-                question, answer = f"What is {a} - {b}?", a - b
+            question, answer = _sum(rng)
             rows.append(
                 {
                     "messages": [
@@ -108,5 +128,79 @@ def _build_arithmetic(folder: Path) -> None:
                         {"role": "assistant", "content": str(answer)},
                     ]
                 }
+            )
+        _write_jsonl(folder / f"{split}.jsonl", rows)
+
+
+def _sum(rng: random.Random) -> tuple[str, int]:
+    """A sum or a non-negative difference of single digits, and its answer."""
+    a = rng.randint(0, ARITH_MAX_OPERAND)
+    b = rng.randint(0, ARITH_MAX_OPERAND)
+    if rng.random() < 0.5:
+        return f"What is {a} + {b}?", a + b
+    a, b = max(a, b), min(a, b)  # keep answers non-negative
+    return f"What is {a} - {b}?", a - b
+
+
+def _build_shapes_preference(folder: Path) -> None:
+    """The shapes question with its picture (drawn as `shapes` draws them). The chosen answer
+    is a sentence naming the right colour and shape ("It is a red circle."), a style the
+    `shapes` rows never use; the rejected one is either the bare answer `shapes` teaches
+    ("red circle") or the sentence with a near miss (another shape, or another colour), so
+    preference training must learn the style and keep the answer right. Both are checkable."""
+    (folder / "images").mkdir()
+    for split, per_class, seed in (
+        ("train", _SHAPE_PAIRS_TRAIN_PER_CLASS, _SHAPE_PAIRS_SEED),
+        ("eval", _SHAPE_PAIRS_EVAL_PER_CLASS, _SHAPE_PAIRS_SEED + 1),
+    ):
+        rows = []
+        for rng, rel, colour, shape in _drawn_shapes(folder, split, per_class, seed):
+            question = [{"type": "image"}, {"type": "text", "text": SHAPES_QUESTION}]
+            rows.append(
+                {
+                    "images": [rel],
+                    "prompt": [{"role": "user", "content": question}],
+                    "chosen": _sentence(f"{colour} {shape}"),
+                    "rejected": _shapes_rejected(rng, colour, shape),
+                }
+            )
+        _write_jsonl(folder / f"{split}.jsonl", rows)
+
+
+def _sentence(answer: str) -> str:
+    return f"It is a {answer}." if not answer[0].isdigit() else f"It is {answer}."
+
+
+def _shapes_rejected(rng: random.Random, colour: str, shape: str) -> str:
+    """The bare right answer, or the sentence with another shape or another colour."""
+    draw = rng.random()
+    if draw < 0.5:
+        return f"{colour} {shape}"
+    if draw < 0.75:
+        return _sentence(f"{colour} {rng.choice([s for s in SHAPES if s != shape])}")
+    return _sentence(f"{rng.choice([c for c in COLOURS if c != colour])} {shape}")
+
+
+def _build_arithmetic_preference(folder: Path) -> None:
+    """The arithmetic questions as text pairs: the answer in a sentence ("It is 7.") chosen
+    over the bare answer `arithmetic` teaches ("7") or the sentence with an answer off by one
+    or two (never negative)."""
+    for split, count, seed in (
+        ("train", _ARITH_PAIRS_TRAIN, _ARITH_PAIRS_SEED),
+        ("eval", _ARITH_PAIRS_EVAL, _ARITH_PAIRS_SEED + 1),
+    ):
+        rng = random.Random(seed)
+        rows = []
+        for _ in range(count):
+            question, answer = _sum(rng)
+            if rng.random() < 0.5:
+                rejected = str(answer)
+            else:
+                wrong = answer + rng.choice((-2, -1, 1, 2))
+                if wrong < 0:
+                    wrong = answer + (answer - wrong)  # off as far, the other way
+                rejected = _sentence(str(wrong))
+            rows.append(
+                {"prompt": question, "chosen": _sentence(str(answer)), "rejected": rejected}
             )
         _write_jsonl(folder / f"{split}.jsonl", rows)

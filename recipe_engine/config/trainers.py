@@ -1,0 +1,77 @@
+"""The trainers a stage can train with (`stage.<name>.trainer`), declared once, as data.
+
+Every trainer is a TRL trainer with its own settings class: a stage's `train` keys are that
+class's fields (SFTConfig for `sft`, DPOConfig for `dpo`, ORPOConfig for `orpo`), checked
+against the installed class like SFTConfig's always were. What differs between them and
+matters before a weight loads is here: which rows they take, whether they compare the policy
+with a frozen reference model (memory, `plan`'s note), and whether TRL 1.16 lets them take
+image rows. Nothing heavy is imported here; `run` imports the trainer class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from recipe_engine.errors import RecipeError, did_you_mean
+
+SFT, DPO, ORPO = "sft", "dpo", "orpo"
+# Rows a trainer takes: instruction rows (messages, prompt/completion) or preference pairs.
+INSTRUCTION_ROWS, PREFERENCE_ROWS = "instruction", "preference"
+
+
+@dataclass(frozen=True)
+class TrainerKind:
+    """One trainer: TRL's trainer and settings classes, and what it asks of rows and memory."""
+
+    name: str
+    settings_class: str  # the class `train` keys belong to (library_keys.LIBRARY_CLASSES)
+    module: str  # where TRL keeps the trainer and its settings class
+    trainer_class: str
+    rows: str  # INSTRUCTION_ROWS | PREFERENCE_ROWS
+    reference: bool  # scores the policy against a frozen reference model
+    images: bool  # takes image rows (a vision-language stage's)
+    experimental: bool = False  # TRL ships it under trl.experimental (its API may change)
+    # Its evaluate() reads only the rows it tokenized when it was built (ORPO's older
+    # trainer), not raw rows: the held-out rows are taken from those.
+    evaluates_tokenized: bool = False
+
+    @property
+    def preference(self) -> bool:
+        return self.rows == PREFERENCE_ROWS
+
+
+TRAINERS: dict[str, TrainerKind] = {
+    kind.name: kind
+    for kind in (
+        TrainerKind(SFT, "SFTConfig", "trl", "SFTTrainer", INSTRUCTION_ROWS, False, True),
+        # The reference: the adapter-disabled base for a LoRA policy (no second copy), the
+        # parent's weights (a frozen copy) for a full fine-tune.
+        TrainerKind(DPO, "DPOConfig", "trl", "DPOTrainer", PREFERENCE_ROWS, True, True),
+        # Odds-ratio preference optimisation: no reference model; TRL 1.16 keeps it in
+        # trl.experimental and tokenizes text only.
+        TrainerKind(
+            ORPO,
+            "ORPOConfig",
+            "trl.experimental.orpo",
+            "ORPOTrainer",
+            PREFERENCE_ROWS,
+            reference=False,
+            images=False,
+            experimental=True,
+            evaluates_tokenized=True,
+        ),
+    )
+}
+
+
+def trainer_kind(name: str, stage: str) -> TrainerKind:
+    """The trainer `stage.<stage>.trainer` names; an unknown name is one message."""
+    if name in TRAINERS:
+        return TRAINERS[name]
+    key = f"stage.{stage}.trainer"
+    raise RecipeError(
+        f"`{key}` is {name!r}, which is not a trainer the engine has.{did_you_mean(name, TRAINERS)}"
+        f" Trainers: {', '.join(TRAINERS)} (sft: instruction rows; dpo, orpo: preference rows "
+        "with prompt / chosen / rejected).",
+        key=key,
+    )

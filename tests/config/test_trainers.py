@@ -1,0 +1,44 @@
+"""A stage's trainer is a choice (sft | dpo | orpo): its name and its `train` keys are checked
+against the trainer's own settings class before anything is read."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipe_engine.config.library_keys import check_train
+from recipe_engine.config.trainers import TRAINERS, trainer_kind
+from recipe_engine.errors import RecipeError
+
+
+def test_an_unknown_trainer_is_named_with_the_closest_one():
+    with pytest.raises(RecipeError) as refused:
+        trainer_kind("dpoo", "align")
+    assert refused.value.key == "stage.align.trainer"
+    assert "Did you mean `dpo`" in str(refused.value) or "dpo" in str(refused.value)
+    assert "sft, dpo, orpo" in str(refused.value)
+
+
+def test_preference_trainers_take_pairs_and_only_dpo_keeps_a_reference():
+    assert not TRAINERS["sft"].preference
+    assert TRAINERS["dpo"].preference and TRAINERS["dpo"].reference
+    assert TRAINERS["orpo"].preference and not TRAINERS["orpo"].reference
+
+
+def test_dpo_keys_are_checked_against_dpo_config():
+    check_train("dpo", {"beta": 0.2, "loss_type": ["sigmoid"], "learning_rate": 1e-4}, "DPOConfig")
+    with pytest.raises(RecipeError, match=r"stage\.dpo\.train\.beta.*expected"):
+        check_train("dpo", {"beta": "high"}, "DPOConfig")
+    with pytest.raises(RecipeError, match="DPOConfig fields"):
+        check_train("dpo", {"assistant_only_loss": True}, "DPOConfig")
+
+
+def test_orpo_keys_come_from_trl_experimental_orpo_config():
+    check_train("orpo", {"beta": 0.1, "max_length": 256}, "ORPOConfig")
+    with pytest.raises(RecipeError, match="ORPOConfig fields"):
+        check_train("orpo", {"bta": 0.1}, "ORPOConfig")
+
+
+def test_engine_owned_keys_stay_refused_for_every_trainer():
+    for kind in TRAINERS.values():
+        with pytest.raises(RecipeError, match="set by the engine"):
+            check_train("x", {"seed": 3}, kind.settings_class)

@@ -1,0 +1,87 @@
+"""A preference stage in the plan: its trainer takes the rows it is given or is refused by name
+before a weight loads; its key holds the trainer; `plan` says what its reference model is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from plans import pairs_csv, plan
+
+from recipe_engine.errors import RecipeError
+
+
+def _pairs_file(folder: Path) -> Path:
+    rows = [{"prompt": f"{a} + {a}?", "chosen": str(2 * a), "rejected": str(2 * a + 1)}
+            for a in range(8)]  # fmt: skip
+    path = folder / "prefs.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _text(*overrides: str):
+    return plan("recipe=text-lora", "data.eval_fraction=0.25", *overrides)
+
+
+def test_r5_plans_r3s_stages_with_r3s_keys_then_dpo_from_the_sft_stage():
+    r3, r5 = plan("recipe=r3-two-stage"), plan("recipe=r5-sft-dpo")
+    for name in ("vision", "llm"):
+        assert r5.stages[name].fingerprint == r3.stages[name].fingerprint
+    dpo = r5.stages["dpo"]
+    assert dpo.parent == "llm" and dpo.config.trainer == "dpo"
+    assert dpo.data.format == "vlm_preference"
+    assert any("adapter-disabled base" in note for note in dpo.notes)
+    assert "beta" in dpo.trainer and "assistant_only_loss" not in dpo.trainer
+
+
+def test_the_trainer_enters_the_key_and_sft_keys_stay_as_they_were(tmp_path):
+    data = f"data.path={_pairs_file(tmp_path)}"
+    dpo = _text("data.source=local", data, "stage.llm.trainer=dpo")
+    orpo = _text("data.source=local", data, "stage.llm.trainer=orpo")
+    assert dpo.stages["llm"].fingerprint != orpo.stages["llm"].fingerprint
+    # r3's keys as planned before `trainer` existed (commit 8540584): the default is not
+    # hashed, so the vision stage keeps its key; the 4-bit llm stage was re-keyed on purpose
+    # (plan.keys: it used to train through bitsandbytes' CPU inference kernel).
+    r3 = plan("recipe=r3-two-stage")
+    assert r3.stages["vision"].fingerprint.startswith("f6643624bda3")
+    assert not r3.stages["llm"].fingerprint.startswith("8cafda1fd823")
+
+
+def test_a_full_fine_tune_dpo_stage_keeps_a_frozen_copy_as_its_reference(tmp_path):
+    planned = _text("data.source=local", f"data.path={_pairs_file(tmp_path)}",
+                    "stage.llm.trainer=dpo", "stage.llm.lora=null")  # fmt: skip
+    assert any("frozen copy" in note for note in planned.stages["llm"].notes)
+    orpo = _text("data.source=local", f"data.path={_pairs_file(tmp_path)}",
+                 "stage.llm.trainer=orpo")  # fmt: skip
+    assert any("reference: none" in note for note in orpo.stages["llm"].notes)
+
+
+def test_dpo_on_instruction_rows_is_refused_naming_the_columns_it_needs(tmp_path):
+    with pytest.raises(RecipeError) as refused:
+        _text("data.source=local", f"data.path={pairs_csv(tmp_path)}", "stage.llm.trainer=dpo")
+    assert refused.value.key == "stage.llm.trainer"
+    assert "prompt / chosen / rejected" in str(refused.value)
+
+
+def test_sft_on_preference_pairs_is_refused_with_the_trainers_that_take_them(tmp_path):
+    with pytest.raises(RecipeError) as refused:
+        _text("data.source=local", f"data.path={_pairs_file(tmp_path)}")
+    assert "stage.llm.trainer=dpo" in str(refused.value)
+
+
+def test_orpo_on_image_pairs_is_refused_because_trls_orpo_reads_text_only():
+    with pytest.raises(RecipeError, match="takes text only"):
+        plan(
+            "recipe=r5-sft-dpo",
+            "stage.dpo.trainer=orpo",
+            "~stage.dpo.train.loss_type",  # DPOConfig's keys, not ORPOConfig's
+            "~stage.dpo.train.loss_weights",
+        )
+
+
+def test_an_unknown_trainer_and_a_foreign_key_are_refused_before_anything_is_read():
+    with pytest.raises(RecipeError, match="not a trainer the engine has"):
+        plan("recipe=r5-sft-dpo", "stage.dpo.trainer=ppo")
+    with pytest.raises(RecipeError, match="DPOConfig"):
+        plan("recipe=r5-sft-dpo", "+stage.dpo.train.completion_only_loss=true")

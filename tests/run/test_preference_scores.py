@@ -1,0 +1,55 @@
+"""What preference training is judged by: reward accuracy against a common reference, pair
+accuracy and win rate, from per-pair log-probabilities measured on a real model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from recipe_engine.resolve.tiny.models import build_tiny_model
+from recipe_engine.run.preference_scores import (
+    answer_logps,
+    pair_metrics,
+    trl_metrics,
+    win_rate,
+)
+
+
+def test_rewards_are_judged_against_the_reference_log_probs():
+    stage = [(-1.0, -3.0), (-2.0, -1.0), (-5.0, -6.0)]
+    base = [(-4.0, -2.0), (-2.0, -2.0), (-5.0, -6.0)]
+    judged = pair_metrics(stage, base)
+    assert judged["pair_accuracy"] == pytest.approx(2 / 3)  # chosen more likely: pairs 1, 3
+    # margins: (3 - -1) = 4, (0 - 1) = -1, (0 - 0) = 0 -> one of three beats the reference
+    assert judged["reward_accuracy"] == pytest.approx(1 / 3)
+    assert judged["logratio_margin"] == pytest.approx(1.0)
+    assert "reward_accuracy" not in pair_metrics(stage, None)
+
+
+def test_the_win_rate_counts_chosen_as_a_win_rejected_as_a_loss_anything_else_half():
+    rows = [{"chosen": "It is 7.", "rejected": "7"}] * 3
+    assert win_rate(["It is 7.", "7", "It is 8."], rows) == pytest.approx((1 + 0 + 0.5) / 3)
+    messages = [{"chosen": [{"role": "assistant", "content": "It is 7."}], "rejected": "7"}]
+    assert win_rate(["It is 7."], messages) == 1.0
+
+
+def test_trls_reward_metrics_are_named_as_the_manifest_names_them():
+    evaluated = {"eval_loss": 0.4, "eval_rewards/accuracies": 0.75, "eval_rewards/margins": 1.5}
+    assert trl_metrics(evaluated) == {"reward_accuracy": 0.75, "reward_margin": 1.5}
+    assert trl_metrics({"eval_loss": 0.4}) == {}  # an SFT stage's evaluation
+
+
+def test_answer_log_probs_sum_the_answer_tokens_after_the_prompt():
+    """On a real model: finite, and an answer's log-probability is its first token's plus the
+    rest's (the prompt is the same, so a longer answer with the same first tokens is less
+    likely)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = build_tiny_model("tiny-qwen2")
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    rows = [{"prompt": "What is 3 + 4?", "chosen": "7", "rejected": "7 7 7"}]
+    [(chosen, rejected)] = answer_logps(model, tokenizer, rows)
+    assert math.isfinite(chosen) and chosen < 0
+    assert rejected < chosen

@@ -1,0 +1,32 @@
+"""`make bench-memory`'s configurations, without running them (milliseconds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from recipe_engine.tools.bench_memory import CASES, long_pairs
+
+
+def test_case_names_are_unique_and_preference_rows_name_their_trainer() -> None:
+    names = [case.name for case in CASES]
+    assert len(names) == len(set(names))
+    pairs = [case for case in CASES if case.rows == "pairs"]
+    assert {c.name for c in pairs} >= {
+        "tiny-qwen2 dpo lora b8 s128",
+        "tiny-qwen2 dpo full b8 s128",
+        "smollm2 dpo lora b2 s128",
+        "smollm2 dpo full b2 s128",
+    }
+    for case in pairs:
+        trainer = case.name.split()[1]
+        assert f"stage.llm.trainer={trainer}" in case.overrides
+        assert ("stage.llm.lora=null" in case.overrides) == (" full " in case.name)
+
+
+def test_long_pairs_outgrow_max_length_but_not_their_prompt(tmp_path: Path) -> None:
+    """Every sequence is truncated to max_length; TRL drops a pair whose prompt alone fills it."""
+    rows = [json.loads(line) for line in long_pairs(tmp_path).read_text().splitlines()]
+    assert rows and all(set(row) == {"prompt", "chosen", "rejected"} for row in rows)
+    assert all(len(row["prompt"].split()) < 16 for row in rows)
+    assert all(min(len(row["chosen"].split()), len(row["rejected"].split())) > 512 for row in rows)
