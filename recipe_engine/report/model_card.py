@@ -82,6 +82,7 @@ def _lineage_table(lineage: list[Manifest]) -> str:
         [
             m.stage,
             f"`{m.fingerprint[:12]}`",
+            (m.config or {}).get("trainer", "sft"),
             m.trained_text() or "-",
             _data_text(m),
             str(m.metrics.steps if m.metrics.steps is not None else "-"),
@@ -89,7 +90,7 @@ def _lineage_table(lineage: list[Manifest]) -> str:
         ]
         for m in lineage
     ]
-    header = ["stage", "key", "trained", "data", "steps", "train loss"]
+    header = ["stage", "key", "trainer", "trained", "data", "steps", "train loss"]
     return _markdown_table(header, rows)
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from recipe_engine.files import atomic_write_text, share_as_umask
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.resolve.hub_models import download_model
+from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.resolve.models import auto_model_class
 from recipe_engine.resolve.sources import PARENT
 from recipe_engine.run.merge_check import MERGE_CHECK, check_merge, reference, tensor_bytes_hash
@@ -32,6 +34,9 @@ from recipe_engine.store.store import Store, make_engine_folder
 log = logging.getLogger("recipe_engine")
 
 HANDOFF = "handoff.json"
+# How long the other ranks of a launch wait for rank 0 to merge an adapter parent (the
+# Trainer's default `ddp_timeout`).
+MERGE_WAIT_S = 1800
 
 
 class HandoffError(RuntimeError):
@@ -155,10 +160,26 @@ def merge_adapter_parent(
     the adapter changed, `merge_check.json` what the verification measured. A folder without
     the latter (an older engine's, or one whose writer died) is verified on first use.
     """
-    if not (into / HANDOFF).is_file():
+    if not is_main_process():
+        _wait_for_merge(into)
+    elif not (into / HANDOFF).is_file():
         _merge(parent, dtype, into)
     expected = json.loads((into / HANDOFF).read_text())
     return MergedParent(into, expected, _verified(parent, dtype, into, stage or str(parent)))
+
+
+def _wait_for_merge(into: Path) -> None:
+    """Rank 0 merges and verifies; the other ranks of a launch wait for its record. In a
+    process group `save_pretrained` writes weights on rank 0 only, so a merge another rank
+    saved first held no weights, and the stage failed to load it ("Unrecognized model")."""
+    deadline = time.monotonic() + MERGE_WAIT_S
+    while not (into / MERGE_CHECK).is_file():
+        if time.monotonic() > deadline:
+            raise StageFailed(
+                f"Rank {os.environ.get('RANK')} waited {MERGE_WAIT_S} s for rank 0 to merge and "
+                f"verify {into}; rank 0's log says why it did not."
+            )
+        time.sleep(0.2)
 
 
 def _merge(parent: Path, dtype: str, into: Path) -> None:

@@ -74,6 +74,8 @@ def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
 
     trainer_class = getattr(importlib.import_module(kind.module), kind.trainer_class)
     extra = {"ref_model": parts.reference} if kind.reference else {}
+    if getattr(parts.args, "deepspeed", None):
+        fresh_accelerator_state()
     trainer = trainer_class(
         model=parts.model,
         args=parts.args,
@@ -86,6 +88,18 @@ def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
     if kind.reference:
         reference_is_the_disabled_adapter(trainer.model)
     return trainer
+
+
+def fresh_accelerator_state() -> None:
+    """Each stage's Trainer builds its own Accelerator with the stage's DeepSpeed plugin, but
+    accelerate keeps the first Accelerator's state for the whole process and refuses a second
+    plugin ("You cannot pass in a `deepspeed_plugin` when creating a second `Accelerator`"):
+    a run's second DeepSpeed stage failed as it was built. The state is cleared before each
+    stage's Trainer; the process group (accelerate's PartialState) stays."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
 
 
 def evaluate_held_out(trainer: Any, kind: TrainerKind, held_out: Any) -> dict[str, float]:

@@ -344,7 +344,40 @@ ARGV = {
     ),
 }
 
+
+def own_pairs(name: str, *argv: str) -> tuple[str, ...]:
+    """A text recipe whose stage learns from the user's preference pairs with DPO."""
+    return (*own_data(name), "stage.llm.trainer=dpo", *argv)
+
+
 DATA = {
+    # preference pairs
+    "a pair with an empty chosen answer": case(
+        *own_pairs("empty-chosen.jsonl"), expect=("empty-chosen.jsonl, row 2", "`chosen` is empty")
+    ),
+    "a pair with an empty rejected answer": case(
+        *own_pairs("empty-rejected.jsonl"), expect=("empty-rejected.jsonl, row 1", "`rejected`")
+    ),
+    "a pair whose answers are the same": case(
+        *own_pairs("same-answers.jsonl"), expect=("same-answers.jsonl, row 2", "nothing to prefer")
+    ),
+    "pairs without a rejected column": case(
+        *own_pairs("no-rejected.jsonl"), expect=("no-rejected.jsonl", "rejected")
+    ),
+    "preference pairs for an sft stage": case(
+        *own_data("pairs.jsonl"), expect=("preference pairs", "stage.llm.trainer=dpo")
+    ),
+    "instruction rows for a dpo stage": case(
+        *own_pairs("prompt-completion.csv"), expect=("learns from preference pairs", "chosen")
+    ),
+    "an unknown trainer": case(
+        "recipe=text-lora", "stage.llm.trainer=ppo", expect=("stage.llm.trainer", "sft, dpo, orpo")
+    ),
+    "an sft key on a dpo stage": case(
+        *own_pairs("pairs.jsonl", "+stage.llm.train.completion_only_loss=true"),
+        expect=("completion_only_loss", "DPOConfig"),
+    ),
+    # files
     "a file that is not UTF-8": case(
         *own_data("latin1.jsonl"),
         expect=("latin1.jsonl, line 2, byte 16 (0xe9)", "not UTF-8", "iconv"),
@@ -563,6 +596,10 @@ def _message(*roles: str) -> dict:
     return {"messages": [{"role": r, "content": f"{r} says hi"} for r in roles]}
 
 
+def _pair(answer: str, chosen: str, rejected: str) -> dict:
+    return {"prompt": f"{answer} + 0?", "chosen": chosen, "rejected": rejected}
+
+
 def _lines(*rows: object) -> str:
     return "".join(json.dumps(r) + "\n" for r in rows)
 
@@ -595,6 +632,11 @@ def build_kit(kit: Path) -> None:
             {"messages": [{"role": "user", "content": ""}, {"role": "assistant", "content": "a"}]}
         ),
         "prompt-completion.csv": "prompt,completion\n1+1?,2\n2+2?,4\n",
+        "pairs.jsonl": _lines(*(_pair(str(a), f"It is {a}.", str(a)) for a in range(4))),
+        "empty-chosen.jsonl": _lines(_pair("1", "It is 1.", "1"), _pair("2", " ", "2")),
+        "empty-rejected.jsonl": _lines(_pair("1", "It is 1.", "")),
+        "same-answers.jsonl": _lines(_pair("1", "It is 1.", "1"), _pair("2", "2", " 2 ")),
+        "no-rejected.jsonl": _lines({"prompt": "1 + 0?", "chosen": "It is 1."}),
         "missing-image.jsonl": _lines(_vlm_row("nope.png")),
         "broken-image.jsonl": _lines(_vlm_row("broken.png")),
         "broken.png": "not a png",

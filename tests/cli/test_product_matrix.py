@@ -298,3 +298,6 @@ def test_every_preference_trainer_trains_evaluates_and_compares(model, trainer, 
         assert judged["pairs"] >= 1 and 0.0 <= judged["pair_accuracy"] <= 1.0, name
         assert 0.0 <= judged["win_rate"] <= 1.0
     assert "reward_accuracy" in metrics[stage]["preference"]  # against the base
+    # A LoRA policy's reference is the adapter-disabled base: TRL's "ref" adapter copy is
+    # dropped, so none is saved with the stage.
+    assert not list((tmp_path / "out").glob("store/*/ref")), "a reference adapter was saved"

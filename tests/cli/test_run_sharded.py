@@ -99,3 +99,30 @@ def test_plan_says_where_deepspeed_ran_and_fsdp_is_refused_on_cpu(tmp_path: Path
     [line] = [x for x in refused.stderr.splitlines() if x.startswith("error:")]
     assert "accelerate turns FSDP on only for GPUs" in line and "parallel=ddp" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_trains_an_sft_stage_then_a_full_dpo_stage_under_zero3(tmp_path: Path) -> None:
+    """Two DeepSpeed stages in one run (each Trainer makes its own Accelerator: accelerate
+    refused the second stage's plugin until the engine cleared its state between stages), the
+    second a full-weight DPO stage whose frozen reference copy is sharded too."""
+    done = engine(
+        "recipe=r5-sft-dpo-text",
+        *SHORT,
+        "stage.dpo.data.max_samples=32",
+        "stage.dpo.lora=null",
+        "++stage.llm.train.max_steps=2",
+        "++stage.dpo.train.max_steps=2",
+        "++stage.dpo.train.deepspeed.zero_optimization.stage=3",
+        f"output_root={tmp_path / 'out'}",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = {}
+    for path in (tmp_path / "out").glob("store/*/manifest.json"):
+        record = json.loads(path.read_text())
+        records[record["stage"]] = record
+    assert set(records) == {"llm", "dpo"}
+    dpo = records["dpo"]
+    assert dpo["config"]["trainer"] == "dpo" and dpo["world_size"] == 2
+    assert dpo["trainer"]["deepspeed"]["zero_optimization"]["stage"] == 3
+    assert dpo["metrics"]["steps"] == 2 and dpo["metrics"]["preference"]["reward_accuracy"] >= 0
