@@ -85,3 +85,16 @@ def test_an_unknown_trainer_and_a_foreign_key_are_refused_before_anything_is_rea
         plan("recipe=r5-sft-dpo", "stage.dpo.trainer=ppo")
     with pytest.raises(RecipeError, match="DPOConfig"):
         plan("recipe=r5-sft-dpo", "+stage.dpo.train.completion_only_loss=true")
+
+
+def test_a_reference_copy_that_does_not_fit_is_refused_with_the_fixes_that_would():
+    """TinyLlama's full DPO stage: 9.9 GiB with its frozen reference copy, on a 9 GiB GPU."""
+    fits = plan("recipe=r5-sft-dpo-text", "model=tinyllama-1.1b", "stage.dpo.lora=null",
+                "hardware=1x-rtx4090")  # fmt: skip
+    memory = fits.stages["dpo"].memory
+    assert dict(memory.estimate.parts())["reference model"] > 1.5  # GiB: a bf16 copy
+    with pytest.raises(RecipeError) as refused:
+        plan("recipe=r5-sft-dpo-text", "model=tinyllama-1.1b", "stage.dpo.lora=null",
+             "hardware=1x-rtx4090", "hardware.gpus.0.memory_gib=9")  # fmt: skip
+    text = str(refused.value)
+    assert "frozen copy" in text and "precompute_ref_log_probs=true" in text
