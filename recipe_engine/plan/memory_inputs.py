@@ -61,8 +61,7 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
         return None
     lengths = given.longest
     shape = model_shape(given.files.config, given.files.processor, lengths["image_pixels"])
-    pairs = TRAINERS.get(stage.trainer, TRAINERS["sft"]).preference
-    text, assumed = _text_tokens(stage.train, lengths, given.kind, pairs)
+    text, assumed = _text_tokens(stage.train, lengths, given.kind)
     device = placement.device if placement else "cuda"
     request = MemoryRequest(
         shape=shape,
@@ -116,17 +115,13 @@ def _trainer_terms(policy: PolicyPlan, stage: StageConfig) -> dict[str, Any]:
 
 
 def _text_tokens(
-    train: Mapping[str, Any], lengths: Mapping[str, int], kind: str, pairs: bool = False
+    train: Mapping[str, Any], lengths: Mapping[str, int], kind: str
 ) -> tuple[int, tuple[str, ...]]:
-    """Text tokens of the longest row, capped by max_length (a batch pads to its longest).
-    A preference row's sequence is its prompt and the longer answer (`pair_chars`,
-    `pair_messages`); lengths surveyed without them count both answers' characters (over by
-    the shorter answer)."""
-    chars, messages = lengths["chars"], lengths["messages"]
-    if pairs:  # without pair_messages: the prompt's turns and one answer's
-        chars = lengths.get("pair_chars", chars)
-        messages = lengths.get("pair_messages", messages - 1)
-    estimated = chars // CHARS_PER_TOKEN + TEMPLATE_TOKENS_PER_MESSAGE * max(messages, 1)
+    """Text tokens of the longest row, capped by max_length (a batch pads to its longest). A
+    preference pair's row is its prompt and the longer answer (`resolve` counts it so)."""
+    estimated = lengths["chars"] // CHARS_PER_TOKEN + TEMPLATE_TOKENS_PER_MESSAGE * max(
+        lengths["messages"], 1
+    )
     limit = train.get("max_length", None if kind == "vlm" else DEFAULT_MAX_LENGTH)
     tokens = min(estimated, int(limit)) if limit else estimated
     return max(tokens, 1), (f"longest row ~{estimated} text tokens",)

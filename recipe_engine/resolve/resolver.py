@@ -267,6 +267,11 @@ def _longest(splits: Any) -> dict[str, int]:
 
 
 def _row_counts(row: Mapping[str, Any]) -> dict[str, int]:
+    """The row's sizes as one sequence the model runs: a preference pair's is its prompt and
+    the longer answer (the trainer runs each answer after the prompt)."""
+    if "chosen" in row and "rejected" in row:
+        shorter = min(("rejected", "chosen"), key=lambda k: sum(c for c, _, _ in _walk(row[k])))
+        row = {key: value for key, value in row.items() if key != shorter}
     chars, messages, images, pixels = 0, 0, 0, 0
     for key, value in row.items():
         if key == "images":

@@ -364,5 +364,6 @@ def test_stage_memory_reads_the_trainer_and_the_policy() -> None:
     assert not memory("dpo", lora=True).reference_copy
     assert not memory("dpo", precompute_ref_log_probs=True).reference_copy
     assert dpo.stage == "pref"
-    # One sequence is the prompt and one answer: a turn fewer than the row's three.
-    assert dpo.text_tokens == sft.text_tokens - 5
+    # `resolve` counts a pair's longest row as one sequence (prompt and the longer answer):
+    # the same lengths, the same tokens per sequence; twice the sequences.
+    assert dpo.text_tokens == sft.text_tokens

@@ -529,3 +529,17 @@ def test_the_built_in_pairs_read_as_the_data_source_tiny(
     assert (answer if isinstance(answer, str) else answer[0]["content"][0]["text"]) == (
         source["chosen"]
     )
+
+
+def test_a_pairs_longest_row_is_its_prompt_and_its_longer_answer(tmp_path: Path) -> None:
+    """What the memory estimate reads: the trainer runs each answer after the prompt, so one
+    sequence holds the prompt and one answer, the longer."""
+    from recipe_engine.config.schema import DataConfig
+    from recipe_engine.resolve.resolver import survey
+
+    rows = [{"prompt": "p" * 10, "chosen": "c" * 300, "rejected": "r" * 50}] * 4
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = DataConfig(name="pairs", path=str(path), eval_fraction=0.25, chat_template="false")
+    longest = survey(config, "causal_lm", 0, {}).longest
+    assert longest["chars"] == 10 + 300 and longest["messages"] == 2
