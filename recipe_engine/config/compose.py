@@ -166,11 +166,17 @@ def _trainer_hint(schema: type, prefix: str, key: str) -> str:
     """A trainer setting typed one level too high (`stage.llm.learning_rate`)."""
     if schema is not StageConfig:
         return ""
-    from recipe_engine.config.library_keys import library_fields
-
-    fields = library_fields("SFTConfig")
+    fields = trainer_fields()
     match = key if key in fields else closest(key, fields)
     return f" Did you mean `{prefix}train.{match}`?" if match else ""
+
+
+def trainer_fields() -> set[str]:
+    """Every field of the trainers' settings classes (a stage's `train` keys are one's)."""
+    from recipe_engine.config.library_keys import library_fields
+    from recipe_engine.config.trainers import TRAINERS
+
+    return {name for kind in TRAINERS.values() for name in library_fields(kind.settings_class)}
 
 
 def _dataclass_in(hint: Any) -> tuple[type | None, bool]:
@@ -262,7 +268,8 @@ def translate_error(error: BaseException, extra_dirs: Sequence[str] = ()) -> Rec
                 f"Hydra's append syntax, +{key}=<value> (`{key}=` changes an existing key only).",
                 key=key,
             )
-        hint = did_you_mean(key.rsplit(".", 1)[-1], valid)
+        name = key.rsplit(".", 1)[-1]
+        hint = did_you_mean(name, valid) or _trainer_hint(parent_type, key[: -len(name)], name)
         listing = f" Valid keys there: {', '.join(valid)}." if valid else ""
         return RecipeError(f"Unknown key `{key}`.{hint}{listing}", key=key)
     if "does not support deletion" in str(cause) and key:
@@ -314,9 +321,15 @@ def _library_key_error(key: str, section: str, name: str) -> RecipeError:
     """A key the stage's template doesn't set: valid library keys are added with `+`."""
     from recipe_engine.config import library_keys as validate
 
-    class_name = {"train": "SFTConfig", "lora": "LoraConfig", "quantization": "BitsAndBytesConfig"}
+    class_name = {
+        "train": "trainer settings (SFTConfig, DPOConfig or ORPOConfig)",
+        "lora": "LoraConfig",
+        "quantization": "BitsAndBytesConfig",
+    }
     engine_keys = {"lora": validate.ENGINE_LORA_KEYS, "quantization": validate.ENGINE_QUANT_KEYS}
-    fields = set(validate.library_fields(class_name[section])) | engine_keys.get(section, set())
+    library = {"lora": "LoraConfig", "quantization": "BitsAndBytesConfig"}
+    known = trainer_fields() if section == "train" else validate.library_fields(library[section])
+    fields = set(known) | engine_keys.get(section, set())
     if name in fields:
         return RecipeError(
             f"`{key}` is a valid {class_name[section]} setting that this stage's template does not "

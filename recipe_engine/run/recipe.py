@@ -181,14 +181,19 @@ def loss_text(manifest: Manifest) -> str | None:
 
 
 def eval_text(manifest: Manifest) -> str:
-    """The run table's `eval` cell: the stage's held-out metrics, accuracy labelled."""
+    """The run table's `eval` cell: the stage's held-out metrics, accuracy and loss labelled
+    (a preference stage's loss is its trainer's, not an SFT loss)."""
     metrics = manifest.metrics
+    text = metrics.eval_text()
+    trainer = (manifest.config or {}).get("trainer", "sft")
+    if trainer != "sft":
+        text = text.replace("loss ", f"{trainer} loss ", 1)
     accuracy = accuracy_text(manifest)
     if accuracy is None:
-        return metrics.eval_text()
+        return text
     # StageMetrics.eval_text writes "acc NN%" first; only the label is added to it here.
     plain = f"acc {metrics.eval_accuracy:.0%}"
-    return metrics.eval_text().replace(plain, f"acc {accuracy}", 1)
+    return text.replace(plain, f"acc {accuracy}", 1)
 
 
 def _status(result: StageResult) -> str:

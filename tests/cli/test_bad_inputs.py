@@ -52,6 +52,15 @@ CONFIG = {
     "unknown top-level key": case("seeed=3", expect=("seeed", "Did you mean `seed`")),
     "unknown key added with +": case("+seeed=3", expect=("Unknown key `seeed`", "`seed`")),
     "unknown key added with ++": case("++eval.batchsize=3", expect=("eval.batchsize",)),
+    "dpo key one level too high": case(
+        "recipe=r5-sft-dpo",
+        "stage.dpo.beta=0.2",
+        expect=("stage.dpo.beta", "Did you mean `stage.dpo.train.beta`"),
+    ),
+    "trainer key one level too high": case(
+        "stage.llm.learning_rate=1e-4",
+        expect=("stage.llm.learning_rate", "Did you mean `stage.llm.train.learning_rate`"),
+    ),
     "trainer key one level too high, with +": case(
         "+stage.llm.lerning_rate=1e-4",
         expect=("stage.llm.lerning_rate", "Did you mean `stage.llm.train.learning_rate`"),
