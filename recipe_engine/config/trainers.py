@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from recipe_engine.errors import RecipeError, did_you_mean
 
 SFT, DPO, ORPO = "sft", "dpo", "orpo"
-# Rows a trainer takes: instruction rows (messages, prompt/completion) or preference pairs.
-INSTRUCTION_ROWS, PREFERENCE_ROWS = "instruction", "preference"
+# Rows a trainer takes: instruction rows (messages, prompt/completion), preference pairs
+# (prompt / chosen / rejected), or unpaired feedback (prompt / completion / label, KTO's).
+INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS = "instruction", "preference", "unpaired"
+ROW_KINDS = (INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from recipe_engine.config.library_keys import ENGINE_TRAIN_KEYS
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.placement import PlacementPlan
-from recipe_engine.resolve.formats import LOSS_FLAGS, SHAPES
+from recipe_engine.resolve.row_shapes import LOSS_FLAGS, SHAPES
 from recipe_engine.resolve.templates import MARKED, PATCHED, UNMARKED, UNREAD
 
 # ZeRO-2 with the batch settings taken from the Trainer ("auto"); a user's own config file
@@ -111,7 +111,7 @@ class LossChoice:
 
 
 def choose_loss(name: str, train: Mapping[str, Any], data_format: str, template: str) -> LossChoice:
-    """The loss flag the rows call for (`formats.SHAPES[data_format].loss`):
+    """The loss flag the rows call for (`row_shapes.SHAPES[data_format].loss`):
     `completion_only_loss` for prompt/completion rows, `assistant_only_loss` for conversations
     where the chat template can mark the assistant's turns (`template`: one of MARKED, PATCHED,
     UNMARKED, UNREAD, as `resolve.templates` read it), unless the stage sets it; a flag the rows

@@ -35,20 +35,24 @@ def messages_row(row: Row) -> dict[str, Any]:
 
 
 def prompt_completion_row(row: Row) -> dict[str, Any]:
-    return {"prompt": row.text("prompt"), "completion": row.text("completion")}
+    """Plain text: a `system` text, where rows have one, goes before the prompt."""
+    return {"prompt": row.plain_prompt(row.text("prompt")), "completion": row.text("completion")}
 
 
 def chat_prompt_completion_row(row: Row) -> dict[str, Any]:
-    """TRL's conversational prompt-completion: one user and one assistant turn."""
+    """TRL's conversational prompt-completion: one user and one assistant turn (after the
+    row's `system` message and its `history` turns, where it has them)."""
+    prompt = [*alpaca_history(row), {"role": "user", "content": row.text("prompt")}]
+    prompt, _ = row.validated(row.with_system(prompt), row.name("prompt"), False, last="user")
     return {
-        "prompt": [{"role": "user", "content": row.text("prompt")}],
+        "prompt": prompt,
         "completion": [{"role": "assistant", "content": row.text("completion")}],
     }
 
 
 def vlm_row(row: Row) -> dict[str, Any]:
-    images = row.images(row.get("images", required=False))
     messages, all_strings = row.conversation(parts=True)
+    images = row.row_images()
     placeholders = _placeholders(messages)
     if placeholders == 0 and images and all_strings:
         # Same rule as TRL's prepare_multimodal_messages: plain-text rows get their image
@@ -65,7 +69,7 @@ def vlm_row(row: Row) -> dict[str, Any]:
 def vlm_prompt_completion_row(row: Row) -> dict[str, Any]:
     """TRL's conversational prompt-completion with images: the prompt is one user turn (an
     image placeholder per image, then the text), the completion one assistant turn."""
-    images = row.images(row.get("images", required=False))
+    images = row.row_images()
     prompt = image_tokens_as_parts(row.text("prompt"))
     if isinstance(prompt, str):
         prompt = [_image_part() for _ in images] + [{"type": "text", "text": prompt}]
@@ -73,7 +77,7 @@ def vlm_prompt_completion_row(row: Row) -> dict[str, Any]:
     completion = [{"type": "text", "text": row.text("completion")}]
     return {
         "images": images,
-        "prompt": [{"role": "user", "content": prompt}],
+        "prompt": row.with_system([{"role": "user", "content": prompt}], parts=True),
         "completion": [{"role": "assistant", "content": completion}],
     }
 
@@ -95,23 +99,26 @@ def chatml_messages(row: Row, parts: bool) -> tuple[list[Any], str]:
 
 
 def sharegpt_messages(row: Row, parts: bool) -> tuple[list[Any], str]:
+    name = row.name("conversations")
+    value = row.message_list("conversations", "{from, value}", SHAREGPT_EXAMPLE)
+    return sharegpt_as_chatml(row, value, name), name
+
+
+def sharegpt_as_chatml(row: Row, messages: list[Any], name: str) -> list[dict[str, Any]]:
     """ShareGPT messages in ChatML through TRL's own converter, then ShareGPT's role names
     (`human`, `gpt`), which TRL leaves as they are, as ChatML's."""
     from trl.data_utils import maybe_convert_to_chatml
 
-    name = row.name("conversations")
-    messages = []
-    for j, message in enumerate(
-        row.message_list("conversations", "{from, value}", SHAREGPT_EXAMPLE), 1
-    ):
-        given = given_keys(message)
-        if not ({"from", "value"} <= given.keys() or {"role", "content"} <= given.keys()):
+    given = []
+    for j, message in enumerate(messages, 1):
+        keys = given_keys(message)
+        if not ({"from", "value"} <= keys.keys() or {"role", "content"} <= keys.keys()):
             raise row.fail(
                 f"message {j} of `{name}` is not a {{from, value}} object (ShareGPT)",
                 'Write each message like {"from": "human", "value": "..."}.',
             )
-        messages.append(given)
-    chatml = maybe_convert_to_chatml({"conversations": messages})["messages"]
+        given.append(keys)
+    chatml = maybe_convert_to_chatml({"conversations": given})["messages"]
     for j, message in enumerate(chatml, start=1):
         role = message["role"]
         if role not in SHAREGPT_ROLES:
@@ -120,20 +127,36 @@ def sharegpt_messages(row: Row, parts: bool) -> tuple[list[Any], str]:
                 f"ShareGPT roles are {', '.join(SHAREGPT_ROLES)}.",
             )
         message["role"] = SHAREGPT_ROLES[role]
-        if parts and message["role"] == "user":
-            message["content"] = image_tokens_as_parts(message["content"])
-    return chatml, name
+    return chatml
 
 
 def alpaca_messages(row: Row, parts: bool) -> tuple[list[Any], str]:
-    """An instruction (with its optional input) as the user's turn, the output as the reply."""
-    instruction, extra = row.text("instruction"), row.text("input", required=False)
-    user = f"{instruction}\n\n{extra}" if extra.strip() else instruction
-    messages = [
-        {"role": "user", "content": user},
-        {"role": "assistant", "content": row.text("output")},
-    ]
+    """An instruction (with its optional input) as the user's turn, the output as the reply,
+    after the turns of its optional `history` (LLaMA-Factory's `[[instruction, output], ...]`)."""
+    messages = [*alpaca_history(row), {"role": "user", "content": alpaca_instruction(row)}]
+    messages.append({"role": "assistant", "content": row.text("output")})
     return messages, "alpaca row"
+
+
+def alpaca_instruction(row: Row) -> str:
+    """The instruction and, where there is one, its input, as one user turn's text."""
+    instruction, extra = row.text("instruction"), row.text("input", required=False)
+    return f"{instruction}\n\n{extra}" if extra.strip() else instruction
+
+
+def alpaca_history(row: Row) -> list[dict[str, Any]]:
+    history = json_list(row.get("history", required=False)) or []
+    if not isinstance(history, list) or not all(
+        isinstance(turn, list) and len(turn) == 2 for turn in history
+    ):
+        raise row.fail(
+            f"`{row.name('history')}` must be a list of [instruction, output] pairs",
+            'Write it like [["earlier question", "earlier answer"]].',
+        )
+    turns = []
+    for question, answer in history:
+        turns += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    return turns
 
 
 # --------------------------------------------------------------------------- values

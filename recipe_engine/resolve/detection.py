@@ -1,41 +1,37 @@
 """What a split holds (its `Survey`) and how its rows are read (its `Layout`): `data.format` as
 set, or detected from the columns by the formats' own declarations (`formats.REGISTRY`).
 
+Columns that state what rows are judged (chosen / rejected, a label) decide first: a split with
+them is preference rows or unpaired feedback whatever else it has, so a DPO stage never reads
+a conversation of pairs as SFT conversations. Then a conversation column states the format,
+then the other columns. Where a split names a column the way another tool does (ms-swift's
+`query`, LLaMA-Factory's `kto_tag`, `chosen_messages`), the format's aliases read it.
+
 ``datasets`` is imported only where a split is surveyed.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.converters import json_messages
+from recipe_engine.resolve.format_hints import half_there, undetectable
 from recipe_engine.resolve.formats import (
     CANONICAL_COLUMNS,
-    INPUT_FORMATS,
-    PREFERENCE,
+    PROMPT_ALIASES,
     REGISTRY,
     DataFormat,
-    looks_sharegpt,
 )
-from recipe_engine.resolve.preference_rows import ANSWERS
+from recipe_engine.resolve.prompt_turns import CONVERSATION, IMPLICIT, INSTRUCTION, PROMPT
 
 # Rows read to learn the keys of conversations stored as JSON text (CSV cells, mixed types).
 SURVEY_ROWS = 64
-# Column names that usually hold what a canonical column holds (for the hints in errors).
-LOOKS_LIKE = {
-    "images": re.compile(r"im(a)?g|picture|photo", re.IGNORECASE),
-    "prompt": re.compile(r"^(q|question|query|prompt|input|instruction|user|text)$", re.IGNORECASE),
-    "completion": re.compile(
-        r"^(a|answer|response|output|completion|target|label|reply)$", re.IGNORECASE
-    ),
-    "chosen": re.compile(r"^(chosen|preferred|accepted|better|good|winner)(_\w+)?$", re.I),
-    "rejected": re.compile(r"^(rejected|dispreferred|worse|bad|loser)(_\w+)?$", re.I),
-}
 MESSAGE_KEYS = frozenset({"role", "content"})
+SHAREGPT_KEYS = frozenset({"from", "value"})
+IMAGE_PART_TYPES = frozenset({"image", "image_url"})
 
 
 # --------------------------------------------------------------------------- what a split holds
@@ -51,63 +47,107 @@ class Survey:
     present: tuple[str, ...]  # columns with at least one value
     texts: tuple[str, ...]  # columns of plain text
     message_keys: Mapping[str, frozenset[str]]  # columns of conversations -> their message keys
-    with_parts: frozenset[str]  # conversation columns where some content is a list of parts
+    image_parts: frozenset[str]  # conversation columns where some content part is an image
 
 
 def survey(ds: Any, label: str) -> Survey:
     names = tuple(ds.column_names)
     present = tuple(c for c in names if ds.data.column(c).null_count < ds.num_rows)
     keys: dict[str, frozenset[str]] = {}
-    parts: set[str] = set()
+    images: set[str] = set()
     texts: list[str] = []
     for column in present:
         found = _conversation_keys(ds, column)
         if found is not None:
-            keys[column], with_parts = found
-            if with_parts:
-                parts.add(column)
+            keys[column], part_types = found
+            if part_types & IMAGE_PART_TYPES:
+                images.add(column)
         elif _is_text(ds.features[column]):
             texts.append(column)
-    return Survey(label, names, present, tuple(texts), keys, frozenset(parts))
+    return Survey(label, names, present, tuple(texts), keys, frozenset(images))
 
 
 def _is_text(feature: Any) -> bool:
     return getattr(feature, "dtype", None) in ("string", "large_string")
 
 
-def _conversation_keys(ds: Any, column: str) -> tuple[frozenset[str], bool] | None:
-    """The message keys of a column of conversations and whether any content is a list
-    of parts; None when the column holds something else."""
+def _conversation_keys(ds: Any, column: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """The message keys of a column of conversations and the types of the content parts in
+    it; None when the column holds something else."""
     import datasets
 
     feature = ds.features[column]
     lists = (datasets.List, datasets.LargeList)
-    if isinstance(feature, dict) and MESSAGE_KEYS <= feature.keys():  # one message a row
-        return frozenset(feature), isinstance(feature["content"], lists)
-    if isinstance(feature, lists) and isinstance(feature.feature, dict):
-        content = feature.feature.get("content")
-        if isinstance(content, lists):
-            return frozenset(feature.feature), True
-        if not isinstance(content, datasets.Json):
-            return frozenset(feature.feature), False
-    elif not (
+    message = feature.feature if isinstance(feature, lists) else feature
+    if isinstance(message, dict) and not isinstance(message.get("content"), datasets.Json):
+        if not (MESSAGE_KEYS <= message.keys() or SHAREGPT_KEYS <= message.keys()):
+            return None
+        content = message.get("content", message.get("value"))
+        typed = _typed_part_types(ds, column) if isinstance(content, lists) else frozenset()
+        return frozenset(message), typed if typed is not None else _read_part_types(ds, column)
+    if not (
         _is_text(feature)
         or isinstance(feature, datasets.Json)
-        or (isinstance(feature, lists) and isinstance(feature.feature, datasets.Json))
+        or (isinstance(feature, lists) and isinstance(feature.feature, datasets.Json | dict))
     ):
         return None
     # Conversations as JSON text (CSV cells) or with mixed content types: look at rows.
     keys: set[str] = set()
-    with_parts = False
+    for messages in _first_messages(ds, column):
+        keys.update(k for k, v in messages.items() if v is not None)
+    return (frozenset(keys), _read_part_types(ds, column)) if keys else None
+
+
+def _first_messages(ds: Any, column: str) -> list[Mapping[str, Any]]:
+    found = []
     for value in ds.select(range(min(SURVEY_ROWS, ds.num_rows)))[column]:
         messages = json_messages(value)
         if isinstance(messages, Mapping):
             messages = [messages]  # one message a row
-        for message in messages if isinstance(messages, list) else ():
-            if isinstance(message, Mapping):
-                keys.update(k for k, v in message.items() if v is not None)
-                with_parts |= isinstance(message.get("content"), list)
-    return (frozenset(keys), with_parts) if keys else None
+        found += (
+            [m for m in messages if isinstance(m, Mapping)] if isinstance(messages, list) else []
+        )
+    return found
+
+
+def _read_part_types(ds: Any, column: str) -> frozenset[str]:
+    """The `type`s of the content parts in the first rows' messages."""
+    types = set()
+    for message in _first_messages(ds, column):
+        content = json_messages(message.get("content", message.get("value")))
+        for part in content if isinstance(content, list) else ():
+            if isinstance(part, Mapping) and isinstance(part.get("type"), str):
+                types.add(part["type"])
+    return frozenset(types)
+
+
+def _typed_part_types(ds: Any, column: str) -> frozenset[str] | None:
+    """The `type`s of every content part in a column whose Arrow type spells them out (all
+    rows, read by Arrow); None where the column is laid out otherwise."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def field(array: Any, name: str) -> Any:
+        index = array.type.get_field_index(name)
+        if index < 0:
+            raise KeyError(name)
+        return array.field(index)
+
+    def listed(array: Any) -> bool:
+        return pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
+
+    types: set[str] = set()
+    try:
+        for chunk in ds.data.column(column).chunks:
+            messages = chunk.flatten() if listed(chunk) else chunk
+            content = field(messages, "content")
+            if not listed(content):
+                return None
+            kind = field(content.flatten(), "type")
+            types.update(t for t in pc.unique(kind).to_pylist() if t is not None)
+    except (AttributeError, KeyError, TypeError, ValueError, pa.ArrowException):
+        return None
+    return frozenset(types)
 
 
 # --------------------------------------------------------------------------- layout
@@ -122,11 +162,15 @@ class Layout:
     columns: Mapping[str, str]  # canonical name -> the split's column
     images: bool
     chat: bool = False  # plain prompt/completion text as one user and one assistant turn
-    # The format's conversable columns hold messages (`DataFormat.conversable`): the chat
-    # shape, whatever data.chat_template says.
+    # The rows are messages (a conversation, messages in a column that may hold them, turns
+    # before the prompt): the chat shape, whatever data.chat_template says.
     conversational: bool = False
-    # No `prompt` column: the turns `chosen` and `rejected` share (`DataFormat.implicit`).
-    implicit_prompt: bool = False
+    # Judged rows: where the prompt is (`prompt_turns`: prompt | instruction | conversation |
+    # implicit), and whether the conversation ends with the first answer (ms-swift's).
+    prompt_from: str = PROMPT
+    answer_in_conversation: bool = False
+    # Canonical names read under another tool's name: (canonical, column).
+    aliased: tuple[tuple[str, str], ...] = ()
 
     @property
     def given(self) -> DataFormat:
@@ -134,13 +178,31 @@ class Layout:
 
     @property
     def output(self) -> str:
-        """The row shape TRL gets (`formats.SHAPES`)."""
+        """The row shape TRL gets (`row_shapes.SHAPES`)."""
         return self.given.shapes.pick(self.images, self.chat or self.conversational).name
+
+    @property
+    def implicit_prompt(self) -> bool:
+        return self.prompt_from == IMPLICIT
 
     def describe(self) -> str:
         with_images = self.images and not self.given.images  # `vlm` says so itself
-        implicit = " (implicit prompt)" if self.implicit_prompt else ""
-        return f"{self.fmt}{' with images' if with_images else ''}{implicit}"
+        how = [f"`{column}` as {canon}" for canon, column in self.aliased]
+        if self.given.judged:
+            how.insert(0, self._prompt_described())
+        said = f" ({'; '.join(filter(None, how))})" if any(how) else ""
+        return f"{self.fmt}{' with images' if with_images else ''}{said}"
+
+    def _prompt_described(self) -> str:
+        if self.prompt_from == IMPLICIT:
+            return "implicit prompt"
+        if self.prompt_from == PROMPT:
+            return ""
+        column = "instruction" if self.prompt_from == INSTRUCTION else "messages"
+        where = f"prompt from `{self.columns[column]}`"
+        if self.answer_in_conversation:
+            where += f", {self.given.answers[0]} its last turn"
+        return where
 
 
 def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> Layout:
@@ -149,27 +211,72 @@ def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> La
     _check_mapped_images(seen, mapping)
     conversation = _conversation_column(seen, mapping)
     given = _detect(seen, mapping, conversation) if setting == "auto" else REGISTRY[setting]
-    if given.conversation:
+    aliased = _aliased(given, seen, mapping)
+    columns.update(aliased)
+    if given.conversation or given.judged:
         # Conversation formats read one column: the mapped one, `messages` or `conversations`.
         columns["messages"] = columns["conversations"] = conversation
+    prompt_from = _prompt_source(given, seen, mapping, aliased) if given.judged else PROMPT
+    answer_first = given.answers[0] if given.answers else ""
+    in_conversation = prompt_from == CONVERSATION and not _has(answer_first, seen, mapping, aliased)
     conversable = [columns[canon] for canon in given.conversable]
-    images = (
-        given.images
-        or columns["images"] in seen.present
-        or columns["messages"] in seen.with_parts
-        or any(column in seen.with_parts for column in conversable)
-    )
+    messages = [columns["messages"]] if given.conversation else []
     return Layout(
         given.name,
         columns,
-        images,
-        conversational=any(
-            MESSAGE_KEYS <= seen.message_keys.get(column, frozenset()) for column in conversable
-        ),
-        implicit_prompt=given.implicit is not None
-        and given.implicit not in mapping
-        and given.implicit not in seen.present,
+        images=given.images
+        or columns["images"] in seen.present
+        or any(column in seen.image_parts for column in (*conversable, *messages)),
+        conversational=prompt_from in (CONVERSATION, IMPLICIT)
+        or columns["history"] in seen.present
+        or any(_holds_messages(seen, column) for column in conversable),
+        prompt_from=prompt_from,
+        answer_in_conversation=in_conversation,
+        aliased=tuple(aliased.items()),
     )
+
+
+def _holds_messages(seen: Survey, column: str) -> bool:
+    keys = seen.message_keys.get(column, frozenset())
+    return MESSAGE_KEYS <= keys or SHAREGPT_KEYS <= keys
+
+
+def _has(canon: str, seen: Survey, mapping: Mapping[str, str], aliased: Mapping[str, str]) -> bool:
+    return canon in mapping or canon in seen.present or canon in aliased
+
+
+def _aliased(given: DataFormat, seen: Survey, mapping: Mapping[str, str]) -> dict[str, str]:
+    """The canonical columns a split has under another tool's name (`DataFormat.aliases`):
+    only where neither the canonical name nor a mapping says otherwise."""
+    found = {}
+    for canon, names in given.aliases.items():
+        if canon in mapping or canon in seen.present:
+            continue
+        alias = next((name for name in names if name in seen.present), None)
+        if alias is not None:
+            found[canon] = alias
+    return found
+
+
+def _prompt_source(
+    given: DataFormat, seen: Survey, mapping: Mapping[str, str], aliased: dict[str, str]
+) -> str:
+    """Where a judged row's prompt is: its prompt column, an Alpaca instruction, another
+    tool's name for a prompt (which `aliased` gains), a conversation, or the answers'
+    shared turns."""
+
+    def has(canon: str) -> bool:
+        return _has(canon, seen, mapping, {})
+
+    if has(PROMPT):
+        return PROMPT
+    if has(INSTRUCTION):
+        return INSTRUCTION
+    alias = next((name for name in PROMPT_ALIASES if name in seen.present), None)
+    if alias is not None:
+        aliased[PROMPT] = alias
+        return PROMPT
+    return CONVERSATION if has("messages") or has("conversations") else IMPLICIT
 
 
 def _conversation_column(seen: Survey, mapping: Mapping[str, str]) -> str:
@@ -195,18 +302,17 @@ def _check_mapped_images(seen: Survey, mapping: Mapping[str, str]) -> None:
 
 
 def detection_order() -> list[DataFormat]:
-    """The formats `auto` tries, conversations first: a conversation column states the format
-    before any other column does."""
+    """The formats `auto` tries: judged rows first (chosen / rejected or a label state what
+    the rows are for, whatever else a split has), then conversations (a conversation column
+    states the format before any other column does), then the rest."""
     detected = [given for given in REGISTRY.values() if given.detected]
-    return sorted(detected, key=lambda given: not given.conversation)
+    return sorted(detected, key=lambda given: (not given.judged, not given.conversation))
 
 
 def _detect(seen: Survey, mapping: Mapping[str, str], conversation: str) -> DataFormat:
-    def has(canon: str) -> bool:
-        return canon in mapping or canon in seen.present
-
     def fits(given: DataFormat) -> bool:
-        if not all(any(has(c) for c in group) for group in given.needs):
+        aliased = _aliased(given, seen, mapping)
+        if not all(any(_has(c, seen, mapping, aliased) for c in group) for group in given.needs):
             return False
         return not given.conversation or given.message_keys(seen.message_keys.get(conversation))
 
@@ -216,92 +322,5 @@ def _detect(seen: Survey, mapping: Mapping[str, str], conversation: str) -> Data
         for given in detection_order():
             if fits(given) and (not explicit or any(n in mapping for n in given.columns)):
                 return given
-    raise _half_there(seen, mapping) or _undetectable(seen)
-
-
-def _half_there(seen: Survey, mapping: Mapping[str, str]) -> RecipeError | None:
-    """A format whose own columns (no other format's) are partly there: the ones missing
-    named, rather than the list of every format (`prompt`+`chosen` lacks `rejected`)."""
-    for given in detection_order():
-        others = {c for other in REGISTRY.values() if other is not given for c in other.columns}
-        there = [[c for c in group if c in mapping or c in seen.present] for group in given.needs]
-        found = [c for columns in there for c in columns if c not in others]
-        missing = [
-            group[0] for group, columns in zip(given.needs, there, strict=True) if not columns
-        ]
-        if found and missing:
-            named = ", ".join(f"`{mapping.get(c, c)}`" for c in found)
-            lacking = " and ".join(f"`{c}`" for c in missing)
-            maps = " ".join(f"data.columns.{c}=<name>" for c in missing)
-            return RecipeError(
-                f"{seen.label} has {named} but no {lacking} column (columns: "
-                f"{', '.join(seen.present) or 'none'}): {given.expected} rows need it. "
-                f"Add it, or map your column with {maps}.",
-                key=f"data.columns.{missing[0]}",
-            )
-    return None
-
-
-def _undetectable(seen: Survey) -> RecipeError:
-    hints = _hints(seen)
-    detected = f" Seen: {'; '.join(hints)}." if hints else ""
-    *expected, last = [given.expected for given in detection_order()]
-    return RecipeError(
-        f"{seen.label}: cannot tell the data format from its columns "
-        f"({', '.join(seen.present) or 'none'}).{detected} Expected {', '.join(expected)}, "
-        f"or {last}; an `images` column adds images. Map your columns "
-        "with data.columns.<name>=<your column> (names: "
-        f"{', '.join(CANONICAL_COLUMNS)}) and, if needed, set "
-        f"data.format=<{'|'.join(INPUT_FORMATS)}>.",
-        key="data.format",
-    )
-
-
-def _hints(seen: Survey) -> list[str]:
-    """What each column looks like, with the mapping that would use it."""
-    pair = _preference_pair(seen)
-    hints = [_pair_hint(seen, pair)] if pair else []
-    for column, keys in seen.message_keys.items():
-        if column in pair:
-            continue
-        if looks_sharegpt(keys):
-            hints.append(
-                f"`{column}` holds ShareGPT messages (`from`/`value` keys): "
-                f"data.columns.conversations={column} (data.format=sharegpt)"
-            )
-        elif {"role", "content"} <= keys:
-            hints.append(f"`{column}` holds role/content messages: data.columns.messages={column}")
-    for column in seen.present:
-        if LOOKS_LIKE["images"].search(column) and column not in seen.message_keys:
-            hints.append(f"`{column}` looks like images: data.columns.images={column}")
-    texts = [c for c in seen.texts if not LOOKS_LIKE["images"].search(c) and c not in pair]
-    prompt = next((c for c in texts if LOOKS_LIKE["prompt"].match(c)), texts[0] if texts else None)
-    rest = [c for c in texts if c != prompt]
-    answer = next((c for c in rest if LOOKS_LIKE["completion"].match(c)), rest[0] if rest else None)
-    if prompt and answer:
-        hints.append(
-            f"text columns `{prompt}`, `{answer}`: for prompt/completion rows "
-            f"data.columns.prompt={prompt} data.columns.completion={answer}"
-        )
-    return hints
-
-
-def _preference_pair(seen: Survey) -> tuple[str, ...]:
-    """Columns named like a chosen and a rejected answer (`good`, `bad`), or none."""
-    found = [next((c for c in seen.present if LOOKS_LIKE[k].match(c)), "") for k in ANSWERS]
-    return tuple(found) if all(found) else ()
-
-
-def _pair_hint(seen: Survey, pair: tuple[str, ...]) -> str:
-    prompt = next(
-        (c for c in seen.present if LOOKS_LIKE["prompt"].match(c) and c not in pair), None
-    )
-    mapping = [
-        f"data.columns.{canon}={column}" for canon, column in zip(ANSWERS, pair, strict=True)
-    ]
-    if prompt:
-        mapping.insert(0, f"data.columns.prompt={prompt}")
-    return (
-        f"`{pair[0]}`, `{pair[1]}` look like a preference pair (chosen, rejected): "
-        f"{' '.join(mapping)} (data.format={PREFERENCE})"
-    )
+    order = detection_order()
+    raise half_there(seen, mapping, order) or undetectable(seen, order)

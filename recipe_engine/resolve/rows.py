@@ -1,20 +1,40 @@
 """Rows converted one by one (`Dataset.map`) into the shape their format calls for: a
-`RowConverter` reads and checks every value the registry's converters (`formats.SHAPES`,
+`RowConverter` reads and checks every value the registry's converters (`row_shapes.SHAPES`,
 `formats.REGISTRY`) ask for, with errors that name the split, the row and the fix.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import io
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.resolve.converters import IMAGE_TOKEN, SHAREGPT_ROLES, given_keys, json_list
+from recipe_engine.resolve.converters import (
+    IMAGE_TOKEN,
+    SHAREGPT_ROLES,
+    given_keys,
+    image_tokens_as_parts,
+    json_list,
+)
 from recipe_engine.resolve.detection import Layout
-from recipe_engine.resolve.formats import ROLES, SHAPES
+from recipe_engine.resolve.formats import ROLES
+from recipe_engine.resolve.parts import (
+    IMAGE,
+    PARTS_EXAMPLE,
+    BadPart,
+    Part,
+    RemoteImage,
+    image_source,
+    read_part,
+)
+from recipe_engine.resolve.row_shapes import SHAPES
 
 _COLUMNS_FIX = "Map your column with data.columns.{canon}=<name> or fix the row."
+_REMOTE_FIX = "Download the image and give its path (relative to the data file)."
 # The role the last message must have -> (what ends so, the fix where it does not): a
 # conversation ends with the reply the model learns, a preference pair's prompt with the turn
 # its answers reply to.
@@ -54,12 +74,21 @@ class RowConverter:
         self.row_number = row_number
         self.index = 0
         self.record: Mapping[str, Any] = {}
+        self.inline_images: list[Any] = []
 
     def __call__(self, record: Mapping[str, Any], index: int) -> dict[str, Any]:
         self.index, self.record = index, record  # read by fail()/get() for error messages
+        self.inline_images = []  # images the row's parts name themselves, in order
         return SHAPES[self.layout.output].make(self)
 
     # ----------------------------------------------------------------------- access
+
+    def renamed(self, columns: Mapping[str, str]) -> RowConverter:
+        """This row read with some canonical names behind other columns (the same record,
+        errors and images)."""
+        view = copy.copy(self)
+        view.layout = dataclasses.replace(self.layout, columns={**self.layout.columns, **columns})
+        return view
 
     def fail(self, problem: str, fix: str) -> RecipeError:
         return row_error(self.label, self.row_number(self.index), problem, fix)
@@ -98,10 +127,29 @@ class RowConverter:
     # ----------------------------------------------------------------------- conversations
 
     def conversation(self, parts: bool) -> tuple[list[dict[str, Any]], bool]:
-        """The row's messages as its format reads them, validated, and whether every content
-        was a plain string (`parts`: contents as image/text parts)."""
+        """The row's messages as its format reads them (after the row's `system` message,
+        where it has one), validated, and whether every content was a plain string (`parts`:
+        contents as image/text parts)."""
         messages, name = self.layout.given.messages(self, parts)
-        return self.validated(messages, name, parts)
+        return self.validated(self.with_system(messages), name, parts)
+
+    def system_text(self) -> str:
+        """The row's `system` column (a system prompt beside its turns), or ""."""
+        return self.text("system", required=False)
+
+    def with_system(self, messages: list[Any], parts: bool = False) -> list[Any]:
+        """`messages` after the row's system message, unless they begin with their own."""
+        system = self.system_text()
+        first = messages[0] if messages else None
+        if not system.strip() or (isinstance(first, Mapping) and first.get("role") == "system"):
+            return messages
+        content: Any = [{"type": "text", "text": system}] if parts else system
+        return [{"role": "system", "content": content}, *messages]
+
+    def plain_prompt(self, prompt: str) -> str:
+        """A plain-text prompt after the row's system text, where it has one."""
+        system = self.system_text()
+        return f"{system}\n\n{prompt}" if system.strip() else prompt
 
     def message_list(self, canon: str, shape: str, example: str) -> list[Any]:
         value = json_list(self.get(canon))  # CSV cells hold the conversation as JSON
@@ -142,6 +190,8 @@ class RowConverter:
                     f"Roles must be one of {', '.join(ROLES)}.",
                 )
             content = msg["content"]
+            if parts and role == "user":  # LLaVA-style `<image>` marks place its images
+                content = image_tokens_as_parts(content)
             if isinstance(content, str) or not parts:
                 content = self.text_content(j, content)
                 if parts:
@@ -171,14 +221,12 @@ class RowConverter:
             raise self.fail(f"the last message{where} is from `{roles[-1]}`, not `{last}`", fix)
 
     def text_content(self, j: int, content: Any) -> str:
+        if isinstance(content, list) and content:
+            content = self.text_of_parts(j, content)
         if not isinstance(content, str):
-            hint = (
-                " (content lists with image/text parts need an images column and a VLM stage)"
-                if isinstance(content, list)
-                else ""
-            )
             raise self.fail(
-                f"message {j} content must be a string, got {type(content).__name__}{hint}",
+                f"message {j} content must be a string or a list of parts, got "
+                f"{type(content).__name__}",
                 "Write the message text as a string.",
             )
         if not content.strip():
@@ -186,32 +234,44 @@ class RowConverter:
         return content
 
     def parts(self, j: int, content: Any) -> list[dict[str, Any]]:
+        """Content parts in any spelling (`parts.read_part`) as image placeholders and text
+        parts; an image a part names itself joins the row's `inline_images`."""
         if not isinstance(content, list) or not content:
             raise self.fail(
                 f"message {j} content must be a string or a non-empty list of parts, "
                 f"got {type(content).__name__}",
-                'Use [{"type": "image"}, {"type": "text", "text": "..."}].',
+                f"Use {PARTS_EXAMPLE}.",
             )
         out = []
-        for part in content:
-            kind = part.get("type") if isinstance(part, Mapping) else None
-            if kind == "image":
+        for part in (self.part(j, given) for given in content):
+            if part.kind == IMAGE:
+                if part.source is not None:
+                    self.inline_images.append(self.image(len(self.inline_images) + 1, part.source))
                 out.append({"type": "image", "text": None})
-            elif kind == "text":
-                text = part.get("text")
-                if not isinstance(text, str) or not text.strip():
-                    raise self.fail(
-                        f"message {j} has a text part with empty or non-string `text`",
-                        'Give each text part a string: {"type": "text", "text": "..."}.',
-                    )
-                out.append({"type": "text", "text": text})
             else:
-                raise self.fail(
-                    f"message {j} has a content part that is not "
-                    f'{{"type": "image"}} or {{"type": "text", ...}}: {part!r}',
-                    "Use only image and text parts.",
-                )
+                out.append({"type": "text", "text": part.text})
         return out
+
+    def text_of_parts(self, j: int, content: list[Any]) -> str:
+        """The text of a message written as parts, for a stage that trains on text only."""
+        texts = []
+        for part in (self.part(j, given) for given in content):
+            if part.kind == IMAGE:
+                raise self.fail(
+                    f"message {j} has an image part, but this stage reads its rows as text "
+                    "(a text-only model, or no image in the rows surveyed)",
+                    "Train a vision-language model on image rows, or remove the image part.",
+                )
+            texts.append(part.text)
+        return "\n".join(texts)
+
+    def part(self, j: int, given: Any) -> Part:
+        try:
+            return read_part(given)
+        except BadPart as bad:
+            raise self.fail(
+                f"message {j} has {bad}", f"Write parts like {PARTS_EXAMPLE}."
+            ) from None
 
     # ----------------------------------------------------------------------- images
 
@@ -222,6 +282,18 @@ class RowConverter:
                 f"but {images} image(s) in `{self.name('images')}`",
                 "Give one entry in the images list per image placeholder.",
             )
+
+    def row_images(self) -> list[Any]:
+        """The row's images: its `images` column's, or those its content parts name (read
+        once its messages are), never both."""
+        listed = self.images(self.get("images", required=False))
+        if listed and self.inline_images:
+            raise self.fail(
+                f"images are listed in `{self.name('images')}` and named in content parts too",
+                'Name each image once: in the images column with {"type": "image"} '
+                "placeholders, or in the parts themselves.",
+            )
+        return listed or self.inline_images
 
     def images(self, value: Any) -> list[Any]:
         if value is None:
@@ -245,24 +317,48 @@ class RowConverter:
                 f"image {k} in `{self.name('images')}` is {type(item).__name__}, not a file path",
                 "List image paths (relative to the data file) as strings.",
             )
-        path = Path(item).expanduser()
-        if not path.is_absolute() and self.base_dir is not None:
-            path = self.base_dir / path
-        if not path.is_file():
+        try:
+            source = image_source(item)
+        except RemoteImage as remote:
+            raise self.fail(f"{remote} (image {k})", _REMOTE_FIX) from None
+        except ValueError as bad:
+            raise self.fail(f"image {k}: {bad}", "Fix the URI, or give the image's path.") from None
+        if source.data is not None:
+            self._check_readable(io.BytesIO(source.data), f"the data: URI of image {k}")
+            return {"bytes": source.data, "path": None}
+        path = self._image_path(k, str(source.path))
+        self._check_readable(path, f"image file {path} (image {k})")
+        # Keep the path, not pixels: `datasets` decodes lazily, so big VLM sets fit in memory.
+        return {"path": str(path), "bytes": None}
+
+    def _image_path(self, k: int, written: str) -> Path:
+        """An image path as written: absolute, or relative to the data file's folder (or, for
+        files written relative to a project's root, the nearest folder above it that has it)."""
+        path = Path(written).expanduser()
+        if path.is_absolute() or self.base_dir is None:
+            found = path if path.is_file() else None
+        else:
+            folders = (self.base_dir, *self.base_dir.parents)
+            found = next((f / path for f in folders if (f / path).is_file()), None)
+        if found is None:
+            shown = path if path.is_absolute() or self.base_dir is None else self.base_dir / path
             raise self.fail(
-                f"image file {path} (image {k}) does not exist",
+                f"image file {shown} (image {k}) does not exist",
                 "Image paths are relative to the data file's folder; fix the path or the row.",
             )
+        return found
+
+    def _check_readable(self, image: Any, what: str) -> None:
+        from PIL import Image
+
         try:
-            with Image.open(path):  # parses the header only: cheap, catches non-images
+            with Image.open(image):  # parses the header only: cheap, catches non-images
                 pass
         except Exception as exc:  # PIL raises many types for bad files
             raise self.fail(
-                f"image file {path} (image {k}) is not a readable image ({exc})",
+                f"{what} is not a readable image ({exc})",
                 "Replace the file with a PNG/JPEG image.",
             ) from exc
-        # Keep the path, not pixels: `datasets` decodes lazily, so big VLM sets fit in memory.
-        return {"path": str(path), "bytes": None}
 
 
 def _sharegpt_hint(message: Any) -> str:

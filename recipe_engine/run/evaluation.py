@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from recipe_engine.config.schema import EvalConfig
-from recipe_engine.resolve.formats import row_shape
+from recipe_engine.resolve.row_shapes import row_shape
 
 # The EvalConfig fields that decide how answers are generated (and so an evaluation's key).
 GENERATION_KEYS = ("max_new_tokens", "batch_size", "do_sample", "temperature", "top_p")
@@ -54,7 +54,7 @@ def message_text(message: dict[str, Any]) -> str:
 
 
 def prompt_text(processor: Any, row: dict[str, Any]) -> str:
-    """What the model is asked, as TRL trains it (`formats.SHAPES`: its `asked`): a
+    """What the model is asked, as TRL trains it (`row_shapes.SHAPES`: its `asked`): a
     conversation's messages but the last, or a conversational prompt, through the chat
     template; a plain prompt as it is."""
     question = row_shape(row).asked.question(row)

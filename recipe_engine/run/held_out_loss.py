@@ -21,7 +21,7 @@ from typing import Any
 
 from recipe_engine.plan.trainer_settings import choose_loss
 from recipe_engine.resolve.data import quietly
-from recipe_engine.resolve.formats import LOSS_FLAGS, RowShape, row_shape
+from recipe_engine.resolve.row_shapes import LOSS_FLAGS, RowShape, row_shape
 from recipe_engine.resolve.templates import support_of
 
 # SFTConfig keys that decide which tokens a held-out loss counts and how rows are batched; the

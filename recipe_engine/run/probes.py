@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.resolve.formats import row_shape
+from recipe_engine.resolve.row_shapes import row_shape
 from recipe_engine.run.evaluation import message_text, reference_text
 from recipe_engine.store.records import Manifest
 

@@ -17,13 +17,12 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.plan.trainer_settings import choose_loss
 from recipe_engine.resolve import formats
 from recipe_engine.resolve.detection import Survey, detection_order, resolve_layout
-from recipe_engine.resolve.formats import (
+from recipe_engine.resolve.formats import INPUT_FORMATS, REGISTRY
+from recipe_engine.resolve.row_shapes import (
     ASSISTANT_ONLY,
     COMPLETION_ONLY,
-    INPUT_FORMATS,
     LOSS_FLAGS,
     OUTPUT_FORMATS,
-    REGISTRY,
     SHAPES,
     row_shape,
 )
@@ -32,11 +31,12 @@ from recipe_engine.resolve.templates import MARKED, UNMARKED
 PACKAGE = Path(recipe_engine.__file__).parent
 
 
-def seen(*present: str, keys: dict[str, set[str]] | None = None, parts: tuple = ()) -> Survey:
-    """A split's survey as `detection.survey` would read it."""
+def seen(*present: str, keys: dict[str, set[str]] | None = None, images: tuple = ()) -> Survey:
+    """A split's survey as `detection.survey` would read it (`images`: the conversation
+    columns where a content part is an image)."""
     message_keys = {column: frozenset(k) for column, k in (keys or {}).items()}
     texts = tuple(c for c in present if c not in message_keys)
-    return Survey("data file x.jsonl", present, present, texts, message_keys, frozenset(parts))
+    return Survey("data file x.jsonl", present, present, texts, message_keys, frozenset(images))
 
 
 # --------------------------------------------------------------------------- declared once
@@ -48,6 +48,7 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         "prompt_completion",
         "alpaca",
         "preference",
+        "unpaired",
         "sharegpt",
         "vlm",
     )
@@ -60,6 +61,9 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         "preference",
         "chat_preference",
         "vlm_preference",
+        "unpaired",
+        "chat_unpaired",
+        "vlm_unpaired",
     )
     assert all(name == given.name for name, given in REGISTRY.items())
     assert all(name == shape.name for name, shape in SHAPES.items())
@@ -73,7 +77,8 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         assert given.shapes.images.images and not given.shapes.text.images
         assert set(given.columns) <= set(formats.CANONICAL_COLUMNS)
         text = given.shapes.text
-        assert given.messages is not None or text.prompt_completion or text.preference
+        assert given.messages is not None or text.prompt_completion or given.judged
+        assert given.judged == (text.rows != "instruction") == bool(given.answers)
 
 
 def test_no_module_matches_a_format_by_its_name_outside_the_registry() -> None:
@@ -82,7 +87,7 @@ def test_no_module_matches_a_format_by_its_name_outside_the_registry() -> None:
     found = [
         f"{path.relative_to(PACKAGE)}:{number}"
         for path in PACKAGE.rglob("*.py")
-        if path.name not in ("formats.py", "converters.py")
+        if path.name not in ("formats.py", "row_shapes.py", "converters.py")
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if compared.search(line)
     ]
@@ -130,7 +135,7 @@ def test_the_shape_follows_the_format_images_and_the_chat_template() -> None:
     assert type(chat)(chat.fmt, chat.columns, False, chat=True).output == "chat_prompt_completion"
     vlm = resolve_layout("vlm", seen("messages"), {})
     assert (vlm.fmt, vlm.images, vlm.output, vlm.describe()) == ("vlm", True, "vlm", "vlm")
-    parts = seen("messages", keys={"messages": {"role", "content"}}, parts=("messages",))
+    parts = seen("messages", keys={"messages": {"role", "content"}}, images=("messages",))
     assert resolve_layout("auto", parts, {}).describe() == "messages with images"
 
 
@@ -140,13 +145,14 @@ def test_an_undetectable_split_lists_what_each_format_expects() -> None:
         resolve_layout("auto", seen("text"), {})
     assert info.value.key == "data.format"
     assert (
-        "Expected `messages` (role/content messages), `conversations` (ShareGPT from/value "
-        "messages), `prompt`+`completion`, `instruction`+`output` (Alpaca), or "
-        "`prompt`+`chosen`+`rejected` (preference pairs); an `images` column adds images."
-        in str(info.value)
+        "Expected `prompt`+`chosen`+`rejected` (preference pairs), `prompt`+`completion`+"
+        "`label` (unpaired feedback, KTO), `messages` (role/content messages), `conversations` "
+        "(ShareGPT from/value messages), `prompt`+`completion`, or `instruction`+`output` "
+        "(Alpaca); an `images` column adds images." in str(info.value)
     )
-    assert "data.format=<messages|prompt_completion|alpaca|preference|sharegpt|vlm>" in str(
-        info.value
+    assert (
+        "data.format=<messages|prompt_completion|alpaca|preference|unpaired|sharegpt|vlm>"
+        in str(info.value)
     )
 
 
@@ -156,8 +162,10 @@ def test_an_undetectable_split_lists_what_each_format_expects() -> None:
 def test_each_shape_declares_the_loss_flag_the_plan_chooses() -> None:
     pairs = [shape.name for shape in SHAPES.values() if shape.preference]
     assert pairs == ["preference", "chat_preference", "vlm_preference"]
-    assert all(SHAPES[name].loss is None for name in pairs)  # SFT's flags do not apply
-    for shape in (shape for shape in SHAPES.values() if not shape.preference):
+    judged = [shape.name for shape in SHAPES.values() if shape.unpaired]
+    assert judged == ["unpaired", "chat_unpaired", "vlm_unpaired"]
+    assert all(SHAPES[name].loss is None for name in pairs + judged)  # SFT's flags do not apply
+    for shape in (shape for shape in SHAPES.values() if shape.rows == "instruction"):
         assert shape.loss == (COMPLETION_ONLY if shape.prompt_completion else ASSISTANT_ONLY)
         assert shape.loss.flag in LOSS_FLAGS
         assert choose_loss("s", {}, shape.name, MARKED).flags == {shape.loss.flag: True}
@@ -188,6 +196,14 @@ ROWS = {
         "prompt": [{"role": "user", "content": PARTS}],
         "chosen": [ANSWER],
         "rejected": [{"role": "assistant", "content": "5"}],
+        "images": ["a.png"],
+    },
+    "unpaired": {"prompt": "2+2?", "completion": "4", "label": True, "images": []},
+    "chat_unpaired": {"prompt": [USER], "completion": [ANSWER], "label": False},
+    "vlm_unpaired": {
+        "prompt": [{"role": "user", "content": PARTS}],
+        "completion": [ANSWER],
+        "label": True,
         "images": ["a.png"],
     },
 }

@@ -15,14 +15,12 @@ from data_kit import data, error, load, pictures, write_csv, write_jsonl
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.data import load_splits
 from recipe_engine.resolve.formats import (
-    OUTPUT_FORMATS,
-    SHAPES,
     is_plain_text,
     is_preference,
     is_text_prompt_completion,
-    row_shape,
     written_as,
 )
+from recipe_engine.resolve.row_shapes import OUTPUT_FORMATS, SHAPES, row_shape
 
 
 def pair(i: int, **extra: Any) -> dict[str, Any]:
@@ -60,6 +58,7 @@ def test_the_preference_shapes_are_pairs_without_an_sft_loss_asked_their_prompt(
     assert [name for name in OUTPUT_FORMATS if is_plain_text(name)] == [
         "prompt_completion",
         "preference",
+        "unpaired",
     ]
     assert not any(is_text_prompt_completion(name) for name in pairs)
     assert [written_as(name) for name in pairs] == ["preference", "preference", "vlm_preference"]
@@ -304,7 +303,7 @@ def test_a_mapped_column_missing_from_a_row_names_the_mapping(tmp_path: Path) ->
 def test_text_pairs_without_a_prompt_column_say_how_to_give_one(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "d.jsonl", [{"chosen": "a", "rejected": "b"}])
     msg = error(path)
-    assert f"data file {path}, row 1: `prompt` is missing (columns: chosen, rejected)" in msg
+    assert f"data file {path}, row 1: there is no `prompt` column, and `chosen` is text" in msg
     assert "data.columns.prompt=<name>" in msg and "implicit prompt" in msg
 
 

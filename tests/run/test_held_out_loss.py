@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from recipe_engine.resolve.formats import row_shape
+from recipe_engine.resolve.row_shapes import row_shape
 from recipe_engine.run.held_out_loss import _flags_for_rows
 
 PAIR = {"prompt": "2+2?", "completion": "4", "images": []}
