@@ -21,11 +21,17 @@ from recipe_engine.resolve.converters import json_messages
 from recipe_engine.resolve.format_hints import half_there, undetectable
 from recipe_engine.resolve.formats import (
     CANONICAL_COLUMNS,
-    PROMPT_ALIASES,
+    JUDGED_PROMPT_ALIASES,
     REGISTRY,
     DataFormat,
 )
-from recipe_engine.resolve.prompt_turns import CONVERSATION, IMPLICIT, INSTRUCTION, PROMPT
+from recipe_engine.resolve.prompt_turns import (
+    CONVERSATION,
+    IMPLICIT,
+    INSTRUCTION,
+    PROMPT,
+    hh_messages,
+)
 
 # Rows read to learn the keys of conversations stored as JSON text (CSV cells, mixed types).
 SURVEY_ROWS = 64
@@ -48,6 +54,8 @@ class Survey:
     texts: tuple[str, ...]  # columns of plain text
     message_keys: Mapping[str, frozenset[str]]  # columns of conversations -> their message keys
     image_parts: frozenset[str]  # conversation columns where some content part is an image
+    # Text columns whose first rows are whole dialogues (Anthropic HH: "\n\nHuman: ...").
+    dialogues: frozenset[str] = frozenset()
 
 
 def survey(ds: Any, label: str) -> Survey:
@@ -64,7 +72,13 @@ def survey(ds: Any, label: str) -> Survey:
                 images.add(column)
         elif _is_text(ds.features[column]):
             texts.append(column)
-    return Survey(label, names, present, tuple(texts), keys, frozenset(images))
+    dialogues = frozenset(c for c in texts if _holds_dialogues(ds, c))
+    return Survey(label, names, present, tuple(texts), keys, frozenset(images), dialogues)
+
+
+def _holds_dialogues(ds: Any, column: str) -> bool:
+    first = ds.select(range(min(SURVEY_ROWS, ds.num_rows)))[column]
+    return any(isinstance(text, str) and hh_messages(text) for text in first)
 
 
 def _is_text(feature: Any) -> bool:
@@ -212,11 +226,11 @@ def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> La
     conversation = _conversation_column(seen, mapping)
     given = _detect(seen, mapping, conversation) if setting == "auto" else REGISTRY[setting]
     aliased = _aliased(given, seen, mapping)
+    prompt_from = _prompt_source(given, seen, mapping, aliased) if given.judged else PROMPT
     columns.update(aliased)
     if given.conversation or given.judged:
         # Conversation formats read one column: the mapped one, `messages` or `conversations`.
         columns["messages"] = columns["conversations"] = conversation
-    prompt_from = _prompt_source(given, seen, mapping, aliased) if given.judged else PROMPT
     answer_first = given.answers[0] if given.answers else ""
     in_conversation = prompt_from == CONVERSATION and not _has(answer_first, seen, mapping, aliased)
     conversable = [columns[canon] for canon in given.conversable]
@@ -227,13 +241,19 @@ def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> La
         images=given.images
         or columns["images"] in seen.present
         or any(column in seen.image_parts for column in (*conversable, *messages)),
-        conversational=prompt_from in (CONVERSATION, IMPLICIT)
+        conversational=prompt_from == CONVERSATION
         or columns["history"] in seen.present
-        or any(_holds_messages(seen, column) for column in conversable),
+        or any(_holds_messages(seen, column) for column in conversable)
+        or (prompt_from == IMPLICIT and _dialogues(seen, given, columns)),
         prompt_from=prompt_from,
         answer_in_conversation=in_conversation,
         aliased=tuple(aliased.items()),
     )
+
+
+def _dialogues(seen: Survey, given: DataFormat, columns: Mapping[str, str]) -> bool:
+    """The answers are whole dialogues written as text (Anthropic HH): read as messages."""
+    return any(columns[canon] in seen.dialogues for canon in given.answers)
 
 
 def _holds_messages(seen: Survey, column: str) -> bool:
@@ -272,7 +292,7 @@ def _prompt_source(
         return PROMPT
     if has(INSTRUCTION):
         return INSTRUCTION
-    alias = next((name for name in PROMPT_ALIASES if name in seen.present), None)
+    alias = next((name for name in JUDGED_PROMPT_ALIASES if name in seen.present), None)
     if alias is not None:
         aliased[PROMPT] = alias
         return PROMPT

@@ -72,8 +72,10 @@ CANONICAL_COLUMNS = (
 )
 ROLES = ("system", "user", "assistant")
 # Other names for a prompt (ms-swift's `query`, Axolotl's `chatml.intel` `question`), read as
-# the prompt where a split has no `prompt` or `instruction` column.
+# the prompt where a split has no `prompt` column; judged rows without an `instruction` also
+# take Axolotl's `chatml.icr` `input`.
 PROMPT_ALIASES = ("query", "question")
+JUDGED_PROMPT_ALIASES = (*PROMPT_ALIASES, "input")
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,11 @@ from typing import Any, NamedTuple
 from recipe_engine.resolve.converters import Row
 from recipe_engine.resolve.prompt_turns import (
     IMPLICIT,
+    IMPLICIT_FIX,
     Turns,
     answer,
     answered_conversation,
+    assistant_turn,
     decoded,
     implicit_turns,
     message_like,
@@ -49,12 +51,34 @@ class Pair(NamedTuple):
 
 
 def preference_row(row: Row) -> dict[str, Any]:
-    """TRL's standard preference: the prompt and both answers as text (rows without a prompt
-    column are conversations: `chat_preference_row`)."""
-    prompt = plain_prompt(row)
+    """TRL's standard preference: the prompt and both answers as text. Without a prompt
+    column, the prompt is the text both answers begin with (TRL's implicit prompt)."""
     chosen, rejected = (_plain_answer(row, canon) for canon in ANSWERS)
+    if row.layout.prompt_from == IMPLICIT:
+        return _implicit_text_pair(row, chosen, rejected)
     _check_differ(row, chosen, rejected)
-    return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+    return {"prompt": plain_prompt(row), "chosen": chosen, "rejected": rejected}
+
+
+def _implicit_text_pair(row: Row, chosen: str, rejected: str) -> dict[str, Any]:
+    from trl.data_utils import extract_prompt
+
+    _check_differ(row, chosen, rejected)
+    split = extract_prompt({"chosen": chosen, "rejected": rejected})
+    if not split["prompt"].strip():
+        raise row.fail(
+            f"`{row.name('chosen')}` and `{row.name('rejected')}` begin differently: there is "
+            "no prompt to read from them",
+            IMPLICIT_FIX,
+        )
+    for canon in ANSWERS:
+        if not split[canon].strip():
+            raise row.fail(
+                f"`{row.name(canon)}` is all prompt: nothing follows the text both answers "
+                "begin with",
+                "Give each answer its own text after the shared prompt.",
+            )
+    return split
 
 
 def chat_preference_row(row: Row) -> dict[str, Any]:
@@ -80,16 +104,27 @@ def vlm_preference_row(row: Row) -> dict[str, Any]:
 
 
 def _pair(row: Row, parts: bool) -> Pair:
-    if row.layout.prompt_from == IMPLICIT:
+    if row.layout.prompt_from == IMPLICIT and not row.layout.conversational:
+        pair = _implicit_text_as_turns(row, parts)  # plain text, through the chat template
+    elif row.layout.prompt_from == IMPLICIT:
         prompt, (chosen, rejected) = implicit_turns(row, ANSWERS, parts)
         pair = Pair(prompt, chosen, rejected)
     elif row.layout.answer_in_conversation:
         pair = _conversation_pair(row, parts)
     else:
         prompt = prompt_turns(row, parts)
-        pair = Pair(prompt, *(answer(row, canon, parts) for canon in ANSWERS))
+        pair = Pair(prompt, *(answer(row, canon, parts, after=prompt) for canon in ANSWERS))
     _check_differ(row, text_of(pair.chosen), text_of(pair.rejected))
     return pair
+
+
+def _implicit_text_as_turns(row: Row, parts: bool) -> Pair:
+    """Text pairs sharing their beginning: the shared text as the user's turn, the rest of
+    each as the assistant's."""
+    split = _implicit_text_pair(row, *(_plain_answer(row, canon) for canon in ANSWERS))
+    user = [{"role": "user", "content": split["prompt"].strip()}]
+    prompt = Turns(*row.validated(row.with_system(user), row.name("chosen"), parts, last="user"))
+    return Pair(prompt, *(assistant_turn(split[canon].strip(), parts) for canon in ANSWERS))
 
 
 def _conversation_pair(row: Row, parts: bool) -> Pair:

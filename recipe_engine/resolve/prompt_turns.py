@@ -29,6 +29,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.converters import (
     Row,
     alpaca_instruction,
@@ -139,17 +140,15 @@ def answered_conversation(row: Row, canon: str, parts: bool) -> Turns:
     return Turns(*row.validated(messages, row.name(canon), parts))
 
 
-def answer(row: Row, canon: str, parts: bool) -> list[dict[str, Any]]:
-    """One answer as one assistant message: from text, one message, or a list of one."""
+def answer(row: Row, canon: str, parts: bool, after: Turns | None = None) -> list[dict[str, Any]]:
+    """One answer as one assistant message: from text, one message, or a list of one; or the
+    last turn of a whole conversation whose turns before it are the prompt `after`
+    (Axolotl's `chatml.ultra`)."""
     name = row.name(canon)
     value = decoded(scalar_text(row.get(canon)))
     if isinstance(value, list):
         if len(value) > 1:
-            raise row.fail(
-                f"`{name}` holds {len(value)} messages, not one answer",
-                "Give the answer as text or as one assistant message; the turns before it "
-                "belong in the prompt (data.columns.prompt).",
-            )
+            return _last_turn(row, canon, parts, after)
         value = value[0] if value else ""
     if isinstance(value, Mapping):
         message = as_chatml(row, given_keys(value), name)
@@ -162,15 +161,42 @@ def answer(row: Row, canon: str, parts: bool) -> list[dict[str, Any]]:
     if isinstance(value, str):
         if not value.strip():
             raise row.fail(f"`{name}` is empty", "Fill it in or remove the row.")
-        content: Any = [{"type": "text", "text": value}] if parts else value
-    elif isinstance(value, list) and value:
+        return assistant_turn(value, parts)
+    if isinstance(value, list) and value:
         content = row.parts(1, value) if parts else row.text_of_parts(1, value)
-    else:
-        raise row.fail(
-            f"`{name}` must be text or one assistant message, got {type(value).__name__}",
-            f"Write it like {ANSWER_EXAMPLE}.",
-        )
-    return [{"role": "assistant", "content": content}]
+        return [{"role": "assistant", "content": content}]
+    raise row.fail(
+        f"`{name}` must be text or one assistant message, got {type(value).__name__}",
+        f"Write it like {ANSWER_EXAMPLE}.",
+    )
+
+
+def assistant_turn(text: str, parts: bool) -> list[dict[str, Any]]:
+    """An answer's text as one assistant message (its content one text part, `parts`)."""
+    return [{"role": "assistant", "content": [{"type": "text", "text": text}] if parts else text}]
+
+
+def _last_turn(row: Row, canon: str, parts: bool, prompt: Turns | None) -> list[dict[str, Any]]:
+    name = row.name(canon)
+    messages = conversation_messages(row, canon)
+    if prompt is not None:
+        try:
+            turns, _ = row.validated(messages, name, parts)
+        except RecipeError:  # not a conversation ending with an answer: said below
+            turns = []
+        if turns and _said(turns[:-1]) == _said(prompt.messages):
+            return turns[-1:]
+    raise row.fail(
+        f"`{name}` holds {len(messages)} messages, not one answer"
+        + (" (the turns before its last are not the prompt's)" if prompt is not None else ""),
+        "Give the answer as text or as one assistant message; the turns before it belong in "
+        "the prompt (data.columns.prompt).",
+    )
+
+
+def _said(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The turns of a conversation as (role, text), system messages aside."""
+    return [(m["role"], text_of([m])) for m in messages if m["role"] != "system"]
 
 
 # --------------------------------------------------------------------------- implicit prompt

@@ -303,7 +303,7 @@ def test_a_mapped_column_missing_from_a_row_names_the_mapping(tmp_path: Path) ->
 def test_text_pairs_without_a_prompt_column_say_how_to_give_one(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "d.jsonl", [{"chosen": "a", "rejected": "b"}])
     msg = error(path)
-    assert f"data file {path}, row 1: there is no `prompt` column, and `chosen` is text" in msg
+    assert f"data file {path}, row 1: `chosen` and `rejected` begin differently" in msg
     assert "data.columns.prompt=<name>" in msg and "implicit prompt" in msg
 
 
