@@ -52,9 +52,7 @@ def test_a_peer_file_becomes_the_rows_its_trainer_takes(name: str, tmp_path: Pat
         assert set(splits.train["label"]) == {True, False}
 
 
-@pytest.mark.parametrize(
-    "name", [n for n, peer in PEER_FILES.items() if peer.kind == "causal_lm"]
-)
+@pytest.mark.parametrize("name", [n for n, peer in PEER_FILES.items() if peer.kind == "causal_lm"])
 def test_a_system_prompt_beside_the_turns_is_the_first_message(name: str, tmp_path: Path) -> None:
     path = PEER_FILES[name].write(tmp_path)
     rows = load(path, chat_template="true", eval_fraction=0.0).train
