@@ -112,9 +112,13 @@ def _conversation_keys(ds: Any, column: str) -> tuple[frozenset[str], frozenset[
     return (frozenset(keys), _read_part_types(ds, column)) if keys else None
 
 
-def _first_messages(ds: Any, column: str) -> list[Mapping[str, Any]]:
+def _first_messages(
+    ds: Any, column: str, rows: int | None = SURVEY_ROWS
+) -> list[Mapping[str, Any]]:
+    """The messages of the first `rows` rows (None: of every row)."""
     found = []
-    for value in ds.select(range(min(SURVEY_ROWS, ds.num_rows)))[column]:
+    shown = ds if rows is None else ds.select(range(min(rows, ds.num_rows)))
+    for value in shown[column]:
         messages = json_messages(value)
         if isinstance(messages, Mapping):
             messages = [messages]  # one message a row
@@ -125,9 +129,10 @@ def _first_messages(ds: Any, column: str) -> list[Mapping[str, Any]]:
 
 
 def _read_part_types(ds: Any, column: str) -> frozenset[str]:
-    """The `type`s of the content parts in the first rows' messages."""
+    """The `type`s of the content parts in every row's messages (an image part may come late
+    in a file whose first rows are text)."""
     types = set()
-    for message in _first_messages(ds, column):
+    for message in _first_messages(ds, column, rows=None):
         content = json_messages(message.get("content", message.get("value")))
         for part in content if isinstance(content, list) else ():
             if isinstance(part, Mapping) and isinstance(part.get("type"), str):
