@@ -65,7 +65,9 @@ def _implicit_text_pair(row: Row, chosen: str, rejected: str) -> dict[str, Any]:
 
     _check_differ(row, chosen, rejected)
     split = extract_prompt({"chosen": chosen, "rejected": rejected})
-    if not split["prompt"].strip():
+    prompt, starts = split["prompt"], (split["chosen"][:1], split["rejected"][:1])
+    if not prompt.strip() or (prompt[-1].isalnum() and all(c.isalnum() for c in starts)):
+        # TRL splits at the first differing character; inside a word that is no prompt.
         raise row.fail(
             f"`{row.name('chosen')}` and `{row.name('rejected')}` begin differently: there is "
             "no prompt to read from them",

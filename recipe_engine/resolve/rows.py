@@ -21,7 +21,7 @@ from recipe_engine.resolve.converters import (
     json_list,
 )
 from recipe_engine.resolve.detection import Layout
-from recipe_engine.resolve.formats import ROLES
+from recipe_engine.resolve.formats import REGISTRY, ROLES
 from recipe_engine.resolve.parts import (
     IMAGE,
     PARTS_EXAMPLE,
@@ -218,7 +218,25 @@ class RowConverter:
                 )
         if roles[-1] != last:
             where, fix = _LAST[last]
-            raise self.fail(f"the last message{where} is from `{roles[-1]}`, not `{last}`", fix)
+            problem = f"the last message{where} is from `{roles[-1]}`, not `{last}`"
+            raise self.fail(problem + self._judged_hint(), fix)
+
+    def _judged_hint(self) -> str:
+        """Where SFT conversations are read from a row that holds judged answers (a format set
+        by hand), what would read them: the column that marks such rows (`rejected`, `label`,
+        or another tool's name for it)."""
+        if self.layout.given.judged:
+            return ""
+        for given in (given for given in REGISTRY.values() if given.judged):
+            marker = given.needs[0][0]
+            names = (marker, *given.aliases.get(marker, ()))
+            found = next((name for name in names if self.record.get(name) is not None), None)
+            if found:
+                return (
+                    f" (this row has `{found}`: {given.expected} rows, which "
+                    f"data.format={given.name} reads)"
+                )
+        return ""
 
     def text_content(self, j: int, content: Any) -> str:
         if isinstance(content, list) and content:

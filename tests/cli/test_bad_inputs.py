@@ -382,6 +382,59 @@ DATA = {
     "an unknown trainer": case(
         "recipe=text-lora", "stage.llm.trainer=ppo", expect=("stage.llm.trainer", "sft, dpo, orpo")
     ),
+    # the formats of other tools, each broken in one way
+    "ShareGPT pairs whose conversation ends with the reply": case(
+        *own_pairs("sharegpt-pairs-answered.json"),
+        expect=("sharegpt-pairs-answered.json, row 1", "the last message of the prompt"),
+    ),
+    "ShareGPT pairs whose chosen answer is the user's": case(
+        *own_pairs("sharegpt-pairs-human-chosen.json"),
+        expect=("row 1", "`chosen` is a message from `user`, not `assistant`"),
+    ),
+    "ShareGPT pairs read as SFT conversations by hand": case(
+        *own_data("sharegpt-pairs.json", "data.format=sharegpt"),
+        expect=("row 1", "this row has `rejected`", "data.format=preference"),
+    ),
+    "chosen_messages and rejected_messages that part early": case(
+        *own_pairs("chosen-messages-apart.jsonl"),
+        expect=("chosen-messages-apart.jsonl, row 1", "differ before their final assistant turn"),
+    ),
+    "a chatml.intel pair without a question": case(
+        *own_pairs("intel-empty-question.jsonl"),
+        expect=("intel-empty-question.jsonl, row 2", "`question` is empty"),
+    ),
+    "an Alpaca pair without an instruction": case(
+        *own_pairs("alpaca-pairs-no-instruction.json"),
+        expect=("row 1", "`instruction` is missing"),
+    ),
+    "a ms-swift pair whose messages end with the user": case(
+        *own_pairs("swift-rejected-response.jsonl"),
+        expect=("swift-rejected-response.jsonl, row 1", "the last message is from `user`"),
+    ),
+    "Anthropic HH pairs that share no turn": case(
+        *own_pairs("hh-apart.jsonl"), expect=("hh-apart.jsonl, row 1", "share no turns")
+    ),
+    "implicit text pairs that begin differently": case(
+        *own_pairs("implicit-apart.jsonl"),
+        expect=("implicit-apart.jsonl, row 1", "begin differently: there is no prompt"),
+    ),
+    "a content part of an unknown type": case(
+        *own_data("audio-part.jsonl"),
+        expect=("audio-part.jsonl, row 1", "message 1 has a content part that is not text"),
+    ),
+    "an image at a remote URL": case(
+        "data.source=local",
+        "data.path={kit}/remote-image.jsonl",
+        expect=("remote-image.jsonl, row 1", "remote URL", "Download the image"),
+    ),
+    "feedback whose label is not a boolean": case(
+        *own_data("unpaired-maybe.jsonl"),
+        expect=("unpaired-maybe.jsonl, row 2", "`label` is 'maybe', not true or false"),
+    ),
+    "feedback whose conversation ends with the user": case(
+        *own_data("kto-ends-with-user.json"),
+        expect=("kto-ends-with-user.json, row 1", "the last message is from `user`"),
+    ),
     "an sft key on a dpo stage": case(
         *own_pairs("pairs.jsonl", "+stage.llm.train.completion_only_loss=true"),
         expect=("completion_only_loss", "DPOConfig"),
@@ -623,6 +676,75 @@ def _vlm_row(image: str) -> dict:
     }
 
 
+def _peer_kit() -> dict[str, str]:
+    """Files in other tools' formats (tests/peer_files.py), each broken in one way."""
+    human, gpt = {"from": "human", "value": "1 + 1?"}, {"from": "gpt", "value": "2"}
+    pair = {"chosen": {"from": "gpt", "value": "It is 2."}, "rejected": gpt}
+    chat = [{"role": "user", "content": "1 + 1?"}]
+    system = {"role": "system", "content": "Be brief."}
+    kto = {"messages": [*chat, {"role": "assistant", "content": "2"}], "label": True}
+    return {
+        "sharegpt-pairs.json": json.dumps([{"conversations": [human], **pair}]),
+        "sharegpt-pairs-answered.json": json.dumps([{"conversations": [human, gpt], **pair}]),
+        "sharegpt-pairs-human-chosen.json": json.dumps(
+            [{"conversations": [human], "chosen": human, "rejected": gpt}]
+        ),
+        "chosen-messages-apart.jsonl": _lines(
+            {
+                "chosen_messages": [system, *chat, {"role": "assistant", "content": "2"}],
+                "rejected_messages": [
+                    system,
+                    {"role": "user", "content": "2 + 2?"},
+                    {"role": "assistant", "content": "5"},
+                ],
+            }
+        ),
+        "intel-empty-question.jsonl": _lines(
+            {"system": "Be brief.", "question": "1 + 1?", "chosen": "2", "rejected": "3"},
+            {"system": "Be brief.", "question": " ", "chosen": "2", "rejected": "3"},
+        ),
+        "alpaca-pairs-no-instruction.json": json.dumps(
+            [{"instruction": None, "input": "1 + 1", "chosen": "2", "rejected": "3"}]
+            + [{"instruction": "Add.", "input": "1 + 1", "chosen": "2", "rejected": "3"}]
+        ),
+        "swift-rejected-response.jsonl": _lines({"messages": chat, "rejected_response": "3"}),
+        "hh-apart.jsonl": _lines(
+            {
+                "chosen": "\n\nHuman: 1 + 1?\n\nAssistant: 2",
+                "rejected": "\n\nHuman: 2 + 2?\n\nAssistant: 5",
+            }
+        ),
+        "implicit-apart.jsonl": _lines({"chosen": "Two.", "rejected": "Three."}),
+        "audio-part.jsonl": _lines(
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "audio", "value": "q.wav"}]},
+                    {"role": "assistant", "content": "2"},
+                ]
+            }
+        ),
+        "remote-image.jsonl": _lines(
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": "https://x.org/a.png"}},
+                            {"type": "text", "text": "what?"},
+                        ],
+                    },
+                    {"role": "assistant", "content": "a red square"},
+                ]
+            }
+        ),
+        "unpaired-maybe.jsonl": _lines(
+            {"prompt": "1 + 1?", "completion": "2", "label": "true"},
+            {"prompt": "1 + 2?", "completion": "3", "label": "maybe"},
+        ),
+        "kto-ends-with-user.json": json.dumps([{"messages": chat, "label": False}, kto]),
+    }
+
+
 def build_kit(kit: Path) -> None:
     """The user's own files: each one wrong in one way."""
     import pyarrow as pa
@@ -646,6 +768,7 @@ def build_kit(kit: Path) -> None:
         "empty-rejected.jsonl": _lines(_pair("1", "It is 1.", "")),
         "same-answers.jsonl": _lines(_pair("1", "It is 1.", "1"), _pair("2", "2", " 2 ")),
         "no-rejected.jsonl": _lines({"prompt": "1 + 0?", "chosen": "It is 1."}),
+        **_peer_kit(),
         "missing-image.jsonl": _lines(_vlm_row("nope.png")),
         "broken-image.jsonl": _lines(_vlm_row("broken.png")),
         "broken.png": "not a png",
