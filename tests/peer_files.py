@@ -271,6 +271,25 @@ def ax_chatml_icr(folder: Path) -> Path:
     return json_lines(folder / "icr.jsonl", rows)
 
 
+def ax_chatml_prompt_pairs(folder: Path) -> Path:
+    rows = [
+        {"system": SYSTEM, "prompt": q, "chosen": f"It is {a}.", "rejected": near_miss(a)}
+        for q, a in sums()
+    ]
+    return json_lines(folder / "prompt_pairs.jsonl", rows)
+
+
+def ax_chatml_argilla_chat(folder: Path) -> Path:
+    rows = [
+        {
+            "chosen": chat(("user", q), ("assistant", f"It is {a}.")),
+            "rejected": chat(("user", q), ("assistant", near_miss(a))),
+        }
+        for q, a in sums()
+    ]
+    return json_lines(folder / "argilla_chat.jsonl", rows)
+
+
 def ax_chatml_ultra(folder: Path) -> Path:
     """A prompt column beside whole chosen / rejected conversations that repeat it."""
     rows = [
@@ -453,6 +472,12 @@ PEER_FILES = {
     "ax-chatml.intel": _peer(AX, AX_DOC, TEXT, "dpo", "chat_preference", ax_chatml_intel),
     "ax-chatml.argilla": _peer(AX, AX_DOC, TEXT, "dpo", "chat_preference", ax_chatml_argilla),
     "ax-chatml.icr": _peer(AX, AX_DOC, TEXT, "dpo", "chat_preference", ax_chatml_icr),
+    "ax-chatml.prompt_pairs": _peer(
+        AX, AX_DOC, TEXT, "dpo", "chat_preference", ax_chatml_prompt_pairs
+    ),
+    "ax-chatml.argilla_chat": _peer(
+        AX, AX_DOC, TEXT, "dpo", "chat_preference", ax_chatml_argilla_chat
+    ),
     "ax-chatml.ultra": _peer(AX, AX_DOC, TEXT, "dpo", "chat_preference", ax_chatml_ultra),
     "ax-chat_template.default": _peer(
         AX, AX_DOC, TEXT, "dpo", "chat_preference", ax_chat_template_default
