@@ -132,6 +132,39 @@ ROW_SHAPES = {
     "sharegpt": lambda t: {
         "conversations": [{"from": "human", "value": t}, {"from": "gpt", "value": "4"}]
     },
+    # Other tools' formats (tests/peer_files.py): pairs, feedback, parts in their spellings.
+    "sharegpt_pairs": lambda t: {
+        "conversations": [{"from": "human", "value": t}],
+        "chosen": {"from": "gpt", "value": "It is 4."},
+        "rejected": {"from": "gpt", "value": "5"},
+    },
+    "chosen_messages": lambda t: {
+        "chosen_messages": [{"role": "user", "content": t}, {"role": "assistant", "content": "4"}],
+        "rejected_messages": [
+            {"role": "user", "content": t},
+            {"role": "assistant", "content": "5"},
+        ],
+    },
+    "rejected_response": lambda t: {
+        "messages": [{"role": "user", "content": t}, {"role": "assistant", "content": "4"}],
+        "rejected_response": "5",
+    },
+    "intel": lambda t: {"system": "Be brief.", "question": t, "chosen": "4", "rejected": "5"},
+    "hh": lambda t: {
+        "chosen": f"\n\nHuman: {t}\n\nAssistant: 4",
+        "rejected": f"\n\nHuman: {t}\n\nAssistant: 5",
+    },
+    "unpaired": lambda t: {"prompt": t, "completion": "4", "label": True},
+    "kto_messages": lambda t: {
+        "messages": [{"role": "user", "content": t}, {"role": "assistant", "content": "4"}],
+        "label": False,
+    },
+    "value_parts": lambda t: {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "value": t}]},
+            {"role": "assistant", "content": [{"type": "image_url", "value": "https://x/a.png"}]},
+        ]
+    },
 }
 ODD_VALUES = st.one_of(
     st.none(), st.integers(), st.floats(), TEXT, st.lists(TEXT, max_size=2), st.just({})
