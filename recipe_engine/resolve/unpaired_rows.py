@@ -77,5 +77,6 @@ def label(row: Row) -> bool:
         return LABEL_WORDS[word]
     raise row.fail(
         f"`{row.name('label')}` is {value!r}, not true or false",
-        "Label each completion true (desirable) or false (undesirable).",
+        "Label each completion true (desirable) or false (undesirable), or read the rows "
+        "without their label for SFT (data.format=messages, prompt_completion or alpaca).",
     )
