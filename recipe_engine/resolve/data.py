@@ -31,9 +31,10 @@ from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.resolve import formats
 from recipe_engine.resolve.data_files import Split, quietly, read_local
 from recipe_engine.resolve.data_hub import read_hub
-from recipe_engine.resolve.detection import Layout, resolve_layout, survey
+from recipe_engine.resolve.detection import Layout, resolve_layout
 from recipe_engine.resolve.formats import CANONICAL_COLUMNS, INPUT_FORMATS
 from recipe_engine.resolve.rows import RowConverter
+from recipe_engine.resolve.survey import survey
 from recipe_engine.resolve.tiny import TINY_DATASETS
 
 if TYPE_CHECKING:

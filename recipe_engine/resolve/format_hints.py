@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.formats import (
@@ -18,9 +17,7 @@ from recipe_engine.resolve.formats import (
     looks_sharegpt,
 )
 from recipe_engine.resolve.row_shapes import PREFERENCE, UNPAIRED
-
-if TYPE_CHECKING:
-    from recipe_engine.resolve.detection import Survey
+from recipe_engine.resolve.survey import Survey
 
 # Column names that usually hold what a canonical column holds (for the hints in errors).
 LOOKS_LIKE = {

@@ -16,7 +16,7 @@ import recipe_engine
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.trainer_settings import choose_loss
 from recipe_engine.resolve import formats
-from recipe_engine.resolve.detection import Survey, detection_order, resolve_layout
+from recipe_engine.resolve.detection import detection_order, resolve_layout
 from recipe_engine.resolve.formats import INPUT_FORMATS, REGISTRY
 from recipe_engine.resolve.row_shapes import (
     ASSISTANT_ONLY,
@@ -26,6 +26,7 @@ from recipe_engine.resolve.row_shapes import (
     SHAPES,
     row_shape,
 )
+from recipe_engine.resolve.survey import Survey
 from recipe_engine.resolve.templates import MARKED, UNMARKED
 
 PACKAGE = Path(recipe_engine.__file__).parent
