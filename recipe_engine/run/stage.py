@@ -338,15 +338,15 @@ class StageRecipe:
         return relative_in_store(self.weights.location, self.store)
 
     def _scores(self, model: Any) -> tuple[float, float]:
-        """(exact match, contains) on the held-out rows; on preference pairs the trained
-        model's win rate of chosen over rejected too."""
+        """(exact match, contains) on the held-out rows (of unpaired feedback, the desirable
+        ones); for a preference stage the trained model's greedy answers judged too."""
         result = _exact_match(self.plan, self.stage, model, self.processor)
         if self.metrics.preference is not None and model is self.trained:
             rows = evaluation.capped(
                 self.stage.data.splits().eval, self.plan.config.eval.max_samples
             )
             answers = [p["answer"] for p in result["predictions"]]
-            self.metrics.preference["win_rate"] = preference_scores.win_rate(answers, rows)
+            self.metrics.preference |= preference_scores.greedy_metrics(answers, rows)
         return result["accuracy"], result["contains"]
 
     def _manifest(self) -> Manifest:
