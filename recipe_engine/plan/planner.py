@@ -31,7 +31,7 @@ from recipe_engine.plan.determinism import Determinism, decide_determinism
 from recipe_engine.plan.feedback import check_kl_batches, feedback_notes
 from recipe_engine.plan.hardware import parse_gpus, profile_gpus
 from recipe_engine.plan.keys import set_fingerprints
-from recipe_engine.plan.memory import StageMemory
+from recipe_engine.plan.memory_fit import StageMemory
 from recipe_engine.plan.memory_inputs import MemoryInputs, stage_memory
 from recipe_engine.plan.placement import (
     PlacementPlan,

@@ -166,10 +166,15 @@ def align_trainable_dtype(model: Any, dtype: torch.dtype) -> int:
 
 
 def planned_steps(args: Any, samples: int, world_size: int) -> int:
-    """ceil(samples / (batch x accumulation x world size)) per epoch, or max_steps."""
+    """ceil(samples / (batch x accumulation x world size)) per epoch, or max_steps; a last
+    batch short of the batch size is not run under `dataloader_drop_last`."""
     if args.max_steps > 0:
         return args.max_steps
-    batches = math.ceil(samples / (args.per_device_train_batch_size * world_size))
+    batch = args.per_device_train_batch_size
+    if getattr(args, "dataloader_drop_last", False):
+        batches = math.ceil(samples / world_size) // batch
+    else:
+        batches = math.ceil(samples / (batch * world_size))
     per_epoch = max(math.ceil(batches / args.gradient_accumulation_steps), 1)
     return math.ceil(args.num_train_epochs * per_epoch)
 
