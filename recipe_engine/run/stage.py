@@ -313,7 +313,7 @@ class StageRecipe:
             return PeftModel.from_pretrained(base, str(final))
 
     def _reference_model(self, kind: TrainerKind) -> Any:
-        """A full fine-tune's DPO reference: the starting weights again, frozen. A LoRA policy's
+        """A full fine-tune's DPO / KTO reference: the starting weights again, frozen. A LoRA's
         is its adapter-disabled base, and precomputed log-probs need none (TRL: None)."""
         precomputed = self.stage.trainer.get("precompute_ref_log_probs")
         if not kind.reference or self.policy.lora is not None or precomputed:

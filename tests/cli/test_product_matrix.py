@@ -359,3 +359,22 @@ def test_kto_trains_evaluates_and_compares_on_a_users_unpaired_rows(model, famil
     assert 0.0 <= metrics[stage]["preference"]["label_accuracy"] <= 1.0  # against the base
     assert "label_accuracy" not in metrics["base"]["preference"]
     assert not list((tmp_path / "out").glob("store/*/ref")), "a reference adapter was saved"
+
+
+def test_a_full_kto_stage_with_precomputed_reference_log_probs_is_evaluated(tmp_path):
+    """A full fine-tune keeps no reference once its log-probs are precomputed, and TRL refuses
+    held-out rows given after training: the stage evaluates the rows prepared with it."""
+    path, _ = feedback_file(tmp_path)
+    run_dir = run_engine(
+        tmp_path / "out",
+        "recipe=text-lora",
+        "data.source=local",
+        f"data.path={path}",
+        "stage.llm.trainer=kto",
+        "stage.llm.train.max_steps=1",
+        "stage.llm.lora=null",
+        "++stage.llm.train.precompute_ref_log_probs=true",
+    )
+    assert_trained_evaluated_compared(run_dir, ["llm"])
+    [row] = json.loads((run_dir / "summary.json").read_text())["stages"]
+    assert "reward margin" in row["eval"] and "evaluation failed" not in row["status"], row
