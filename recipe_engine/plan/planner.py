@@ -41,7 +41,7 @@ from recipe_engine.plan.placement import (
 from recipe_engine.plan.policy import decide_policy, evaluation_policy
 from recipe_engine.plan.preference import check_rows_fit_trainer, trainer_notes
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
-from recipe_engine.plan.rows import check_trainable_rows, rows_through_template
+from recipe_engine.plan.rows import check_held_out_rows, rows_through_template
 from recipe_engine.plan.trainer_settings import (
     choose_loss,
     deepspeed_settings,
@@ -124,7 +124,7 @@ def _plan_stage(
         policy = dataclasses.replace(policy, quantization=None)
     check_rows_fit_trainer(name, stage, rows)
     stage, loss_notes = _loss_follows_data(context, rows)
-    check_trainable_rows(name, stage, rows, context.cfg.eval.enabled)
+    held_out_notes = check_held_out_rows(name, stage, rows, context.cfg.eval.enabled)
     _check_rows_reach_training(name, policy, rows)
     determinism = _determinism(context.cfg, stage, placement)
     trainer = trainer_settings(
@@ -152,6 +152,7 @@ def _plan_stage(
             *_notes(policy, context),
             *trainer_notes(name, stage, policy),
             *loss_notes,
+            *held_out_notes,
             *autocast,
         ],
         memory=_memory(context, policy, rows, placement),
