@@ -56,6 +56,10 @@ __all__ = [
 ]
 
 SOURCES = ("local", "hub", "tiny")
+# How a user's rows are read, versioned: bump it when the same file would become other TRL rows
+# (its stage keys then name other weights). 2: a `system` column, Alpaca's `history` and
+# `<image>` marks in role/content turns are read (they were ignored), text parts are joined.
+READER = 2
 FORMAT_SETTINGS = ("auto", *INPUT_FORMATS)
 KINDS = ("vlm", "causal_lm")
 # `data.chat_template`: whether plain prompt/completion rows (and plain-text preference pairs)
@@ -299,6 +303,8 @@ def _identity(cfg: DataConfig) -> str:
     }
     if cfg.chat_template == "true":  # only then are rows converted: other keys stay
         settings["chat_template"] = True
+    if cfg.source != "tiny":  # the built-in rows read as they always did (a test pins them)
+        settings["reader"] = READER
     if cfg.source == "hub":  # the commit `plan` resolved (data.revision), as models are keyed
         settings["revision"], settings["subset"] = cfg.revision, None
     h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())

@@ -71,6 +71,9 @@ class Rows:
     train_rows: int
     eval_rows: int  # 0: no held-out rows
     held_out: HeldOut = HeldOut.SPLIT  # how the held-out rows were obtained
+    # How the rows were read: their format, where a judged row's prompt came from, columns
+    # read under another tool's name (`detection.Layout.describe`).
+    read_as: str = ""
     # The longest training row: characters, messages, images, image pixels (memory estimate).
     longest: dict[str, int] = field(default_factory=dict)
     _splits: DataSplits | None = field(default=None, repr=False, compare=False)
@@ -93,8 +96,17 @@ class Rows:
     def describe(self) -> str:
         rows = f"{self.train_rows} train / {self.held_out_text}"
         if self.rendering:  # the rows' own format, then how they reach the model
-            return f"{self.origin} ({written_as(self.format)}, {self.rendering}, {rows})"
-        return f"{self.origin} ({self.format}, {rows})"
+            return (
+                f"{self.origin} ({self._read(written_as(self.format))}, {self.rendering}, {rows})"
+            )
+        return f"{self.origin} ({self._read(self.format)}, {rows})"
+
+    def _read(self, shape: str) -> str:
+        """The rows' shape, after how they were read where that says more (`alpaca as
+        messages`, `preference (prompt from `conversations`)`)."""
+        if not self.read_as or self.read_as.startswith(written_as(shape)):
+            return self.read_as or shape
+        return f"{self.read_as} as {shape}"
 
     @property
     def held_out_text(self) -> str:

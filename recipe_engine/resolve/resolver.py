@@ -268,6 +268,7 @@ def survey(config: DataConfig, kind: str, seed: int, surveyed: dict[str, Rows]) 
             "train_rows": len(found.train),
             "eval_rows": held_out,
             "held_out": found.held_out.value,
+            "read_as": found.source_format,
         }
 
     # Hub data may change upstream under the same name: checked every time.
