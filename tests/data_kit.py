@@ -35,6 +35,21 @@ def write_jsonl(path: Path, rows: list[Any]) -> Path:
     return path
 
 
+def write_alpaca(path: Path, n: int) -> Path:
+    """`n` instructions as LLaMA-Factory's alpaca demo (data/alpaca_en_demo.json) is written:
+    one indented JSON list of {instruction, input, output}, no held-out split."""
+    rows = [
+        {
+            "instruction": f"Add {i} and {i % 7}.",
+            "input": "" if i % 3 else f"{i} {i % 7}",
+            "output": str(i + i % 7),
+        }
+        for i in range(n)
+    ]
+    path.write_text(json.dumps(rows, indent=2, ensure_ascii=False))
+    return path
+
+
 def write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))

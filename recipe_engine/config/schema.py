@@ -40,7 +40,9 @@ class DataConfig:
     columns: dict[str, str] = field(default_factory=dict)
     train_split: str = "train"
     eval_split: str | None = "eval"
-    eval_fraction: float = 0.0
+    # The share of the training rows held out for evaluation when the data has no held-out
+    # split of its own; null: automatic (resolve/held_out.py), 0: every row trains.
+    eval_fraction: float | None = None
     max_samples: int | None = None
     # Plain-text prompt/completion rows through the model's chat template, as TRL's
     # conversational prompt-completion: auto (when the tokenizer has one) | true | false.

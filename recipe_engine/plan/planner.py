@@ -46,7 +46,7 @@ from recipe_engine.plan.preference import (
     trainer_notes,
 )
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
-from recipe_engine.plan.rows import check_trainable_rows, rows_through_template
+from recipe_engine.plan.rows import check_held_out_rows, rows_through_template
 from recipe_engine.plan.trainer_settings import (
     choose_loss,
     deepspeed_settings,
@@ -131,7 +131,7 @@ def _plan_stage(
     check_reference_settings(name, stage, policy, rows)
     check_kl_batches(name, stage, rows.train_rows, placement.world_size)
     stage, loss_notes = _loss_follows_data(context, rows)
-    check_trainable_rows(name, stage, rows, context.cfg.eval.enabled)
+    held_out_notes = check_held_out_rows(name, stage, rows, context.cfg.eval.enabled)
     _check_rows_reach_training(name, policy, rows)
     determinism = _determinism(context.cfg, stage, placement)
     trainer = trainer_settings(
@@ -160,6 +160,7 @@ def _plan_stage(
             *trainer_notes(name, stage, policy),
             *feedback_notes(name, stage),
             *loss_notes,
+            *held_out_notes,
             *autocast,
         ],
         memory=_memory(context, policy, rows, placement),

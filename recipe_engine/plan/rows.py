@@ -12,6 +12,7 @@ from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.data import chat_template_setting
 from recipe_engine.resolve.formats import is_plain_text, is_text_prompt_completion
+from recipe_engine.resolve.held_out import AUTO_MIN_DATA_ROWS, HeldOut
 from recipe_engine.resolve.inputs import Rows, StageInputs
 
 
@@ -55,19 +56,27 @@ def _rendered(rows: Rows, rendering: str, shared: dict[tuple[str, str], Rows]) -
     return shared.setdefault(key, dataclasses.replace(rows, rendering=rendering))
 
 
-def check_trainable_rows(name: str, stage: StageConfig, rows: Rows, evaluation: bool) -> None:
-    """What the trainer and the evaluation will do with these rows must be possible."""
-    if stage.evaluate_only and not rows.eval_rows:
-        raise RecipeError(
-            f"Evaluation stage `{name}` needs a held-out split: set data.eval_split "
-            "to a split your data has, or data.eval_fraction=0.1.",
-            key="data.eval_split",
+def check_held_out_rows(name: str, stage: StageConfig, rows: Rows, evaluation: bool) -> list[str]:
+    """An evaluation stage must have held-out rows to ask; a stage evaluated after training
+    (`evaluation`: eval.enabled) whose data holds none out trains on every row, unevaluated,
+    and the notes `plan` prints say why."""
+    if rows.eval_rows or not (evaluation or stage.evaluate_only):
+        return []
+    if rows.held_out is HeldOut.TOO_FEW:
+        why = (
+            f"its data ({rows.origin}) has fewer than {AUTO_MIN_DATA_ROWS} rows, too few to "
+            "hold any out automatically"
         )
-    if evaluation and not stage.evaluate_only and not rows.eval_rows:
+        fix = "hold some out anyway with data.eval_fraction=0.25, or point data.eval_split at "
+        key = "data.eval_split"
+    else:
+        why = f"its data ({rows.origin}) holds no rows out (data.eval_fraction=0)"
+        fix = "drop data.eval_fraction to hold rows out automatically, or point data.eval_split at "
+        key = "data.eval_fraction"
+    fix += "a split your data has"
+    if stage.evaluate_only:
         raise RecipeError(
-            f"Stage `{name}` is evaluated after training (eval.enabled), but its data "
-            f"({rows.origin}) has no held-out rows. Hold some out with "
-            "data.eval_fraction=0.1, point data.eval_split at a split your data has, or "
-            "train without evaluation: eval.enabled=false.",
-            key="data.eval_split",
+            f"Evaluation stage `{name}` needs a held-out split, but {why}. To evaluate, {fix}.",
+            key=key,
         )
+    return [f"not evaluated: {why}, so every row trains (to evaluate, {fix})"]

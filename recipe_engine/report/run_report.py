@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.plan.recipe_plan import RecipePlan
+from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.report.plots import PlotStage
 from recipe_engine.run.recipe import StageResult, accuracy_text, platform_notes, run_summary
 from recipe_engine.tables import text_table
@@ -35,6 +35,10 @@ def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> l
     settings = plan.config.eval
     if not (results and settings.enabled and settings.compare):
         return []
+    probed = _probed(plan, results)
+    if probed is not None and not probed.data.eval_rows:  # too few rows, or eval_fraction=0
+        print("compare: skipped, the first stage's data holds no rows out to ask (see `plan`)")
+        return []
     if all(r.status == "cached" for r in results):
         print(f"all stages cached; to compare them: python -m recipe_engine compare run={run_dir}")
         return []
@@ -49,7 +53,7 @@ def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> l
             run_dir,
             settings=dataclasses.asdict(settings),
             seed=plan.config.seed,
-            held_out=_held_out(plan, results),
+            held_out=probed.data.splits().eval if probed else None,
         )
         compared = render_compare(scored)
     except Exception as error:  # the stages are committed: a failed report loses nothing
@@ -76,11 +80,11 @@ def _compare_in_one_process(run_dir: Path) -> list[str]:
     return []
 
 
-def _held_out(plan: RecipePlan, results: list[StageResult]) -> Any:
-    """The rows the run already read for the stage `compare` probes with (its root)."""
+def _probed(plan: RecipePlan, results: list[StageResult]) -> StagePlan | None:
+    """The stage whose held-out rows `compare` probes with (its root), rows the run read;
+    None when the run only evaluated (`compare` reads the root's manifest)."""
     stages = [plan.stages[r.name] for r in results if not plan.stages[r.name].evaluate_only]
-    root = next((s for s in stages if s.parent is None), stages[0])
-    return root.data.splits().eval
+    return next((s for s in stages if s.parent is None), stages[0] if stages else None)
 
 
 def run_table(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> str:

@@ -5,6 +5,9 @@ written by `save_to_disk` with `load_from_disk` (`data_files`), hub datasets wit
 `load_dataset` (`data_hub`): every split stays an Arrow dataset, and `Dataset.map` converts and
 checks each row (`rows`, through the format registry: `formats`, detected by `detection`).
 
+Data without a held-out split of its own has rows held out of its training split after
+conversion (`held_out`: automatically, or by `data.eval_fraction`).
+
 Public: `load_splits(cfg, *, kind, seed) -> DataSplits`, `data_identity(cfg)`,
 `chat_template_setting(cfg)`, `resolve_path(cfg)`, `quietly()`, `data_config(record)`; every
 one takes a `DataConfig`, whose values are checked once (`check_data`).
@@ -16,10 +19,10 @@ module for `data_identity` only and must stay light.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
-import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +36,7 @@ from recipe_engine.resolve.data_files import Split, quietly, read_local
 from recipe_engine.resolve.data_hub import read_hub
 from recipe_engine.resolve.detection import Layout, resolve_layout
 from recipe_engine.resolve.formats import CANONICAL_COLUMNS, INPUT_FORMATS
+from recipe_engine.resolve.held_out import HeldOut, rows_identity, split_off
 from recipe_engine.resolve.rows import RowConverter
 from recipe_engine.resolve.survey import survey
 from recipe_engine.resolve.tiny import TINY_DATASETS
@@ -52,6 +56,10 @@ __all__ = [
 ]
 
 SOURCES = ("local", "hub", "tiny")
+# How a user's rows are read, versioned: bump it when the same file would become other TRL rows
+# (its stage keys then name other weights). 2: a `system` column, Alpaca's `history` and
+# `<image>` marks in role/content turns are read (they were ignored), text parts are joined.
+READER = 2
 FORMAT_SETTINGS = ("auto", *INPUT_FORMATS)
 KINDS = ("vlm", "causal_lm")
 # `data.chat_template`: whether plain prompt/completion rows (and plain-text preference pairs)
@@ -63,13 +71,15 @@ CHAT_TEMPLATE_SETTINGS = ("auto", "true", "false")
 
 @dataclass
 class DataSplits:
-    """Train/eval datasets in TRL row format, plus the identity hash and the output row format."""
+    """Train/eval datasets in TRL row format, plus the identity hash (of the training rows:
+    `held_out.rows_identity`), the output row format and how the eval rows were obtained."""
 
     train: datasets.Dataset
     eval: datasets.Dataset | None
     identity: str
     format: str  # formats.OUTPUT_FORMATS: messages | prompt_completion | ... | vlm_preference
     source_format: str = ""  # what the rows were: messages, sharegpt, alpaca, ... (+ images)
+    held_out: HeldOut = HeldOut.SPLIT
 
 
 # --------------------------------------------------------------------------- settings
@@ -156,14 +166,17 @@ def _columns(value: Any) -> dict[str, str]:
     return {str(canon): name for canon, name in columns.items()}
 
 
-def _eval_fraction(value: Any) -> float:
-    fraction = value or 0.0
-    if not (is_number(fraction) and math.isfinite(fraction) and FRACTION.holds(fraction)):
+def _eval_fraction(value: Any) -> float | None:
+    """null (automatic: `held_out`) or a fraction in [0, 1)."""
+    if value is None:
+        return None
+    if not (is_number(value) and math.isfinite(value) and FRACTION.holds(value)):
         raise RecipeError(
-            f"data.eval_fraction must be a number in [0, 1), got {fraction!r}.",
+            f"data.eval_fraction must be null (hold out rows automatically) or a number in "
+            f"[0, 1) (0: train on every row), got {value!r}.",
             key="data.eval_fraction",
         )
-    return float(fraction)
+    return float(value)
 
 
 def _max_samples(value: Any) -> int | None:
@@ -269,7 +282,8 @@ def data_identity(cfg: DataConfig) -> str:
     """sha256 over the settings that decide the rows plus the bytes of local data files.
 
     Pure: touches only the filesystem, never imports datasets/torch (the planner uses it).
-    The eval_fraction split also depends on `load_splits`' seed, which callers hash separately.
+    The eval_fraction split also depends on `load_splits`' seed, which callers hash separately;
+    the automatic hold-out is told by the rows (`held_out.rows_identity` adds it).
     """
     return _identity(check_data(cfg))
 
@@ -282,15 +296,30 @@ def _identity(cfg: DataConfig) -> str:
         "columns": dict(sorted(cfg.columns.items())),
         "train_split": cfg.train_split,
         "eval_split": cfg.eval_split,
-        "eval_fraction": cfg.eval_fraction,
+        # Automatic as 0: what it holds out is hashed once known (`held_out.rows_identity`),
+        # so data with its own held-out split keeps the identity it had before `auto`.
+        "eval_fraction": cfg.eval_fraction or 0.0,
         "max_samples": cfg.max_samples,
     }
     if cfg.chat_template == "true":  # only then are rows converted: other keys stay
         settings["chat_template"] = True
+    if cfg.source != "tiny":  # the built-in rows read as they always did (a test pins them)
+        settings["reader"] = READER
     if cfg.source == "hub":  # the commit `plan` resolved (data.revision), as models are keyed
         settings["revision"], settings["subset"] = cfg.revision, None
     h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
     if cfg.source in ("local", "tiny"):  # a built-in dataset by the rows it was built to
+        _hash_tree(h, _local_path(cfg))
+    return h.hexdigest()
+
+
+def _content_digest(cfg: DataConfig) -> str:
+    """What the automatic hold-out draws with: the bytes of local and built-in data, a hub
+    dataset's id at its resolved commit; never a setting that leaves the rows as they are."""
+    h = hashlib.sha256()
+    if cfg.source == "hub":
+        h.update(f"{cfg.path}@{cfg.revision}".encode())
+    else:
         _hash_tree(h, _local_path(cfg))
     return h.hexdigest()
 
@@ -327,25 +356,6 @@ def _undecoded_images(ds: datasets.Dataset) -> datasets.Dataset:
     return ds
 
 
-def _fraction_split(
-    rows: datasets.Dataset, fraction: float, seed: int, label: str
-) -> tuple[datasets.Dataset, datasets.Dataset]:
-    n = len(rows)
-    n_eval = max(1, round(n * fraction))
-    if n - n_eval < 1:
-        raise RecipeError(
-            f"{label} has {n} row(s): too few to split off eval_fraction={fraction}. "
-            "Add rows, provide an eval file, or set data.eval_fraction=0.",
-            key="data.eval_fraction",
-        )
-    order = list(range(n))
-    random.Random(seed).shuffle(order)
-    eval_idx = set(order[:n_eval])
-    # Keep the file's order within each part so `max_samples` takes the first rows.
-    train = [i for i in range(n) if i not in eval_idx]
-    return rows.select(train), rows.select(sorted(eval_idx))
-
-
 def _check_not_empty(train: Split, ev: Split | None) -> None:
     if not len(train.rows):
         raise RecipeError(f"{train.label} has no rows. Add data.", key="data.path")
@@ -364,18 +374,22 @@ def load_splits(cfg: DataConfig, *, kind: str, seed: int = 0) -> DataSplits:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     cfg = check_data(cfg)
-    identity = _identity(cfg)
     with quietly():
         train_split, eval_split = _read(cfg)
         _check_not_empty(train_split, eval_split)
         layout = _layout(cfg, train_split, kind)
         train = _convert(train_split, layout)
         held_out = _convert(eval_split, layout) if eval_split else None
-    if held_out is None and cfg.eval_fraction > 0:
-        train, held_out = _fraction_split(train, cfg.eval_fraction, seed, train_split.label)
+    how = HeldOut.SPLIT
+    if held_out is None:
+        content = functools.partial(_content_digest, cfg)
+        train, held_out, how = split_off(
+            train, train_split.label, cfg.eval_fraction, seed=seed, content=content
+        )
     if cfg.max_samples is not None and len(train) > cfg.max_samples:
         train = train.select(range(cfg.max_samples))
-    return DataSplits(train, held_out, identity, layout.output, layout.describe())
+    identity = rows_identity(_identity(cfg), how)
+    return DataSplits(train, held_out, identity, layout.output, layout.describe(), how)
 
 
 def _read(cfg: DataConfig) -> tuple[Split, Split | None]:

@@ -11,6 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config.schema import DataConfig, ModelConfig
 from recipe_engine.resolve.formats import written_as
+from recipe_engine.resolve.held_out import (
+    AUTO_MAX_ROWS,
+    AUTO_MIN_DATA_ROWS,
+    AUTO_MIN_ROWS,
+    AUTO_SHARE,
+    HeldOut,
+)
 from recipe_engine.resolve.hub_revisions import HubRevision
 from recipe_engine.resolve.inventory import ModelInventory
 from recipe_engine.resolve.machine import Machine
@@ -58,11 +65,15 @@ class Rows:
 
     config: DataConfig
     kind: str  # the model kind the rows are for (vlm | causal_lm)
-    seed: int  # the eval_fraction split depends on it
-    identity: str
+    seed: int  # an explicit eval_fraction's split depends on it
+    identity: str  # of the training rows (`held_out.rows_identity`)
     format: str  # rows as TRL gets them: messages | prompt_completion | vlm
     train_rows: int
-    eval_rows: int  # 0: no held-out split
+    eval_rows: int  # 0: no held-out rows
+    held_out: HeldOut = HeldOut.SPLIT  # how the held-out rows were obtained
+    # How the rows were read: their format, where a judged row's prompt came from, columns
+    # read under another tool's name (`detection.Layout.describe`).
+    read_as: str = ""
     # The longest training row: characters, messages, images, image pixels (memory estimate).
     longest: dict[str, int] = field(default_factory=dict)
     _splits: DataSplits | None = field(default=None, repr=False, compare=False)
@@ -83,11 +94,34 @@ class Rows:
         return {**self.__dict__, "_splits": None}
 
     def describe(self) -> str:
-        held_out = f"{self.eval_rows} held out" if self.eval_rows else "no held-out split"
-        rows = f"{self.train_rows} train / {held_out}"
+        rows = f"{self.train_rows} train / {self.held_out_text}"
         if self.rendering:  # the rows' own format, then how they reach the model
-            return f"{self.origin} ({written_as(self.format)}, {self.rendering}, {rows})"
-        return f"{self.origin} ({self.format}, {rows})"
+            return (
+                f"{self.origin} ({self._read(written_as(self.format))}, {self.rendering}, {rows})"
+            )
+        return f"{self.origin} ({self._read(self.format)}, {rows})"
+
+    def _read(self, shape: str) -> str:
+        """The rows' shape, after how they were read where that says more (`alpaca as
+        messages`, `preference (prompt from `conversations`)`)."""
+        if not self.read_as or self.read_as.startswith(written_as(shape)):
+            return self.read_as or shape
+        return f"{self.read_as} as {shape}"
+
+    @property
+    def held_out_text(self) -> str:
+        """How many rows are held out, and how where the data did not say so itself."""
+        if self.held_out is HeldOut.AUTO:
+            return (
+                f"{self.eval_rows} held out automatically ({AUTO_SHARE:.0%}, "
+                f"{AUTO_MIN_ROWS} to {AUTO_MAX_ROWS} rows, chosen by the rows' content; "
+                "data.eval_fraction=0 trains on all)"
+            )
+        if self.held_out is HeldOut.TOO_FEW:
+            return f"none held out (fewer than {AUTO_MIN_DATA_ROWS} rows: too few to spare any)"
+        if self.held_out is HeldOut.NONE:
+            return "none held out"
+        return f"{self.eval_rows} held out"
 
     @property
     def origin(self) -> str:

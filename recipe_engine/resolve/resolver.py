@@ -16,10 +16,12 @@ from typing import Any
 
 from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
 from recipe_engine.errors import RecipeError, unknown_key
+from recipe_engine.hashing import canonical_hash
 from recipe_engine.resolve import cache, templates
 from recipe_engine.resolve import data as rows_data
 from recipe_engine.resolve.data import chat_template_setting, data_identity
 from recipe_engine.resolve.formats import is_plain_text, is_text_prompt_completion
+from recipe_engine.resolve.held_out import HeldOut, rows_identity
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.inputs import (
     ModelFiles,
@@ -43,7 +45,7 @@ def resolve_recipe(
 ) -> RecipeInputs:
     """The inputs of every stage, `parents` in training order (a child after its parent)."""
     revisions = HubRevisions.of_store(cfg.output_root)  # read only: `run` pins
-    surveyed: dict[tuple[str, str], Rows] = {}
+    surveyed: dict[str, Rows] = {}
     stages: dict[str, StageInputs] = {}
     for name, parent in parents.items():
         stage = cfg.stage[name]
@@ -51,7 +53,8 @@ def resolve_recipe(
             model = _root_model(name, stage, cfg.model, revisions)
         else:
             model = dataclasses.replace(stages[parent].model, init=parent_source(parent))
-        data, revision = _at_commit(stage_data(name, cfg.data, stage.data), revisions)
+        data = _held_out_setting(stage_data(name, cfg.data, stage.data), _evaluates(cfg))
+        data, revision = _at_commit(data, revisions)
         rows = _rows_each_way(data, model, cfg.seed, surveyed)
         for way in rows.values():
             way.hub_revision = revision
@@ -66,6 +69,22 @@ def stage_data(name: str, recipe_data: DataConfig, keys: Mapping[str, Any] | Non
         if key not in fields:
             raise unknown_key(f"stage.{name}.data.{key}", fields, "a stage's data (data keys)")
     return dataclasses.replace(recipe_data, **(keys or {}))
+
+
+def _evaluates(cfg: EngineConfig) -> bool:
+    """Whether the recipe asks held-out rows: its stages are evaluated after training, or it
+    has an evaluation stage (which measures a trained stage on the rows that stage held out
+    of the same data, so that stage must not train on them)."""
+    return cfg.eval.enabled or any(s.evaluate_only for s in cfg.stage.values())
+
+
+def _held_out_setting(data: DataConfig, evaluated: bool) -> DataConfig:
+    """The data with the automatic hold-out turned off (`data.eval_fraction=0`) where no
+    evaluation asks held-out rows: then every row trains, and the stage's manifest says so
+    (`compare` reads that record)."""
+    if data.eval_fraction is None and not evaluated:
+        return dataclasses.replace(data, eval_fraction=0.0)
+    return data
 
 
 def _at_commit(data: DataConfig, revisions: HubRevisions) -> tuple[DataConfig, HubRevision | None]:
@@ -208,7 +227,7 @@ def _entry_location(model: ModelConfig) -> str | None:
 
 
 def _rows_each_way(
-    data: DataConfig, model: ModelInputs, seed: int, surveyed: dict[tuple[str, str], Rows]
+    data: DataConfig, model: ModelInputs, seed: int, surveyed: dict[str, Rows]
 ) -> dict[str, Rows]:
     """The rows as written, and read the other way where the planner may choose it: plain-text
     rows (prompt/completion, preference pairs) through the chat template (`auto` with a
@@ -225,14 +244,15 @@ def _rows_each_way(
     return ways
 
 
-def survey(config: DataConfig, kind: str, seed: int, surveyed: dict[tuple[str, str], Rows]) -> Rows:
+def survey(config: DataConfig, kind: str, seed: int, surveyed: dict[str, Rows]) -> Rows:
     """A dataset's rows, checked row by row (once per exact data) and described.
 
     Stages reading the same rows share one `Rows`, so a run reads them once.
     """
     identity = data_identity(config)
-    if (identity, kind) in surveyed:
-        return surveyed[identity, kind]
+    inputs = _survey_inputs(identity, kind, config.eval_fraction, seed)
+    if canonical_hash(inputs) in surveyed:
+        return surveyed[canonical_hash(inputs)]
     read: list[Any] = []
 
     def splits() -> Any:
@@ -243,17 +263,42 @@ def survey(config: DataConfig, kind: str, seed: int, surveyed: dict[tuple[str, s
     def check() -> dict[str, Any]:
         found = splits()
         held_out = len(found.eval) if found.eval is not None else 0
-        return {"format": found.format, "train_rows": len(found.train), "eval_rows": held_out}
+        return {
+            "format": found.format,
+            "train_rows": len(found.train),
+            "eval_rows": held_out,
+            "held_out": found.held_out.value,
+            "read_as": found.source_format,
+        }
 
-    inputs = {"identity": identity, "kind": kind, "seed": seed}
     # Hub data may change upstream under the same name: checked every time.
     hub = config.source == "hub"
     checked = check() if hub else cache.remembered("rows", inputs, check)
     longest = cache.remembered("lengths", inputs, lambda: _longest(splits)) if not hub else None
-    rows = Rows(config, kind, seed, identity, **checked, longest=longest or _longest(splits))
+    how = HeldOut(checked.pop("held_out"))
+    rows = Rows(
+        config,
+        kind,
+        seed,
+        rows_identity(identity, how),
+        **checked,
+        held_out=how,
+        longest=longest or _longest(splits),
+    )
     rows._splits = read[0] if read else None  # read once, kept for the run
-    surveyed[identity, kind] = rows
+    surveyed[canonical_hash(inputs)] = rows
     return rows
+
+
+def _survey_inputs(
+    identity: str, kind: str, eval_fraction: float | None, seed: int
+) -> dict[str, Any]:
+    """What a survey of rows is remembered by: the data's identity (automatic and
+    `eval_fraction=0` share it) with the hold-out setting, and the seed only where an
+    explicit `eval_fraction` draws with it (automatic rows are chosen by their content, so
+    every seed of an experiment reads them from one record)."""
+    inputs = {"identity": identity, "kind": kind, "eval_fraction": eval_fraction}
+    return {**inputs, "seed": seed} if eval_fraction else inputs
 
 
 def _longest(splits: Any) -> dict[str, int]:

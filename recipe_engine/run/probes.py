@@ -93,7 +93,9 @@ def probe_file_rows(
     from recipe_engine.config.schema import DataConfig
     from recipe_engine.resolve.data import load_splits
 
-    probes = DataConfig(path.name, path=str(path), eval_split=None, chat_template=chat_template)
+    probes = DataConfig(
+        path.name, path=str(path), eval_split=None, eval_fraction=0, chat_template=chat_template
+    )  # every row is a probe
     splits = load_splits(probes, kind=kind, seed=seed)
     return _probes(splits.train)
 

@@ -546,21 +546,29 @@ DATA = {
         "stage.llm.train.assistant_only_loss=true",  # templates no longer set it: the user does
         expect=("prompt/completion rows", "stage.llm.train.assistant_only_loss=false"),
     ),
-    "CSV with the shipped data entry's settings": case(
-        *own_data("prompt-completion.csv", "stage.llm.train.assistant_only_loss=false"),
-        expect=("prompt-completion.csv", "no held-out rows", "data.eval_fraction"),
+    "a held-out fraction that leaves no row to train on": case(
+        *own_data("prompt-completion.csv", "data.eval_fraction=0.9"),
+        expect=("prompt-completion.csv", "2 row(s)", "eval_fraction=0.9", "data.eval_fraction=0"),
     ),
-    "evaluation on, data without a held-out split": case(
-        "data.eval_split=null",
-        expect=("built-in dataset shapes", "no held-out rows", "eval.enabled=false"),
+    "a negative held-out fraction": case(
+        "data.eval_fraction=-0.1", expect=("data.eval_fraction", "[0, 1)", "null")
     ),
     "evaluation stage without a held-out split": case(
         "--config-dir",
         USER_RECIPES,
         "recipe=user-with-eval",
         "data.eval_split=null",
+        "data.eval_fraction=0",
         "eval.enabled=false",
-        expect=("Evaluation stage `eval` needs a held-out split", "data.eval_fraction"),
+        expect=("Evaluation stage `eval` needs a held-out split", "data.eval_fraction=0"),
+    ),
+    "evaluation stage on a file too small to hold rows out": case(
+        "--config-dir",
+        USER_RECIPES,
+        "recipe=user-with-eval",
+        "stage.eval.data.source=local",
+        "stage.eval.data.path={kit}/prompt-completion.csv",
+        expect=("Evaluation stage `eval`", "fewer than 20 rows", "data.eval_fraction=0.25"),
     ),
     "image rows for a text model": case(
         "recipe=text-lora", "data=shapes", expect=("vision-language rows", "text-only")

@@ -153,6 +153,24 @@ def test_plan_pins_run_downloads_and_a_later_commit_changes_nothing(
     assert summary(tmp_path) == ["trained"] and committed(tmp_path) == [key]
 
 
+def test_a_hub_dataset_without_a_held_out_split_holds_rows_out_automatically(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    rows = [
+        {"instruction": f"Add {i} and 1.", "input": "", "output": str(i + 1)} for i in range(42)
+    ]
+    hub.commit(
+        "acme/alpaca",
+        {"train.jsonl": "".join(json.dumps(r) + "\n" for r in rows).encode()},
+        kind="dataset",
+    )
+    planned = engine(
+        tmp_path, hub.endpoint, "plan", *HUB_MODEL, "data.source=hub", "data.path=acme/alpaca"
+    )
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    assert "38 train / 4 held out automatically" in planned.stdout
+
+
 @pytest.mark.parametrize(
     ("override", "expected"),
     [

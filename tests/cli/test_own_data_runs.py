@@ -1,7 +1,9 @@
 """Data a user brings, end to end through the command line with a shipped template and no
-trainer flag set by hand: prompt/completion text on `text-lora` (tiny Qwen2) and an
-`img_path, question, answer` parquet on `r1-llm-only` (tiny Qwen2-VL, QLoRA). Each run
-trains, evaluates held-out rows and writes the compare report; two steps prove the path."""
+trainer flag set by hand: prompt/completion text and an alpaca JSON file as LLaMA-Factory
+ships it on `text-lora` (tiny Qwen2), and an `img_path, question, answer` parquet on
+`r1-llm-only` (tiny Qwen2-VL, QLoRA). None of the files has a held-out split: each run holds
+rows out itself, trains, evaluates them and writes the compare report; two steps prove the
+path."""
 
 from __future__ import annotations
 
@@ -12,12 +14,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
+from data_kit import write_alpaca
 from PIL import Image, ImageDraw
 
 from recipe_engine.cli.main import main
 
-QUICK = ["data.max_samples=12", "data.eval_fraction=0.25", "eval.max_samples=3"]
-QUICK += ["eval.max_new_tokens=4"]
+QUICK = ["data.max_samples=12", "eval.max_samples=3", "eval.max_new_tokens=4"]
 COLOURS = {"red": (220, 40, 40), "green": (40, 180, 60), "blue": (50, 80, 230)}
 QUESTION = "What colour is the square?"
 
@@ -27,7 +30,7 @@ def pairs_csv(folder: Path) -> Path:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["prompt", "completion"])
-        writer.writerows((f"What is {a} + {b}?", str(a + b)) for a in range(4) for b in range(4))
+        writer.writerows((f"What is {a} + {b}?", str(a + b)) for a in range(5) for b in range(5))
     return path
 
 
@@ -35,7 +38,7 @@ def vqa_parquet(folder: Path) -> Path:
     """Coloured squares beside the file, named by a relative `img_path` column."""
     (folder / "pictures").mkdir()
     paths, answers = [], []
-    for i in range(16):
+    for i in range(20):
         colour = list(COLOURS)[i % len(COLOURS)]
         image = Image.new("RGB", (56, 56), (20, 20, 20))
         ImageDraw.Draw(image).rectangle((8, 8, 44, 44), fill=COLOURS[colour])
@@ -96,3 +99,25 @@ def test_image_path_question_answer_parquet_trains_evaluates_and_compares(tmp_pa
     assert_trained_evaluated_compared(run_dir, "llm")
     compared = [json.loads(line) for line in (run_dir / "compare.jsonl").open()]
     assert compared[0]["input"] == QUESTION and compared[0]["image"].endswith(".png")
+
+
+def test_an_alpaca_file_without_a_split_trains_and_is_evaluated_with_the_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = ["recipe=text-lora", "data.source=local"]
+    data.append(f"data.path={write_alpaca(tmp_path / 'alpaca_en_demo.json', 40)}")
+    assert main(["plan", *data]) == 0
+    assert "36 train / 4 held out automatically" in capsys.readouterr().out
+    run_dir = run(tmp_path / "out", *data, "stage.llm.train.max_steps=2")
+    assert_trained_evaluated_compared(run_dir, "llm")
+
+
+def test_a_file_too_small_to_hold_rows_out_trains_on_every_row_unevaluated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_alpaca(tmp_path / "few.json", 12)
+    run_dir = run(tmp_path / "out", "recipe=text-lora", "data.source=local", f"data.path={path}")
+    [row] = json.loads((run_dir / "summary.json").read_text())["stages"]
+    assert row["status"] == "trained" and row["eval"] == "-", row  # no held-out metric
+    assert "compare: skipped" in capsys.readouterr().out
+    assert not (run_dir / "compare_metrics.json").exists()

@@ -14,7 +14,7 @@ from peer_files import PEER_FILES
 from recipe_engine.cli.main import main
 
 QUICK = ["stage.{stage}.train.max_steps=2", "eval.max_samples=2", "eval.max_new_tokens=4"]
-QUICK += ["eval.compare=false", "data.eval_fraction=0.25"]
+QUICK += ["eval.compare=false"]
 # The recipe each kind of model trains on, and its stage: LoRA on a text model; LoRA on both
 # towers of a tiny Qwen2-VL, unquantized (the fastest VLM stage).
 RECIPES = {
