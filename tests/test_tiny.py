@@ -62,6 +62,7 @@ def test_public_names() -> None:
         "arithmetic": "messages",
         "shapes-preference": "preference",
         "arithmetic-preference": "preference",
+        "arithmetic-feedback": "unpaired",
     }
 
 
@@ -282,6 +283,31 @@ def test_arithmetic_dataset(cache: Path) -> None:
             a, op, b = question.split()
             expected_answer = int(a) + int(b) if op == "+" else int(a) - int(b)
             assert assistant["content"] == str(expected_answer)
+
+
+def test_arithmetic_feedback_labels_the_sentence_true_and_a_bare_or_near_miss_false(
+    cache: Path,
+) -> None:
+    """KTO's rows: the right answer in a sentence desirable; the bare answer SFT teaches or a
+    sentence off by one or two undesirable; labels in turn, so every batch holds both."""
+    folder = build_dataset("arithmetic-feedback", cache)
+    for split, expected in (("train", 400), ("eval", 64)):
+        rows = _rows(folder, split)
+        assert len(rows) == expected
+        assert [row["label"] for row in rows] == [i % 2 == 0 for i in range(expected)]
+        styles = set()
+        for row in rows:
+            a, op, b = row["prompt"].removeprefix("What is ").removesuffix("?").split()
+            answer = int(a) + int(b) if op == "+" else int(a) - int(b)
+            said = row["completion"].removeprefix("It is ").removesuffix(".")
+            sentence = said != row["completion"]
+            if row["label"]:
+                assert sentence and int(said) == answer, row
+            else:
+                assert (not sentence and int(said) == answer) or 1 <= abs(int(said) - answer) <= 2
+                assert int(said) >= 0
+                styles.add(sentence)
+        assert styles == {True, False}  # bare answers and near misses both among the false
 
 
 def test_datasets_are_deterministic(cache: Path, tmp_path: Path) -> None:

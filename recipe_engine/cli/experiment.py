@@ -320,21 +320,22 @@ def collect_all(jobs: list[Job], probes: Path | None) -> list[RecipeRun]:
 
 
 def judge_preference(jobs: list[Job], runs: list[RecipeRun]) -> None:
-    """Where a recipe trains on preference pairs, every recipe's final stage and the base are
-    judged on its held-out pairs (rewards against the base), so the recipes compare by what
-    preference training is judged by too."""
-    from recipe_engine.run.pair_judging import judge_on_pairs, run_pairs
+    """Where a recipe has a preference stage, every recipe's final stage and the base are
+    judged on its held-out judged rows (preference pairs, or unpaired feedback; rewards
+    against the base), so the recipes compare by what preference training is judged by too."""
+    from recipe_engine.run.pair_judging import judge_on_rows, run_judged_rows
 
     settings = _eval_settings(jobs[0])
     limit = settings.get("max_samples")
-    found = (run_pairs(job.run_dir, job.seed, limit) for job in jobs)
-    pairs = next((p for p in found if p), None)
-    if pairs is None:
+    found = (run_judged_rows(job.run_dir, job.seed, limit) for job in jobs)
+    rows = next((r for r in found if r), None)
+    if rows is None:
         return
+    kind = "unpaired feedback row(s)" if "label" in rows[0] else "preference pair(s)"
     for job, run in zip(jobs, runs, strict=True):
-        print(f"experiment: judging `{job.recipe}` on {len(pairs)} preference pair(s)")
+        print(f"experiment: judging `{job.recipe}` on {len(rows)} {kind}")
         final = final_stage(job.plan)
-        judged = judge_on_pairs(job.run_dir, [final], pairs, settings, job.seed)
+        judged = judge_on_rows(job.run_dir, [final], rows, settings, job.seed)
         run.preference, run.base_preference = judged.get(final), next(iter(judged.values()))
 
 

@@ -39,6 +39,7 @@ LIBRARY_CLASSES = {
     "SFTConfig": ("trl", "SFTConfig", "trl"),
     "DPOConfig": ("trl", "DPOConfig", "trl"),
     "ORPOConfig": ("trl.experimental.orpo", "ORPOConfig", "trl"),
+    "KTOConfig": ("trl", "KTOConfig", "trl"),
     "LoraConfig": ("peft", "LoraConfig", "peft"),
     "BitsAndBytesConfig": ("transformers", "BitsAndBytesConfig", "transformers"),
 }

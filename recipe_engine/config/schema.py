@@ -68,7 +68,7 @@ class StageConfig:
     template: str | None = None
     description: str = ""
     evaluate_only: bool = False  # a held-out evaluation of `init`, cached like any stage
-    # sft | dpo | orpo (config/trainers.py): TRL's trainer, whose settings class `train` holds
+    # sft | dpo | orpo | kto (config/trainers.py): TRL's trainer, whose settings class `train` holds
     trainer: str = "sft"
     init: InitConfig = field(default_factory=InitConfig)
     freeze: FreezeConfig = field(default_factory=FreezeConfig)

@@ -1,7 +1,8 @@
 """The trainers a stage can train with (`stage.<name>.trainer`), declared once, as data.
 
 Every trainer is a TRL trainer with its own settings class: a stage's `train` keys are that
-class's fields (SFTConfig for `sft`, DPOConfig for `dpo`, ORPOConfig for `orpo`), checked
+class's fields (SFTConfig for `sft`, DPOConfig for `dpo`, ORPOConfig for `orpo`, KTOConfig for
+`kto`), checked
 against the installed class like SFTConfig's always were. What differs between them and
 matters before a weight loads is here: which rows they take, whether they compare the policy
 with a frozen reference model (memory, `plan`'s note), and whether TRL 1.16 lets them take
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from recipe_engine.errors import RecipeError, did_you_mean
 
-SFT, DPO, ORPO = "sft", "dpo", "orpo"
+SFT, DPO, ORPO, KTO = "sft", "dpo", "orpo", "kto"
 # Rows a trainer takes: instruction rows (messages, prompt/completion), preference pairs
 # (prompt / chosen / rejected), or unpaired feedback (prompt / completion / label, KTO's).
 INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS = "instruction", "preference", "unpaired"
@@ -29,17 +30,27 @@ class TrainerKind:
     settings_class: str  # the class `train` keys belong to (library_keys.LIBRARY_CLASSES)
     module: str  # where TRL keeps the trainer and its settings class
     trainer_class: str
-    rows: str  # INSTRUCTION_ROWS | PREFERENCE_ROWS
+    rows: str  # INSTRUCTION_ROWS | PREFERENCE_ROWS | UNPAIRED_ROWS
     reference: bool  # scores the policy against a frozen reference model
     images: bool  # takes image rows (a vision-language stage's)
     experimental: bool = False  # TRL ships it under trl.experimental (its API may change)
     # Its evaluate() reads only the rows it tokenized when it was built (ORPO's older
     # trainer), not raw rows: the held-out rows are taken from those.
     evaluates_tokenized: bool = False
+    # Estimates a KL term from mismatched prompt / completion pairs inside each training batch
+    # (KTO): what that asks of batches and labels is checked by plan/feedback.py.
+    kl_batch: bool = False
 
     @property
     def preference(self) -> bool:
+        """Learns from preference pairs (prompt / chosen / rejected)."""
         return self.rows == PREFERENCE_ROWS
+
+    @property
+    def judged(self) -> bool:
+        """Learns from judged answers (pairs, or completions labelled desirable or not) rather
+        than from demonstrations: a preference trainer, judged by `compare` on its rows."""
+        return self.rows != INSTRUCTION_ROWS
 
 
 TRAINERS: dict[str, TrainerKind] = {
@@ -62,8 +73,25 @@ TRAINERS: dict[str, TrainerKind] = {
             experimental=True,
             evaluates_tokenized=True,
         ),
+        # Kahneman-Tversky optimisation: one completion per row, labelled desirable or not;
+        # the reference as DPO's. TRL builds a KL batch of mismatched prompt / completion
+        # pairs inside each training batch (plan/feedback.py says what that asks of a stage).
+        TrainerKind(
+            KTO, "KTOConfig", "trl", "KTOTrainer", UNPAIRED_ROWS, True, True, kl_batch=True
+        ),
     )
 }
+# What each kind of rows is, in the words a refusal uses, and the trainers that take them.
+ROWS_IN_WORDS = {
+    INSTRUCTION_ROWS: "instruction rows (messages, or prompt / completion)",
+    PREFERENCE_ROWS: "preference pairs (prompt / chosen / rejected)",
+    UNPAIRED_ROWS: "unpaired feedback (prompt / completion / label)",
+}
+
+
+def trainers_taking(rows: str) -> list[str]:
+    """The trainers that learn from this kind of rows, in the order they are declared."""
+    return [kind.name for kind in TRAINERS.values() if kind.rows == rows]
 
 
 def trainer_kind(name: str, stage: str) -> TrainerKind:
@@ -73,7 +101,7 @@ def trainer_kind(name: str, stage: str) -> TrainerKind:
     key = f"stage.{stage}.trainer"
     raise RecipeError(
         f"`{key}` is {name!r}, which is not a trainer the engine has.{did_you_mean(name, TRAINERS)}"
-        f" Trainers: {', '.join(TRAINERS)} (sft: instruction rows; dpo, orpo: preference rows "
-        "with prompt / chosen / rejected).",
+        f" Trainers: {', '.join(TRAINERS)} (sft: instruction rows; dpo, orpo: preference pairs "
+        "with prompt / chosen / rejected; kto: unpaired rows with prompt / completion / label).",
         key=key,
     )

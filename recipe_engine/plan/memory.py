@@ -2,9 +2,9 @@
 
 Pure arithmetic over plain data (no torch): the model's shape (read from its config),
 its parameter counts per component (from the policy), the stage's policy, its trainer and
-its settings. `estimate_memory` returns the peak per device as a breakdown; `plan` prints it,
-placement decides fit / refuse with it, and `make bench-memory` compares it with peaks
-measured on real runs.
+its settings. `estimate_memory` returns the peak per device as a breakdown; `plan` prints it
+and placement decides fit / refuse with it (`plan.memory_fit`), and `make bench-memory`
+compares it with peaks measured on real runs.
 
 The peak is the larger of two moments of a training step:
 
@@ -22,8 +22,12 @@ parameter's dtype, and TRL's fused LM head never materializes the logits (see VO
 Preference trainers run a row as two sequences (prompt + chosen, prompt + rejected) in one
 batch of 2 x batch, images repeated: activations and LM head buffers follow that batch. DPO
 uses SFT's fused LM head; its reference forward (no_grad, after the policy's) stays below the
-backward's top. A LoRA policy's reference is the adapter-disabled base; a full fine-tune's a
-frozen copy of the starting weights (`reference`, sharded like them) unless
+backward's top. KTO runs one sequence a row; its KL sequences (each prompt with another row's
+completion) go through no_grad forwards, the policy's before its own forward and the
+reference's after, so nothing of them is saved: at most a batch as SFT's on top of the policy's
+saved activations, below the backward's top (measured: `make bench-memory`, the same peak as
+SFT's plus the reference copy). A LoRA policy's reference is the adapter-disabled base; a full
+fine-tune's a frozen copy of the starting weights (`reference`, sharded like them) unless
 `precompute_ref_log_probs` scores the rows before training. ORPO materializes the logits.
 """
 
@@ -160,29 +164,6 @@ class MemoryEstimate:
             ("logits", self.logits),
             ("overhead", self.overhead),
         ]
-
-
-@dataclass(frozen=True)
-class StageMemory:
-    """A stage's estimate as `plan` prints it, with what would make it fit."""
-
-    estimate: MemoryEstimate
-    where: str  # cuda:0 | cpu | mps
-    capacity_gib: float | None  # the device's memory; None: unknown (CPU)
-    request: MemoryRequest
-    assumptions: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        return describe_memory(self.estimate, self.where, self.capacity_gib)
-
-    @property
-    def fits(self) -> bool:
-        return self.capacity_gib is None or self.estimate.peak <= self.capacity_gib
-
-    def advice(self) -> list[str]:
-        if self.fits or self.capacity_gib is None:
-            return []
-        return fit_advice(self.request, self.capacity_gib)
 
 
 # --------------------------------------------------------------------------- estimate
@@ -423,76 +404,3 @@ def _logits(req: MemoryRequest) -> float:
     grad_hidden = tokens * shape.hidden_size * 4
     grad_weight = shape.vocab_size * shape.hidden_size * 4 if "lm_head" in req.trained else 0
     return tile + element_wise + grad_hidden + grad_weight
-
-
-# --------------------------------------------------------------------------- text
-
-
-def describe_memory(estimate: MemoryEstimate, where: str, capacity_gib: float | None) -> str:
-    """`~17.4 GiB peak on cuda:0 of 48 GiB (weights 8.9, optimizer 2.7, ...)`; below one
-    GiB in MiB, so a tiny model's estimate still says something."""
-    scale, unit = (1.0, "GiB") if estimate.peak >= 1 else (1024.0, "MiB")
-    parts = ", ".join(
-        f"{name} {value * scale:.1f}" for name, value in estimate.parts() if value * scale >= 0.05
-    )
-    of = f" of {capacity_gib:.0f} GiB" if capacity_gib else ""
-    each = f" (each of {estimate.devices})" if estimate.devices > 1 else ""
-    return f"~{estimate.peak * scale:.1f} {unit} peak on {where}{each}{of} ({parts})"
-
-
-def fit_advice(req: MemoryRequest, capacity_gib: float) -> list[str]:
-    """What would bring the stage under `capacity_gib` per device, cheapest change first."""
-    advice: list[str] = []
-    for batch in (req.batch // 2, req.batch // 4, 1):
-        if (
-            1 <= batch < req.batch
-            and estimate_memory(replace(req, batch=batch)).peak <= capacity_gib
-        ):
-            advice.append(
-                f"per_device_train_batch_size={batch} (raise gradient_accumulation_steps)"
-            )
-            break
-    if not req.gradient_checkpointing:
-        if estimate_memory(replace(req, gradient_checkpointing=True)).peak <= capacity_gib:
-            advice.append("gradient_checkpointing=true")
-    if req.bits == "none" and "language_model" not in req.trained:
-        quantized = replace(
-            req,
-            bits="4bit",
-            double_quant=True,
-            quantized_components=("language_model",),
-            quantized_params=req.param_counts.get("language_model", 0),
-        )
-        if estimate_memory(quantized).peak <= capacity_gib:
-            advice.append("quantization 4-bit on the frozen language model")
-    advice += _reference_advice(req, capacity_gib)
-    for devices in (2, 4, 8):
-        sharded = replace(req, sharding=Sharding("fsdp", devices))
-        if estimate_memory(sharded).peak <= capacity_gib:
-            advice.append(f"parallel=fsdp over {devices} GPUs")
-            break
-    return advice
-
-
-def _reference_advice(req: MemoryRequest, capacity_gib: float) -> list[str]:
-    """DPO's frozen reference copy: LoRA makes the reference the adapter-disabled base; text
-    rows can have the reference's log-probs computed once before training instead."""
-    if not req.reference_copy:
-        return []
-    copy, name, advice = f"{estimate_memory(req).reference:.1f} GiB", req.stage or "<name>", []
-    language = req.param_counts.get("language_model", 0)
-    lora = replace(req, reference_copy=False, trained=(), lora_components=("language_model",))
-    if estimate_memory(replace(lora, lora_params=language // LORA_SHARE)).peak <= capacity_gib:
-        rest = ",".join(c for c in req.param_counts if c != "language_model")
-        advice.append(
-            f"LoRA on the language model, the rest frozen (stage.{name}.lora.components="
-            f"[language_model], stage.{name}.freeze.components=[{rest}]): DPO's reference is "
-            f"then the adapter-disabled base, not a {copy} frozen copy"
-        )
-    precomputed = replace(req, reference_copy=False)
-    if not req.images_per_row and estimate_memory(precomputed).peak <= capacity_gib:
-        advice.append(
-            f"stage.{name}.train.precompute_ref_log_probs=true (TRL scores the reference "
-            f"once before training and keeps no {copy} copy; text rows only)"
-        )
-    return advice

@@ -17,9 +17,9 @@ from recipe_engine.plan.memory import (
     CUDA_WORKSPACE_GIB,
     MemoryRequest,
     Sharding,
-    StageMemory,
     estimate_memory,
 )
+from recipe_engine.plan.memory_fit import StageMemory
 from recipe_engine.plan.model_shape import model_shape
 from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.plan.recipe_plan import PolicyPlan
@@ -102,7 +102,8 @@ def _policy_terms(policy: PolicyPlan, stage: StageConfig) -> dict[str, Any]:
 
 def _trainer_terms(policy: PolicyPlan, stage: StageConfig) -> dict[str, Any]:
     """What the trainer puts on the estimate (config/trainers.py): a preference pair is two
-    sequences; DPO's reference is a frozen copy of the starting weights for a full fine-tune
+    sequences, an unpaired row one (KTO's KL sequences run without gradients: `plan.memory`);
+    DPO's and KTO's reference is a frozen copy of the starting weights for a full fine-tune
     (LoRA's is the adapter-disabled base), none when TRL precomputes its log-probs (no
     `ref_model`: the policy before training scores the rows); ORPO materializes the logits."""
     kind = TRAINERS.get(stage.trainer, TRAINERS["sft"])

@@ -72,7 +72,7 @@ class PlacementRequest:
     # The stage's estimated training peak on one device (plan.memory: weights, optimizer,
     # activations, logits and the CUDA runtime's overhead), compared with a GPU's whole memory.
     model_gib: float = 0.0  # 0 = unknown: fit checks are skipped
-    # What would make it fit (plan.memory.fit_advice), named in a refusal.
+    # What would make it fit (plan.memory_fit.fit_advice), named in a refusal.
     memory_advice: tuple[str, ...] = ()
 
 

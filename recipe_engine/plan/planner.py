@@ -28,9 +28,10 @@ from recipe_engine.config.trainers import SFT, trainer_kind
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.plan import dag
 from recipe_engine.plan.determinism import Determinism, decide_determinism
+from recipe_engine.plan.feedback import check_kl_batches, feedback_notes
 from recipe_engine.plan.hardware import parse_gpus, profile_gpus
 from recipe_engine.plan.keys import set_fingerprints
-from recipe_engine.plan.memory import StageMemory
+from recipe_engine.plan.memory_fit import StageMemory
 from recipe_engine.plan.memory_inputs import MemoryInputs, stage_memory
 from recipe_engine.plan.placement import (
     PlacementPlan,
@@ -39,7 +40,11 @@ from recipe_engine.plan.placement import (
     plan_placement,
 )
 from recipe_engine.plan.policy import decide_policy, evaluation_policy
-from recipe_engine.plan.preference import check_rows_fit_trainer, trainer_notes
+from recipe_engine.plan.preference import (
+    check_reference_settings,
+    check_rows_fit_trainer,
+    trainer_notes,
+)
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.rows import check_held_out_rows, rows_through_template
 from recipe_engine.plan.trainer_settings import (
@@ -123,6 +128,8 @@ def _plan_stage(
     if placement.quantization == "none":  # skipped where bitsandbytes cannot run (recorded)
         policy = dataclasses.replace(policy, quantization=None)
     check_rows_fit_trainer(name, stage, rows)
+    check_reference_settings(name, stage, policy, rows)
+    check_kl_batches(name, stage, rows.train_rows, placement.world_size)
     stage, loss_notes = _loss_follows_data(context, rows)
     held_out_notes = check_held_out_rows(name, stage, rows, context.cfg.eval.enabled)
     _check_rows_reach_training(name, policy, rows)
@@ -151,6 +158,7 @@ def _plan_stage(
         notes=[
             *_notes(policy, context),
             *trainer_notes(name, stage, policy),
+            *feedback_notes(name, stage),
             *loss_notes,
             *held_out_notes,
             *autocast,

@@ -1,20 +1,36 @@
 """A stage's trainer against its rows, and what `plan` says about its reference model.
 
 Pure: the rows' format (`resolve` surveyed it) decides whether the trainer can take them, so a
-preference trainer given instruction rows, an SFT stage given preference pairs, or image pairs
-for a text-only trainer are refused before any weight loads.
+trainer given another kind of rows than it learns from (instruction rows, preference pairs,
+unpaired feedback: `config.trainers`), or image rows for a text-only trainer, is refused before
+any weight loads, with the trainer that does take them. A trainer with a reference model has
+its reference settings checked as TRL would check them once the model is loaded.
 """
 
 from __future__ import annotations
 
 from recipe_engine.config.schema import StageConfig
-from recipe_engine.config.trainers import TRAINERS
+from recipe_engine.config.trainers import (
+    INSTRUCTION_ROWS,
+    PREFERENCE_ROWS,
+    ROWS_IN_WORDS,
+    TRAINERS,
+    UNPAIRED_ROWS,
+    TrainerKind,
+    trainers_taking,
+)
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.recipe_plan import PolicyPlan
-from recipe_engine.resolve.formats import has_images, is_preference
+from recipe_engine.resolve.formats import has_images, rows_kind
 from recipe_engine.resolve.inputs import Rows
 
 PAIR_COLUMNS = "prompt / chosen / rejected"
+# The columns each kind of rows needs, and the column a user most often maps to them.
+COLUMNS = {
+    INSTRUCTION_ROWS: ("messages, or prompt / completion", "completion"),
+    PREFERENCE_ROWS: (PAIR_COLUMNS, "chosen"),
+    UNPAIRED_ROWS: ("prompt / completion / label", "label"),
+}
 
 
 def check_rows_fit_trainer(name: str, stage: StageConfig, rows: Rows) -> None:
@@ -22,28 +38,69 @@ def check_rows_fit_trainer(name: str, stage: StageConfig, rows: Rows) -> None:
     if stage.evaluate_only:
         return  # no trainer: the held-out rows are only asked
     kind = TRAINERS[stage.trainer]
-    pairs = is_preference(rows.format)
-    if kind.preference and not pairs:
-        raise RecipeError(
-            f"Stage `{name}` trains with {kind.name}, which learns from preference pairs, but "
-            f"its data ({rows.describe()}) holds instruction rows. Give it {PAIR_COLUMNS} "
-            f"rows (stage.{name}.data.path=<file>; map your columns with "
-            f"stage.{name}.data.columns.chosen=<column> ...), or set stage.{name}.trainer=sft.",
-            key=f"stage.{name}.trainer",
-        )
-    if pairs and not kind.preference:
-        raise RecipeError(
-            f"Stage `{name}` trains with {kind.name}, but its data ({rows.describe()}) holds "
-            f"preference pairs ({PAIR_COLUMNS}). Set stage.{name}.trainer=dpo (or orpo) to "
-            f"learn from them, or give the stage instruction rows (stage.{name}.data...).",
-            key=f"stage.{name}.trainer",
-        )
+    given = rows_kind(rows.format)
+    if given != kind.rows:
+        raise RecipeError(_mismatch(name, kind, given, rows), key=f"stage.{name}.trainer")
     if has_images(rows.format) and not kind.images:
+        takers = [t for t in trainers_taking(given) if TRAINERS[t].images]
         raise RecipeError(
             f"Stage `{name}` trains with {kind.name} on image rows, but TRL's "
-            f"{kind.trainer_class} takes text only. Use stage.{name}.trainer=dpo for image "
-            "pairs, or give the stage text rows.",
+            f"{kind.trainer_class} takes text only. Use stage.{name}.trainer={_either(takers)} "
+            "for image rows of this kind, or give the stage text rows.",
             key=f"stage.{name}.trainer",
+        )
+
+
+def _mismatch(name: str, kind: TrainerKind, given: str, rows: Rows) -> str:
+    """One message each way: what the trainer learns from, what the data holds, and the two
+    fixes (the trainer that takes these rows, or rows the trainer takes)."""
+    columns, mapped = COLUMNS[kind.rows]
+    return (
+        f"Stage `{name}` trains with {kind.name}, which learns from {ROWS_IN_WORDS[kind.rows]}, "
+        f"but its data ({rows.describe()}) holds {ROWS_IN_WORDS[given]}. Set "
+        f"stage.{name}.trainer={_either(trainers_taking(given))} to learn from them, or give "
+        f"the stage {columns} rows (stage.{name}.data.path=<file>; map your columns with "
+        f"stage.{name}.data.columns.{mapped}=<column> ...)."
+    )
+
+
+def _either(names: list[str]) -> str:
+    """`dpo (or orpo)`: the first trainer, the others in brackets."""
+    first, *others = names
+    return f"{first} (or {', '.join(others)})" if others else first
+
+
+def check_reference_settings(name: str, stage: StageConfig, policy: PolicyPlan, rows: Rows) -> None:
+    """What TRL's reference trainers (DPO, KTO) refuse of their reference settings once the
+    model is loaded, refused here: a synced reference needs a reference model of its own (a
+    LoRA policy has none: its reference is the adapter-disabled base) and live log-probs;
+    precomputed log-probs need text rows (vision rows are processed batch by batch)."""
+    kind = TRAINERS.get(stage.trainer)
+    if stage.evaluate_only or kind is None or not kind.reference:
+        return
+    train, key = stage.train, f"stage.{name}.train"
+    synced, precomputed = train.get("sync_ref_model"), train.get("precompute_ref_log_probs")
+    if synced and policy.lora is not None:
+        raise RecipeError(
+            f"`{key}.sync_ref_model=true` updates a reference model during training, but stage "
+            f"`{name}` trains LoRA, whose reference is the adapter-disabled base: TRL's "
+            f"{kind.trainer_class} has no reference model to sync. Drop the key, or train the "
+            f"stage in full (stage.{name}.lora=null).",
+            key=f"{key}.sync_ref_model",
+        )
+    if synced and precomputed:
+        raise RecipeError(
+            f"`{key}.sync_ref_model=true` updates the reference during training, so log-probs "
+            f"precomputed before it (`{key}.precompute_ref_log_probs=true`) would go stale. "
+            "Set one of them to false.",
+            key=f"{key}.precompute_ref_log_probs",
+        )
+    if precomputed and has_images(rows.format):
+        raise RecipeError(
+            f"`{key}.precompute_ref_log_probs=true` needs text rows: TRL's "
+            f"{kind.trainer_class} processes image rows batch by batch, never all up front. "
+            "Drop the key (the reference then scores each batch as it comes).",
+            key=f"{key}.precompute_ref_log_probs",
         )
 
 
@@ -52,7 +109,7 @@ def trainer_notes(name: str, stage: StageConfig, policy: PolicyPlan) -> list[str
     if stage.evaluate_only or stage.trainer not in TRAINERS:
         return []
     kind = TRAINERS[stage.trainer]
-    if not kind.preference:
+    if not kind.judged:
         return []
     notes = [f"trainer: {kind.name} ({kind.module}.{kind.trainer_class})"]
     if kind.experimental:

@@ -15,7 +15,7 @@ from recipe_engine.config.components import Layout
 from recipe_engine.config.schema import EngineConfig, ModelConfig, StageConfig
 from recipe_engine.plan.dag import StageGraph
 from recipe_engine.plan.determinism import Determinism
-from recipe_engine.plan.memory import StageMemory
+from recipe_engine.plan.memory_fit import StageMemory
 from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.resolve.inputs import Rows
 from recipe_engine.resolve.machine import Machine

@@ -32,7 +32,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.files import atomic_write_text
 from recipe_engine.report.harness import harness_section, harness_table
 from recipe_engine.report.plots import PlotStage, write_loss_plot, write_metric_bars
-from recipe_engine.report.preference import RULE, pair_table
+from recipe_engine.report.preference import judged_table, table_for
 from recipe_engine.run.harness import HarnessScored
 from recipe_engine.run.probing import Measured, Stage
 from recipe_engine.run.scoring import Scored
@@ -79,7 +79,7 @@ def render_compare(scored: Scored, harness: HarnessScored | None = None) -> dict
     metrics, stages, run_dir = measured.metrics, measured.stages, measured.run_dir
     loss_plot = _loss_plot(run_dir, stages)
     bars = _metric_bars(run_dir, stem, metrics)
-    table = metrics_table(metrics) + _pairs_text(metrics)
+    table = metrics_table(metrics) + _judged_text(metrics)
     section = harness_section(harness) if harness else []
     report = _write_report(measured, stem, Figures(table, bars, loss_plot, section))
     return {
@@ -157,12 +157,15 @@ def metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(text_table(rows, header=header))
 
 
-def _pairs_text(metrics: Mapping[str, Mapping[str, Any]]) -> str:
-    """The preference pairs' table under the metrics, where the run trains on pairs."""
-    lines = pair_table({name: values.get("preference") for name, values in metrics.items()})
-    if not lines:
+def _judged_text(metrics: Mapping[str, Mapping[str, Any]]) -> str:
+    """The judged rows' table under the metrics (preference pairs, or unpaired feedback),
+    where the run has a preference stage."""
+    judged = {name: values.get("preference") for name, values in metrics.items()}
+    table = table_for(judged)
+    if table is None:
         return ""
-    return "\n\nheld-out preference pairs (" + RULE + "):\n" + "\n".join(lines)
+    lines = judged_table(judged)
+    return f"\n\nheld-out {table.title} ({table.rule}):\n" + "\n".join(lines)
 
 
 def _fmt(value: Any) -> str:

@@ -80,8 +80,8 @@ class RecipeRun:
     # trained in an earlier run, and the table says so.
     cached: list[str] = field(default_factory=list)
     stages: int = 1  # how many stages the recipe has
-    # The final stage's and the base's metrics on the experiment's held-out preference pairs
-    # (run.preference_scores; None: no recipe trains on pairs).
+    # The final stage's and the base's metrics on the experiment's held-out judged rows, pairs
+    # or unpaired feedback (run.preference_scores; None: no recipe has a preference stage).
     preference: dict[str, Any] | None = None
     base_preference: dict[str, Any] | None = None
 

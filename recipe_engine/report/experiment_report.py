@@ -27,7 +27,12 @@ from recipe_engine.report.experiment import (
     table_rows,
 )
 from recipe_engine.report.plots import MISSING, write_metric_bars
-from recipe_engine.report.preference import RULE, experiment_pairs, pair_table, preference_answer
+from recipe_engine.report.preference import (
+    experiment_judged,
+    judged_table,
+    preference_answer,
+    table_for,
+)
 from recipe_engine.store.records import platform_lines, relative_to
 from recipe_engine.tables import markdown_table
 
@@ -60,8 +65,8 @@ def write_experiment(folder: Path, experiment: Experiment) -> dict[str, Any]:
     report = folder / "experiment.md"
     atomic_write_text(report, "\n".join(lines) + "\n")
     warning = platform_warning_lines(experiment.runs)
-    judged = experiment_pairs(experiment.runs)
-    preference = [*pair_table(judged), *filter(None, [preference_answer(experiment.runs)])]
+    judged = experiment_judged(experiment.runs)
+    preference = [*judged_table(judged), *filter(None, [preference_answer(experiment.runs)])]
     return {
         "preference": preference if any(judged.values()) else [],
         "report": report,
@@ -176,17 +181,19 @@ def _report_lines(
 
 
 def _preference_lines(runs: Sequence[RecipeRun]) -> list[str]:
-    """The preference pairs' section, where a recipe trains on pairs."""
-    judged = experiment_pairs(runs)
-    if not any(judged.values()):
+    """The judged rows' section (preference pairs, unpaired feedback), where a recipe has a
+    preference stage."""
+    judged = experiment_judged(runs)
+    table = table_for(judged)
+    if table is None:
         return []
     answer = preference_answer(runs)
     return [
-        "## Preference pairs",
+        f"## {table.title.capitalize()}",
         "",
-        *pair_table(judged, markdown=True),
+        *judged_table(judged, markdown=True),
         "",
-        RULE + ".",
+        table.rule + ".",
         "",
         *([f"**{answer}**", ""] if answer else []),
     ]

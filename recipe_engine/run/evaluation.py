@@ -22,6 +22,12 @@ def is_exact_match(answer: str, reference: str) -> bool:
     return answer.strip() == reference.strip()
 
 
+def expects_its_answer(row: Any) -> bool:
+    """Whether a row's answer is one to give: every row's but an undesirable completion's
+    (unpaired feedback labelled false), which exact match leaves out."""
+    return bool(row.get("label", True))
+
+
 def contains_reference(answer: str, reference: str) -> bool:
     """The looser score: the reference occurs in the answer, in any case."""
     return reference.strip().lower() in answer.strip().lower()
@@ -133,12 +139,15 @@ def _sampling(generation: Generation) -> dict[str, float]:
 
 
 def exact_match(model: Any, processor: Any, rows: Any, kind: str, **kwargs: Any) -> dict[str, Any]:
-    """Share of held-out rows whose answer equals the reference exactly (kwargs: generation)."""
+    """Share of held-out rows whose answer equals the reference exactly (kwargs: generation).
+    Every row is answered (the predictions); the scores count the rows whose answer is one to
+    give (`expects_its_answer`: on unpaired feedback, the desirable rows)."""
     answers = generate_answers(model, processor, rows, kind, Generation(**kwargs))
     references = [reference_text(rows[i]).strip() for i in range(len(rows))]
     pairs = list(zip(answers, references, strict=True))
-    hits = [is_exact_match(a, r) for a, r in pairs]
-    contained = [contains_reference(a, r) for a, r in pairs]
+    scored = [pair for i, pair in enumerate(pairs) if expects_its_answer(rows[i])]
+    hits = [is_exact_match(a, r) for a, r in scored]
+    contained = [contains_reference(a, r) for a, r in scored]
     return {
         "accuracy": sum(hits) / len(hits) if hits else 0.0,
         "contains": sum(contained) / len(contained) if contained else 0.0,

@@ -1,6 +1,7 @@
-"""Preference pairs across runs: the recipe-vs-recipe experiment judges every recipe's final
-stage and the shared base on the same held-out pairs (those of the recipe that trains on
-preference pairs), so a recipe without a preference stage is judged by the same rule.
+"""Judged rows across runs: the recipe-vs-recipe experiment judges every recipe's final stage
+and the shared base on the same held-out rows (preference pairs, or unpaired feedback: those of
+the recipe with a preference stage), so a recipe without a preference stage is judged by the
+same rule.
 """
 
 from __future__ import annotations
@@ -11,25 +12,26 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.run.evaluation import GENERATION_KEYS, Generation
-from recipe_engine.run.preference_probes import PairJudge, preference_pairs
+from recipe_engine.run.preference_probes import PreferenceJudge, preference_rows
 from recipe_engine.run.probing import model_loaders, run_stages
 
-Pairs = list[dict[str, Any]]
+Rows = list[dict[str, Any]]
 
 
-def run_pairs(run_dir: Path, seed: int, limit: int | None) -> Pairs | None:
-    """The held-out pairs of the run's last preference stage (None: it has none)."""
-    return preference_pairs(run_stages(run_dir), seed, limit)
+def run_judged_rows(run_dir: Path, seed: int, limit: int | None) -> Rows | None:
+    """The held-out judged rows of the run's last preference stage (None: it has none)."""
+    return preference_rows(run_stages(run_dir), seed, limit)
 
 
-def judge_on_pairs(
-    run_dir: Path, models: Sequence[str], pairs: Pairs, settings: Mapping[str, Any], seed: int
+def judge_on_rows(
+    run_dir: Path, models: Sequence[str], rows: Rows, settings: Mapping[str, Any], seed: int
 ) -> dict[str, dict[str, Any]]:
     """Preference metrics of some models of a run (the base first: rewards are judged against
-    it) on `pairs`, generated with the eval `settings`; one model in memory at a time."""
+    it) on `rows` (judged rows: preference pairs or unpaired feedback), generated with the eval
+    `settings`; one model in memory at a time."""
     kind, loaders = model_loaders(run_dir)
     generation = {k: settings[k] for k in GENERATION_KEYS if k in settings}
-    judge = PairJudge(pairs, kind, Generation(seed=seed, **generation))
+    judge = PreferenceJudge(rows, kind, Generation(seed=seed, **generation))
     for index, (name, load, _) in enumerate(loaders):
         if index == 0 or name in models:
             model, processor = load()

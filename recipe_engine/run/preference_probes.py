@@ -1,9 +1,10 @@
-"""Preference pairs in a comparison: the held-out pairs of a run's preference stage, asked of
-the base and of every stage, and judged by one rule (`run.preference_scores`).
+"""Judged rows in a comparison: the held-out rows of a run's preference stage (pairs for DPO /
+ORPO, unpaired feedback for KTO), asked of the base and of every stage, and judged by one rule
+(`run.preference_scores`).
 
-Every model's log-probabilities of the chosen and the rejected answers are measured while it
-is loaded (one model in memory at a time); rewards are judged against the base once all are
-in, so an SFT stage and the DPO stage trained from it get comparable reward accuracies.
+Every model's log-probabilities of the judged answers are measured while it is loaded (one
+model in memory at a time); rewards are judged against the base once all are in, so an SFT
+stage and the preference stage trained from it get comparable reward metrics.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from recipe_engine.config.trainers import TRAINERS
 from recipe_engine.run.evaluation import Generation, generate_answers
-from recipe_engine.run.preference_scores import LogPs, answer_logps, pair_metrics, win_rate
+from recipe_engine.run.preference_scores import LogPs, answer_logps, judging
 from recipe_engine.store.records import Manifest
 
 log = logging.getLogger("recipe_engine")
@@ -23,20 +24,22 @@ log = logging.getLogger("recipe_engine")
 Stage = tuple[str, Path, Manifest]
 
 
-def is_preference_row(row: Mapping[str, Any]) -> bool:
-    return "chosen" in row and "rejected" in row
+def is_judged_row(row: Mapping[str, Any]) -> bool:
+    """A preference pair or a labelled completion: rows SFT's held-out loss does not apply to."""
+    return ("chosen" in row and "rejected" in row) or "label" in row
 
 
 def is_preference_stage(manifest: Manifest) -> bool:
+    """The stage learns from judged rows (DPO, ORPO, KTO), not from demonstrations."""
     trainer = (manifest.config or {}).get("trainer", "sft")
-    return trainer in TRAINERS and TRAINERS[trainer].preference
+    return trainer in TRAINERS and TRAINERS[trainer].judged
 
 
-def preference_pairs(
+def preference_rows(
     stages: Sequence[Stage], seed: int, limit: int | None
 ) -> list[dict[str, Any]] | None:
-    """The held-out pairs of the run's last preference stage (at most `limit`); None when no
-    stage trains on preference pairs, or it holds none out."""
+    """The held-out rows of the run's last preference stage (at most `limit`); None when no
+    stage trains on judged rows, or it holds none out."""
     from recipe_engine.resolve.data import data_config, load_splits
 
     preference = [manifest for _, _, manifest in stages if is_preference_stage(manifest)]
@@ -50,33 +53,35 @@ def preference_pairs(
     return [dict(row) for row in rows]
 
 
-class PairJudge:
-    """Measures each model on the pairs as it comes (`measure`), then adds every model's
+class PreferenceJudge:
+    """Measures each model on the judged rows as it comes (`measure`), then adds every model's
     preference metrics to the comparison's (`judge`), rewards against the first (the base)."""
 
     def __init__(
-        self, pairs: list[dict[str, Any]] | None, kind: str, generation: Generation
+        self, rows: list[dict[str, Any]] | None, kind: str, generation: Generation
     ) -> None:
-        self.pairs, self.kind, self.generation = pairs, kind, generation
+        self.rows, self.kind, self.generation = rows, kind, generation
+        self.rule = judging(rows or [])
         self.logps: dict[str, LogPs] = {}
-        self.wins: dict[str, float] = {}
+        self.greedy: dict[str, dict[str, float]] = {}
 
     def measure(self, name: str, model: Any, processor: Any) -> None:
-        if not self.pairs:
+        if not self.rows or self.rule is None:
             return
-        log.info("compare: %s on %d preference pair(s)", name, len(self.pairs))
-        self.logps[name] = answer_logps(model, processor, self.pairs)
-        answers = generate_answers(model, processor, self.pairs, self.kind, self.generation)
-        self.wins[name] = win_rate(answers, self.pairs)
+        log.info("compare: %s on %d %s row(s)", name, len(self.rows), self.rule.rows)
+        self.logps[name] = answer_logps(model, processor, self.rows)
+        answers = generate_answers(model, processor, self.rows, self.kind, self.generation)
+        self.greedy[name] = self.rule.greedy(answers, self.rows)
 
     def judge(self, metrics: dict[str, dict[str, Any]]) -> None:
-        if not self.logps:
+        if not self.logps or self.rule is None or self.rows is None:
             return
-        base, *stages = self.logps
+        base = next(iter(self.logps))
         for name, logps in self.logps.items():
             reference = None if name == base else self.logps[base]
-            values = pair_metrics(logps, reference)
-            values["win_rate"] = self.wins[name]
-            values["pairs"] = len(logps)
+            values: dict[str, Any] = self.rule.rewards(logps, reference, self.rows)
+            values |= self.greedy[name]
+            values[self.rule.count] = len(logps)
+            values["judged"] = self.rule.rows
             if name in metrics:
                 metrics[name]["preference"] = values

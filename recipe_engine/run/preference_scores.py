@@ -1,25 +1,38 @@
-"""What preference training is judged by, measured on held-out pairs (prompt, chosen, rejected).
+"""What preference training is judged by, measured on held-out judged rows: preference pairs
+(prompt, chosen, rejected: DPO, ORPO) or unpaired feedback (prompt, completion, label: KTO).
 
-- TRL's own evaluation of a preference stage (`DPOTrainer.evaluate`): the implicit reward
-  beta * log(pi / pi_ref) of chosen against rejected, with the stage's own reference (its
-  starting weights): `reward_accuracy` (share of pairs where chosen's reward is higher) and
-  `reward_margin`.
-- For any model, one at a time (`answer_logps`): the summed log-probability of the chosen and
-  of the rejected answer given the prompt. From those, for every model on the same pairs:
-  `pair_accuracy` (chosen more likely than rejected) and, against one common reference (the
-  recipe's base), `reward_accuracy` and the mean log-ratio margin: so an SFT stage and the
-  DPO stage trained from it are judged by the same rule.
-- `win_rate`: greedy answers to the pairs' prompts, a win where the answer is the chosen one
-  (exact match), a loss where it is the rejected one, half where it is neither.
+- TRL's own evaluation of a preference stage (`DPOTrainer.evaluate`, `KTOTrainer.evaluate`):
+  the implicit reward beta * log(pi / pi_ref) with the stage's own reference (its starting
+  weights): for pairs `reward_accuracy` (chosen's reward higher) and `reward_margin`; for
+  unpaired rows the mean reward of the desirable and of the undesirable completions, their
+  margin and KTO's KL estimate.
+- For any model, one at a time (`answer_logps`): the summed log-probability of each judged
+  answer given the prompt (chosen and rejected; or the one completion). From those, for every
+  model on the same rows, against one common reference (the recipe's base), so that an SFT
+  stage and the stage trained from it are judged by the same rule:
+  - pairs: `pair_accuracy` (chosen more likely than rejected, no reference),
+    `reward_accuracy` and the mean log-ratio margin;
+  - unpaired rows: `label_accuracy` (the completion's log-ratio against the base has the
+    label's sign: above zero for a desirable completion, below for an undesirable one),
+    `ranking_accuracy` (a desirable completion's log-ratio beats an undesirable one's, over
+    every such couple of rows: DPO's reward accuracy without shared prompts), the mean
+    log-ratio of each label and their margin.
+- Greedy answers to the prompts: for pairs the `win_rate` (the chosen answer a win, the
+  rejected a loss, anything else half); for unpaired rows `desirable_match` (exact match on the
+  desirable rows) and `undesirable_match` (the undesirable completion given, lower is better).
+
+`JUDGINGS` holds the rules of each kind of rows; `judging(rows)` picks by the rows' columns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from recipe_engine.config.trainers import PREFERENCE_ROWS, UNPAIRED_ROWS
 from recipe_engine.run.evaluation import is_exact_match, message_text, prompt_text
 
 # TRL's evaluation metrics of a preference stage, as the manifest names them.
@@ -28,9 +41,11 @@ TRL_METRICS = {
     "eval_rewards/margins": "reward_margin",
     "eval_rewards/chosen": "reward_chosen",
     "eval_rewards/rejected": "reward_rejected",
+    "eval_kl": "kl",  # KTO's estimate of KL(policy || reference) on mismatched pairs
 }
 
-LogPs = list[tuple[float, float]]  # per pair: (log p(chosen | prompt), log p(rejected | prompt))
+LogPs = list[tuple[float, ...]]  # per row: log p(answer | prompt) of each judged answer
+Rows = Sequence[Mapping[str, Any]]
 
 
 def trl_metrics(evaluated: Mapping[str, Any]) -> dict[str, float]:
@@ -39,13 +54,30 @@ def trl_metrics(evaluated: Mapping[str, Any]) -> dict[str, float]:
 
 
 def answer_text(answer: Any) -> str:
-    """A chosen / rejected answer: a string, or assistant message(s)."""
+    """A chosen / rejected / completion answer: a string, or assistant message(s)."""
     if isinstance(answer, str):
         return answer
     return "".join(message_text(m) for m in answer)
 
 
-def win_rate(answers: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> float:
+# --------------------------------------------------------------------------- pairs
+
+
+def pair_metrics(logps: LogPs, reference: LogPs | None, rows: Rows = ()) -> dict[str, float]:
+    """pair_accuracy, and against `reference` (the same pairs' log-probs under another model)
+    reward_accuracy and the mean log-ratio margin."""
+    if not logps:
+        return {}
+    metrics = {"pair_accuracy": sum(c > r for c, r in logps) / len(logps)}
+    if reference is None:
+        return metrics
+    margins = [(c - rc) - (r - rr) for (c, r), (rc, rr) in zip(logps, reference, strict=True)]
+    metrics["reward_accuracy"] = sum(m > 0 for m in margins) / len(margins)
+    metrics["logratio_margin"] = sum(margins) / len(margins)
+    return metrics
+
+
+def win_rate(answers: Sequence[str], rows: Rows) -> float:
     """Share of answers that are the chosen answer (exact match) rather than the rejected one;
     an answer that is neither counts half."""
     score = 0.0
@@ -56,32 +88,125 @@ def win_rate(answers: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> float
     return score / len(rows) if rows else 0.0
 
 
-def answer_logps(model: Any, processor: Any, rows: Sequence[Mapping[str, Any]]) -> LogPs:
-    """log p(chosen | prompt) and log p(rejected | prompt) per pair, the prompt asked as
+# --------------------------------------------------------------------------- unpaired
+
+
+def feedback_metrics(logps: LogPs, reference: LogPs | None, rows: Rows) -> dict[str, float]:
+    """Against `reference` (the same rows' log-probs under another model): label_accuracy,
+    ranking_accuracy, the mean log-ratio of the desirable and of the undesirable completions,
+    and their margin. Without a reference there is nothing to judge a single completion by: {}."""
+    if not logps or reference is None:
+        return {}
+    ratios = [c - rc for (c,), (rc,) in zip(logps, reference, strict=True)]
+    labels = [bool(row["label"]) for row in rows]
+    signed = [
+        ratio > 0 if label else ratio < 0 for ratio, label in zip(ratios, labels, strict=True)
+    ]
+    metrics = {"label_accuracy": sum(signed) / len(signed)}
+    desirable = [r for r, label in zip(ratios, labels, strict=True) if label]
+    undesirable = [r for r, label in zip(ratios, labels, strict=True) if not label]
+    if desirable:
+        metrics["desirable_logratio"] = sum(desirable) / len(desirable)
+    if undesirable:
+        metrics["undesirable_logratio"] = sum(undesirable) / len(undesirable)
+    if desirable and undesirable:
+        metrics["logratio_margin"] = metrics["desirable_logratio"] - metrics["undesirable_logratio"]
+        beaten = sum(d > u for d in desirable for u in undesirable)
+        metrics["ranking_accuracy"] = beaten / (len(desirable) * len(undesirable))
+    return metrics
+
+
+def feedback_matches(answers: Sequence[str], rows: Rows) -> dict[str, float]:
+    """desirable_match: the greedy answer is the desirable completion (exact match), over the
+    desirable rows; undesirable_match: it is the undesirable completion, over those rows."""
+    said: dict[bool, list[bool]] = {True: [], False: []}
+    for answer, row in zip(answers, rows, strict=True):
+        said[bool(row["label"])].append(is_exact_match(answer, answer_text(row["completion"])))
+    return {
+        f"{'desirable' if label else 'undesirable'}_match": sum(hits) / len(hits)
+        for label, hits in said.items()
+        if hits
+    }
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+@dataclass(frozen=True)
+class Judging:
+    """How one kind of judged rows is scored: the answers whose log-probabilities are
+    measured, the reward metrics against a reference, and the greedy answers' metrics."""
+
+    rows: str  # PREFERENCE_ROWS | UNPAIRED_ROWS (config.trainers)
+    answers: tuple[str, ...]
+    rewards: Callable[[LogPs, LogPs | None, Rows], dict[str, float]]
+    greedy: Callable[[Sequence[str], Rows], dict[str, float]]
+    count: str  # the key its row count is recorded under
+
+
+JUDGINGS = {
+    PREFERENCE_ROWS: Judging(
+        PREFERENCE_ROWS,
+        ("chosen", "rejected"),
+        pair_metrics,
+        lambda answers, rows: {"win_rate": win_rate(answers, rows)},
+        count="pairs",
+    ),
+    UNPAIRED_ROWS: Judging(
+        UNPAIRED_ROWS, ("completion",), feedback_metrics, feedback_matches, count="rows"
+    ),
+}
+
+
+def greedy_metrics(answers: Sequence[str], rows: Rows) -> dict[str, float]:
+    """The greedy answers to judged rows, judged by their kind's rule ({}: not judged rows)."""
+    rule = judging(rows)
+    return rule.greedy(answers, rows) if rule is not None else {}
+
+
+def judging(rows: Rows) -> Judging | None:
+    """The rules for these rows (None: not judged rows: instruction rows, probes)."""
+    if not rows:
+        return None
+    first = rows[0]
+    if "label" in first and "completion" in first:
+        return JUDGINGS[UNPAIRED_ROWS]
+    if "chosen" in first and "rejected" in first:
+        return JUDGINGS[PREFERENCE_ROWS]
+    return None
+
+
+# --------------------------------------------------------------------------- log-probs
+
+
+def answer_logps(model: Any, processor: Any, rows: Rows) -> LogPs:
+    """log p(answer | prompt) of each row's judged answers (`judging`), the prompt asked as
     generation asks it (`evaluation.prompt_text`) and each answer's tokens appended, as TRL
     tokenizes a prompt and its completion apart."""
+    rule = judging(rows)
+    if rule is None:
+        return []
     model.eval()
     device = next(p.device for p in model.parameters() if p.device.type != "meta")
     with torch.no_grad():
-        return [_pair_logps(model, processor, row, device) for row in rows]
+        return [_row_logps(model, processor, row, rule.answers, device) for row in rows]
 
 
-def _pair_logps(
-    model: Any, processor: Any, row: Mapping[str, Any], device: torch.device
-) -> tuple[float, float]:
+def _row_logps(
+    model: Any, processor: Any, row: Mapping[str, Any], answers: tuple[str, ...], device: Any
+) -> tuple[float, ...]:
     tokenizer = getattr(processor, "tokenizer", processor)
     text = prompt_text(processor, dict(row))
     if row.get("images"):
         prompt = processor(text=[text], images=[row["images"]], return_tensors="pt")
     else:
         prompt = tokenizer([text], return_tensors="pt", add_special_tokens=False)
-    chosen, rejected = (
+    return tuple(
         _answer_logp(
             model, prompt, tokenizer(answer_text(row[k]), add_special_tokens=False), device
         )
-        for k in ("chosen", "rejected")
+        for k in answers
     )
-    return chosen, rejected
 
 
 def _answer_logp(model: Any, prompt: Mapping[str, Any], answer: Any, device: torch.device) -> float:
@@ -100,17 +225,3 @@ def _answer_logp(model: Any, prompt: Mapping[str, Any], answer: Any, device: tor
     logits = model(**inputs).logits[0, length - 1 : -1].float()
     targets = inputs["input_ids"][0, length:]
     return float(logits.log_softmax(-1).gather(1, targets[:, None]).sum())
-
-
-def pair_metrics(logps: LogPs, reference: LogPs | None) -> dict[str, float]:
-    """pair_accuracy, and against `reference` (the same pairs' log-probs under another model)
-    reward_accuracy and the mean log-ratio margin."""
-    if not logps:
-        return {}
-    metrics = {"pair_accuracy": sum(c > r for c, r in logps) / len(logps)}
-    if reference is None:
-        return metrics
-    margins = [(c - rc) - (r - rr) for (c, r), (rc, rr) in zip(logps, reference, strict=True)]
-    metrics["reward_accuracy"] = sum(m > 0 for m in margins) / len(margins)
-    metrics["logratio_margin"] = sum(margins) / len(margins)
-    return metrics

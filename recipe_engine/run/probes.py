@@ -11,7 +11,7 @@ from typing import Any
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.row_shapes import row_shape
-from recipe_engine.run.evaluation import message_text, reference_text
+from recipe_engine.run.evaluation import expects_its_answer, message_text, reference_text
 from recipe_engine.store.records import Manifest
 
 
@@ -57,7 +57,7 @@ def _held_out_rows(
     if not data:
         raise RecipeError("The root stage's manifest names no data; pass probes=FILE.", "probes")
     if held_out is not None:
-        return [_probe(r) for r in held_out], f"held-out split of data `{data.get('name')}`"
+        return _probes(held_out), f"held-out split of data `{data.get('name')}`"
     splits = load_splits(data_config(data), kind=root_manifest.kind, seed=seed)
     if splits.eval is None:
         raise RecipeError(
@@ -65,7 +65,7 @@ def _held_out_rows(
             "with. Pass probes=FILE (rows like the data, or a .txt of prompts).",
             key="probes",
         )
-    return [_probe(r) for r in splits.eval], f"held-out split of data `{data.get('name')}`"
+    return _probes(splits.eval), f"held-out split of data `{data.get('name')}`"
 
 
 def _prompt_rows(path: Path) -> list[dict[str, Any]]:
@@ -97,7 +97,7 @@ def probe_file_rows(
         path.name, path=str(path), eval_split=None, eval_fraction=0, chat_template=chat_template
     )  # every row is a probe
     splits = load_splits(probes, kind=kind, seed=seed)
-    return [_probe(r) for r in splits.train]
+    return _probes(splits.train)
 
 
 def probe_chat_template(folder: Path, manifest: Manifest) -> str:
@@ -113,10 +113,17 @@ def probe_chat_template(folder: Path, manifest: Manifest) -> str:
     return "true" if read_chat_template(str(folder)) else "false"
 
 
+def _probes(rows: Any) -> list[dict[str, Any]]:
+    """The rows as probes; of unpaired feedback only the desirable rows, whose completion is an
+    answer to give (the undesirable ones are judged with the rest: `run.preference_probes`)."""
+    return [_probe(row) for row in rows if expects_its_answer(row)]
+
+
 def _probe(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A probe keeps its row's own shape (conversation, or prompt and completion), so the
-    models are asked exactly what training taught them to answer."""
-    columns = ("messages", "prompt", "completion", "chosen", "rejected")
+    """A probe keeps its row's own shape (conversation, prompt and completion, a pair, a
+    labelled completion), so the models are asked exactly what training taught them to
+    answer."""
+    columns = ("messages", "prompt", "completion", "chosen", "rejected", "label")
     probe = {key: row[key] for key in columns if key in row}
     probe["images"] = list(row.get("images") or [])
     probe["reference"] = reference_text(probe).strip()

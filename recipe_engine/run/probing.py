@@ -21,10 +21,10 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.run.evaluation import GENERATION_KEYS, Generation, generate_answers, task_metrics
 from recipe_engine.run.held_out_loss import held_out_loss, loss_settings
 from recipe_engine.run.preference_probes import (
-    PairJudge,
-    is_preference_row,
+    PreferenceJudge,
+    is_judged_row,
     is_preference_stage,
-    preference_pairs,
+    preference_rows,
 )
 from recipe_engine.run.probes import probe_set
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
@@ -77,7 +77,7 @@ def measure_run(
     root = _root(stages)
     limit = evaluation.get("max_samples")
     rows, source = probe_set(probes, root[1:], seed, held_out, limit)
-    asked = Asked(rows, preference_pairs(stages, seed, limit))
+    asked = Asked(rows, preference_rows(stages, seed, limit))
     generation = {k: evaluation[k] for k in GENERATION_KEYS if k in evaluation}
     outputs, metrics = _answer_all(_loaders(stages, root), asked, root[2].kind, seed, generation)
     return Measured(
@@ -103,12 +103,12 @@ def evaluate_models(
     rows, _ = probe_set(probes, root[1:], seed, None, limit)
     generation = {k: settings[k] for k in GENERATION_KEYS if k in settings}
     loaders = _loaders(stages, root)
-    # Rewards are judged against the base, so it is measured on the pairs whenever they are.
-    pairs = preference_pairs(stages, seed, limit)
+    # Rewards are judged against the base, so it is measured on judged rows whenever they are.
+    judged = preference_rows(stages, seed, limit)
     wanted = [
-        loader for loader in loaders if loader[0] in models or (pairs and loader is loaders[0])
+        loader for loader in loaders if loader[0] in models or (judged and loader is loaders[0])
     ]
-    metrics = _answer_all(wanted, Asked(rows, pairs), root[2].kind, seed, generation)[1]
+    metrics = _answer_all(wanted, Asked(rows, judged), root[2].kind, seed, generation)[1]
     return {name: values for name, values in metrics.items() if name in models}
 
 
@@ -165,11 +165,11 @@ def _loss_settings(manifest: Manifest) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Asked:
-    """What every model is asked: the probes, and the held-out preference pairs of the run's
-    preference stage (None: it has none)."""
+    """What every model is asked: the probes, and the held-out judged rows (preference pairs
+    or unpaired feedback) of the run's preference stage (None: it has none)."""
 
     rows: list[dict[str, Any]]
-    pairs: list[dict[str, Any]] | None = None
+    judged: list[dict[str, Any]] | None = None
 
 
 def _answer_all(
@@ -180,14 +180,14 @@ def _answer_all(
     generation: Mapping[str, Any],
 ) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
     """Every model's answers to the probes and its metrics (task metrics need references),
-    with the preference metrics on the pairs where the run has them (rewards against the
+    with the preference metrics on the judged rows where the run has them (rewards against the
     base, the first model)."""
     rows = asked.rows
     has_reference = all(r["reference"] is not None for r in rows)
-    sft_rows = not is_preference_row(rows[0])  # SFT's held-out loss: instruction rows only
+    sft_rows = not is_judged_row(rows[0])  # SFT's held-out loss: instruction rows only
     outputs: dict[str, list[str]] = {}
     metrics: dict[str, dict[str, Any]] = {}
-    on_pairs = PairJudge(asked.pairs, kind, Generation(seed=seed, **generation))
+    on_judged = PreferenceJudge(asked.judged, kind, Generation(seed=seed, **generation))
     for name, load, settings in loaders:
         log.info("compare: %s on %d probe(s)", name, len(rows))
         model, processor = load()
@@ -201,10 +201,10 @@ def _answer_all(
         if has_reference and sft_rows:
             loss = held_out_loss(model, processor, rows, settings)
             metrics[name]["eval_loss"] = None if math.isnan(loss) else loss
-        on_pairs.measure(name, model, processor)
+        on_judged.measure(name, model, processor)
         del model, processor
         gc.collect()  # one model in memory at a time
-    on_pairs.judge(metrics)
+    on_judged.judge(metrics)
     return outputs, metrics
 
 

@@ -313,7 +313,7 @@ class StageRecipe:
             return PeftModel.from_pretrained(base, str(final))
 
     def _reference_model(self, kind: TrainerKind) -> Any:
-        """A full fine-tune's DPO reference: the starting weights again, frozen. A LoRA policy's
+        """A full fine-tune's DPO / KTO reference: the starting weights again, frozen. A LoRA's
         is its adapter-disabled base, and precomputed log-probs need none (TRL: None)."""
         precomputed = self.stage.trainer.get("precompute_ref_log_probs")
         if not kind.reference or self.policy.lora is not None or precomputed:
@@ -338,15 +338,15 @@ class StageRecipe:
         return relative_in_store(self.weights.location, self.store)
 
     def _scores(self, model: Any) -> tuple[float, float]:
-        """(exact match, contains) on the held-out rows; on preference pairs the trained
-        model's win rate of chosen over rejected too."""
+        """(exact match, contains) on the held-out rows (of unpaired feedback, the desirable
+        ones); for a preference stage the trained model's greedy answers judged too."""
         result = _exact_match(self.plan, self.stage, model, self.processor)
         if self.metrics.preference is not None and model is self.trained:
             rows = evaluation.capped(
                 self.stage.data.splits().eval, self.plan.config.eval.max_samples
             )
             answers = [p["answer"] for p in result["predictions"]]
-            self.metrics.preference["win_rate"] = preference_scores.win_rate(answers, rows)
+            self.metrics.preference |= preference_scores.greedy_metrics(answers, rows)
         return result["accuracy"], result["contains"]
 
     def _manifest(self) -> Manifest:

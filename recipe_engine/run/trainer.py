@@ -58,7 +58,7 @@ def build_args(settings: dict[str, Any], *, output_dir: Path, kind: TrainerKind 
 @dataclass
 class TrainerParts:
     """What a stage hands its TRL trainer; `reference` is the frozen reference model a
-    full-fine-tune DPO stage compares with (None: the adapter-disabled base, or none)."""
+    full-fine-tune DPO or KTO stage compares with (None: the adapter-disabled base, or none)."""
 
     model: Any
     args: Any
@@ -69,7 +69,8 @@ class TrainerParts:
 
 
 def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
-    """TRL's trainer for `kind` (SFTTrainer, DPOTrainer, ORPOTrainer) built from the parts."""
+    """TRL's trainer for `kind` (SFTTrainer, DPOTrainer, ORPOTrainer, KTOTrainer) built from
+    the parts."""
     import importlib
 
     trainer_class = getattr(importlib.import_module(kind.module), kind.trainer_class)
@@ -106,17 +107,28 @@ def evaluate_held_out(trainer: Any, kind: TrainerKind, held_out: Any) -> dict[st
     """The trainer's own evaluation of the held-out rows (loss; rewards for preference)."""
     if kind.evaluates_tokenized:  # the same rows, as the trainer tokenized them when built
         return trainer.evaluate(trainer.eval_dataset.select(range(len(held_out))))
+    if getattr(trainer.args, "precompute_ref_log_probs", False):
+        # The reference's log-probs of the held-out rows were computed when the trainer was
+        # built; a full fine-tune keeps no reference to score rows given after training, and
+        # TRL's DPO and KTO trainers refuse them. The same rows, as prepared then.
+        prepared = trainer.eval_dataset
+        trainer.eval_dataset = prepared.select(range(min(len(held_out), len(prepared))))
+        try:
+            return trainer.evaluate()
+        finally:
+            trainer.eval_dataset = prepared
     return trainer.evaluate(held_out)
 
 
 def reference_is_the_disabled_adapter(model: Any) -> None:
-    """Given a PEFT model, TRL's DPOTrainer copies its adapter as a "ref" adapter (it cannot
-    tell a fresh adapter from a pretrained one) and scores the reference with it. The engine's
-    adapters are fresh: with LoRA's default initialisation (B = 0, modules_to_save copies of
-    the originals) the copy computes what the adapter-disabled base computes, which TRL uses
-    when there is no "ref" adapter. Dropped, no second copy of the adapter and of the fully
-    trained modules sits in memory, and none is saved with the stage. Other initialisations
-    (PiSSA, Gaussian ...) differ from the base at step 0, so their copy stays."""
+    """Given a PEFT model, TRL's DPOTrainer and KTOTrainer copy its adapter as a "ref" adapter
+    (they cannot tell a fresh adapter from a pretrained one) and score the reference with it.
+    The engine's adapters are fresh: with LoRA's default initialisation (B = 0,
+    modules_to_save copies of the originals) the copy computes what the adapter-disabled base
+    computes, which TRL uses when there is no "ref" adapter. Dropped, no second copy of the
+    adapter and of the fully trained modules sits in memory, and none is saved with the stage.
+    Other initialisations (PiSSA, Gaussian ...) differ from the base at step 0, so their copy
+    stays."""
     configs = getattr(model, "peft_config", None)
     if not configs or "ref" not in configs:
         return
@@ -166,10 +178,15 @@ def align_trainable_dtype(model: Any, dtype: torch.dtype) -> int:
 
 
 def planned_steps(args: Any, samples: int, world_size: int) -> int:
-    """ceil(samples / (batch x accumulation x world size)) per epoch, or max_steps."""
+    """ceil(samples / (batch x accumulation x world size)) per epoch, or max_steps; a last
+    batch short of the batch size is not run under `dataloader_drop_last`."""
     if args.max_steps > 0:
         return args.max_steps
-    batches = math.ceil(samples / (args.per_device_train_batch_size * world_size))
+    batch = args.per_device_train_batch_size
+    if getattr(args, "dataloader_drop_last", False):
+        batches = math.ceil(samples / world_size) // batch
+    else:
+        batches = math.ceil(samples / (batch * world_size))
     per_epoch = max(math.ceil(batches / args.gradient_accumulation_steps), 1)
     return math.ceil(args.num_train_epochs * per_epoch)
 

@@ -177,8 +177,10 @@ class StageMetrics:
     base_accuracy: float | None = None  # the untrained base, on the same rows (root stages)
     base_contains: float | None = None
     evaluation_error: str | None = None  # the evaluation failed; the weights are committed
-    # A preference stage's held-out pairs: TRL's reward metrics against the stage's reference
-    # (reward_accuracy, reward_margin ...) and the greedy answers' win_rate (run.preference_scores).
+    # A preference stage's held-out rows: TRL's reward metrics against the stage's reference
+    # (pairs: reward_accuracy, reward_margin ...; unpaired: reward_chosen, reward_rejected,
+    # reward_margin, kl) and its greedy answers' (win_rate; desirable_match, undesirable_match):
+    # run.preference_scores.
     preference: dict[str, float] | None = None
     # Peak memory of training on one device, in GiB: the plan's estimate and what was measured
     # (run.memory_peak: CUDA allocator peak, or live tensor bytes on CPU), and how.
@@ -193,6 +195,8 @@ class StageMetrics:
             parts.append(f"acc {self.eval_accuracy:.0%}")
         if self.preference and "reward_accuracy" in self.preference:
             parts.append(f"reward acc {self.preference['reward_accuracy']:.0%}")
+        elif self.preference and "reward_margin" in self.preference:  # KTO's: no accuracy
+            parts.append(f"reward margin {self.preference['reward_margin']:+.2f}")
         if self.eval_loss is not None:
             parts.append(f"loss {self.eval_loss:.3f}")
         return ", ".join(parts) or "-"

@@ -13,7 +13,8 @@ gradient checkpointing on and off. Preference trainers (`stage.llm.trainer`): DP
 (the reference is the adapter-disabled base) and as a full fine-tune (a frozen reference copy)
 on the tiny text model and SmolLM2, and ORPO (materialized logits) on SmolLM2, on preference
 pairs longer than max_length (so every sequence is max_length tokens, as the estimate takes
-them; the built-in arithmetic pairs are short, and their tokens are guessed from characters).
+them; the built-in arithmetic pairs are short, and their tokens are guessed from characters);
+KTO with LoRA and in full (its KL forward on mismatched pairs besides) on unpaired rows as long.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Case:
     name: str
     stage: str
     overrides: tuple[str, ...]
-    rows: str = ""  # "": the recipe's data; chat | pairs: long rows written by the bench
+    rows: str = ""  # "": the recipe's data; chat | pairs | feedback: long rows written here
 
 
 def _text(batch: int, seq: int, *extra: str, model: str = "smollm2-135m") -> tuple[str, ...]:
@@ -62,11 +63,12 @@ def _text(batch: int, seq: int, *extra: str, model: str = "smollm2-135m") -> tup
 
 
 def _pairs(trainer: str, batch: int, seq: int, *extra: str, model: str = "smollm2-135m") -> Case:
-    """A preference stage on the long pairs (the text-lora stage with another trainer)."""
+    """A preference stage on the long pairs, or on the long unpaired rows for KTO (the
+    text-lora stage with another trainer)."""
     full = "stage.llm.lora=null" in extra
     name = f"{model.removesuffix('-135m')} {trainer} {'full' if full else 'lora'} b{batch} s{seq}"
     overrides = _text(batch, seq, f"stage.llm.trainer={trainer}", *extra, model=model)
-    return Case(name, "llm", overrides, rows="pairs")
+    return Case(name, "llm", overrides, rows="feedback" if trainer == "kto" else "pairs")
 
 
 CASES = (
@@ -89,6 +91,10 @@ CASES = (
     _pairs("dpo", 2, 128),
     _pairs("dpo", 2, 128, *FULL),
     _pairs("orpo", 2, 128),
+    _pairs("kto", 8, 128, model="tiny-qwen2"),
+    _pairs("kto", 8, 128, *FULL, model="tiny-qwen2"),
+    _pairs("kto", 2, 128),
+    _pairs("kto", 2, 128, *FULL),
 )
 
 
@@ -120,6 +126,20 @@ def long_pairs(folder: Path, rows: int = 32) -> Path:
             prompt = " ".join(words[(n + i) % len(words)] for i in range(8))
             out.write(json.dumps({"prompt": prompt, "chosen": answer[0], "rejected": answer[1]}))
             out.write("\n")
+    return path
+
+
+def long_feedback(folder: Path, rows: int = 32) -> Path:
+    """Unpaired rows: a short prompt and a completion longer than 512 tokens, labelled
+    desirable and undesirable in turn (KTO's batches need both)."""
+    words = "the quick brown fox jumps over the lazy dog and keeps running far away".split()
+    path = folder / "long-feedback.jsonl"
+    with path.open("w") as out:
+        for n in range(rows):
+            completion = " ".join(words[(n + 1 + i) % len(words)] for i in range(700))
+            prompt = " ".join(words[(n + i) % len(words)] for i in range(8))
+            row = {"prompt": prompt, "completion": completion, "label": n % 2 == 0}
+            out.write(json.dumps(row) + "\n")
     return path
 
 
@@ -163,7 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device={options.device}")
     rows, errors, failed = [], [], 0
     with tempfile.TemporaryDirectory(prefix="bench-memory-data-") as tmp:
-        data = {"chat": long_rows(Path(tmp)), "pairs": long_pairs(Path(tmp))}
+        folder = Path(tmp)
+        data = {
+            "chat": long_rows(folder),
+            "pairs": long_pairs(folder),
+            "feedback": long_feedback(folder),
+        }
         wanted = options.only.split(",")
         for case in (c for c in CASES if any(w in c.name for w in wanted)):
             result = run_case(case, data, options.device)

@@ -27,6 +27,7 @@ from recipe_engine.cli.main import main
 ROOT = Path(__file__).resolve().parents[2]
 USER_RECIPES = str(ROOT / "tests" / "fixtures" / "recipes")
 PROMPT_COMPLETION = str(ROOT / "tests" / "fixtures" / "data" / "prompt-completion.jsonl")
+ALL_DESIRABLE = str(ROOT / "tests" / "fixtures" / "data" / "feedback-all-desirable.jsonl")
 PLAN_AND_RUN = ("plan", "run")
 
 
@@ -312,6 +313,69 @@ CONFIG = {
     ),
     "removing a schema key with ~": case(
         "~stage.llm.init.from_stage", expect=("stage.llm.init.from_stage=null",)
+    ),
+    # KTO: the trainer's name and keys, the rows it takes, what its KL batches and labels need
+    "a misspelt kto trainer": case(
+        "recipe=r6-sft-kto-text",
+        "stage.kto.trainer=ktoo",
+        expect=("`stage.kto.trainer`", "Did you mean `kto`"),
+    ),
+    "kto key one level too high": case(
+        "recipe=r6-sft-kto-text",
+        "stage.kto.desirable_weight=2",
+        expect=("stage.kto.desirable_weight", "Did you mean `stage.kto.train.desirable_weight`"),
+    ),
+    "a dpo key on a kto stage": case(
+        "recipe=r6-sft-kto-text", "+stage.kto.train.rpo_alpha=0.5", expect=("KTOConfig fields",)
+    ),
+    "kto given preference pairs": case(
+        "recipe=r5-sft-dpo-text",
+        "stage.dpo.trainer=kto",
+        "~stage.dpo.train.loss_type",
+        "~stage.dpo.train.loss_weights",
+        expect=("kto, which learns from unpaired feedback", "stage.dpo.trainer=dpo (or orpo)"),
+    ),
+    "sft given unpaired feedback": case(
+        "recipe=r6-sft-kto-text",
+        "stage.kto.trainer=sft",
+        "~stage.kto.train.beta",
+        expect=("holds unpaired feedback", "stage.kto.trainer=kto"),
+    ),
+    "kto with a batch of one row": case(
+        "recipe=r6-sft-kto-text",
+        "stage.kto.train.per_device_train_batch_size=1",
+        expect=(
+            "`stage.kto.train.per_device_train_batch_size` is 1",
+            "2 or more",
+            "loss_type=apo_zero_unpaired",
+        ),
+    ),
+    "kto rows read in another order": case(
+        "recipe=r6-sft-kto-text",
+        "+stage.kto.train.train_sampling_strategy=random",
+        expect=("`stage.kto.train.train_sampling_strategy` is 'random'", "sequentially"),
+    ),
+    "kto epochs ending on a one-row batch": case(
+        "recipe=r6-sft-kto-text",
+        "stage.kto.data.max_samples=33",
+        expect=("33 rows per process", "per_device_train_batch_size=15", "dataloader_drop_last"),
+    ),
+    "kto rows all labelled desirable": case(
+        "recipe=text-lora",
+        "data.source=local",
+        f"data.path={ALL_DESIRABLE}",
+        "data.eval_fraction=0.25",
+        "stage.llm.trainer=kto",
+        expect=(
+            "all labelled desirable (true)",
+            "6 desirable and 0 undesirable",
+            "Add undesirable",
+        ),
+    ),
+    "a synced reference for a lora kto stage": case(
+        "recipe=r6-sft-kto-text",
+        "+stage.kto.train.sync_ref_model=true",
+        expect=("stage.kto.train.sync_ref_model", "adapter-disabled base", "stage.kto.lora=null"),
     ),
 }
 

@@ -301,3 +301,80 @@ def test_every_preference_trainer_trains_evaluates_and_compares(model, trainer, 
     # A LoRA policy's reference is the adapter-disabled base: TRL's "ref" adapter copy is
     # dropped, so none is saved with the stage.
     assert not list((tmp_path / "out").glob("store/*/ref")), "a reference adapter was saved"
+
+
+# --------------------------------------------------------------------------- KTO
+
+
+def feedback_file(folder: Path) -> tuple[Path, list[str]]:
+    """TRL's unpaired rows (prompt / completion / label) as JSON lines: the sum in a sentence
+    labelled true, one off labelled false, in turn."""
+    rows = [
+        {
+            "prompt": q,
+            "completion": f"It is {a}." if i % 2 == 0 else f"It is {int(a) + 1}.",
+            "label": i % 2 == 0,
+        }
+        for i, (q, a) in enumerate(_pairs())
+    ]
+    return _jsonl(folder / "feedback.jsonl", rows), []
+
+
+def vlm_feedback_file(folder: Path) -> tuple[Path, list[str]]:
+    wrong = {"red": "green", "green": "blue", "blue": "red"}
+    rows = [
+        {
+            "images": [image],
+            "prompt": QUESTION,
+            "completion": colour if i % 2 == 0 else wrong[colour],
+            "label": i % 2 == 0,
+        }
+        for i, (image, colour) in enumerate(_pictures(folder))
+    ]
+    return _jsonl(folder / "vlm_feedback.jsonl", rows), []
+
+
+KTO_MATRIX = [
+    pytest.param("tiny-qwen2", family, id=f"causal_lm-kto-{family}")
+    for family in CAUSAL_LM_FAMILIES
+] + [pytest.param("tiny-qwen2-vl", "qlora", id="vlm-kto-qlora")]
+
+
+@pytest.mark.parametrize(("model", "family"), KTO_MATRIX)
+def test_kto_trains_evaluates_and_compares_on_a_users_unpaired_rows(model, family, tmp_path):
+    """KTO (text, and TRL's vision rows on the tiny Qwen2-VL) on each policy family, from a
+    user's prompt / completion / label file: the stage records TRL's held-out rewards, and the
+    run's comparison judges every model on the held-out rows against the base."""
+    write = feedback_file if model == "tiny-qwen2" else vlm_feedback_file
+    run_dir, stage = run_family(tmp_path, model, family, write(tmp_path), "kto")
+    assert_trained_evaluated_compared(run_dir, [stage])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    [row] = summary["stages"]
+    assert "reward margin" in row["eval"] and "kto loss" in row["eval"], row
+    metrics = json.loads((run_dir / "compare_metrics.json").read_text())
+    for name, scores in metrics.items():
+        judged = scores["preference"]
+        assert judged["judged"] == "unpaired" and judged["rows"] == 3, name
+        assert 0.0 <= judged.get("desirable_match", 0.0) <= 1.0
+    assert 0.0 <= metrics[stage]["preference"]["label_accuracy"] <= 1.0  # against the base
+    assert "label_accuracy" not in metrics["base"]["preference"]
+    assert not list((tmp_path / "out").glob("store/*/ref")), "a reference adapter was saved"
+
+
+def test_a_full_kto_stage_with_precomputed_reference_log_probs_is_evaluated(tmp_path):
+    """A full fine-tune keeps no reference once its log-probs are precomputed, and TRL refuses
+    held-out rows given after training: the stage evaluates the rows prepared with it."""
+    path, _ = feedback_file(tmp_path)
+    run_dir = run_engine(
+        tmp_path / "out",
+        "recipe=text-lora",
+        "data.source=local",
+        f"data.path={path}",
+        "stage.llm.trainer=kto",
+        "stage.llm.train.max_steps=1",
+        "stage.llm.lora=null",
+        "++stage.llm.train.precompute_ref_log_probs=true",
+    )
+    assert_trained_evaluated_compared(run_dir, ["llm"])
+    [row] = json.loads((run_dir / "summary.json").read_text())["stages"]
+    assert "reward margin" in row["eval"] and "evaluation failed" not in row["status"], row

@@ -1,12 +1,12 @@
-"""A stage's trainer is a choice (sft | dpo | orpo): its name and its `train` keys are checked
-against the trainer's own settings class before anything is read."""
+"""A stage's trainer is a choice (sft | dpo | orpo | kto): its name and its `train` keys are
+checked against the trainer's own settings class before anything is read."""
 
 from __future__ import annotations
 
 import pytest
 
 from recipe_engine.config.library_keys import check_train
-from recipe_engine.config.trainers import TRAINERS, trainer_kind
+from recipe_engine.config.trainers import TRAINERS, trainer_kind, trainers_taking
 from recipe_engine.errors import RecipeError
 
 
@@ -15,13 +15,35 @@ def test_an_unknown_trainer_is_named_with_the_closest_one():
         trainer_kind("dpoo", "align")
     assert refused.value.key == "stage.align.trainer"
     assert "Did you mean `dpo`" in str(refused.value) or "dpo" in str(refused.value)
-    assert "sft, dpo, orpo" in str(refused.value)
+    assert "sft, dpo, orpo, kto" in str(refused.value)
+    with pytest.raises(RecipeError, match="Did you mean `kto`"):
+        trainer_kind("ktoo", "align")
 
 
 def test_preference_trainers_take_pairs_and_only_dpo_keeps_a_reference():
     assert not TRAINERS["sft"].preference
     assert TRAINERS["dpo"].preference and TRAINERS["dpo"].reference
     assert TRAINERS["orpo"].preference and not TRAINERS["orpo"].reference
+
+
+def test_kto_takes_unpaired_rows_keeps_a_reference_and_forms_kl_pairs_in_its_batches():
+    kto = TRAINERS["kto"]
+    assert kto.rows == "unpaired" and kto.judged and not kto.preference
+    assert kto.reference and kto.images and kto.kl_batch
+    assert (kto.module, kto.trainer_class, kto.settings_class) == ("trl", "KTOTrainer", "KTOConfig")
+    assert trainers_taking("unpaired") == ["kto"]
+    assert trainers_taking("preference") == ["dpo", "orpo"]
+    assert not any(TRAINERS[name].kl_batch for name in ("sft", "dpo", "orpo"))
+
+
+def test_kto_keys_are_checked_against_kto_config():
+    check_train(
+        "kto", {"beta": 0.2, "desirable_weight": 1.3, "loss_type": "apo_zero_unpaired"}, "KTOConfig"
+    )
+    with pytest.raises(RecipeError, match=r"stage\.kto\.train\.loss_type"):
+        check_train("kto", {"loss_type": "sigmoid"}, "KTOConfig")  # DPO's, not KTO's
+    with pytest.raises(RecipeError, match="KTOConfig fields"):
+        check_train("kto", {"rpo_alpha": 0.5}, "KTOConfig")
 
 
 def test_dpo_keys_are_checked_against_dpo_config():

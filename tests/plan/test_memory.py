@@ -14,11 +14,10 @@ from recipe_engine.plan.memory import (
     ORPO_LOGITS,
     MemoryRequest,
     Sharding,
-    describe_memory,
     estimate_memory,
-    fit_advice,
     optimizer_states,
 )
+from recipe_engine.plan.memory_fit import describe_memory, fit_advice
 from recipe_engine.plan.model_shape import model_shape
 from recipe_engine.resolve.resolver import SNAPSHOTS, snapshot_folder
 

@@ -98,3 +98,81 @@ def test_a_reference_copy_that_does_not_fit_is_refused_with_the_fixes_that_would
              "hardware=1x-rtx4090", "hardware.gpus.0.memory_gib=9")  # fmt: skip
     text = str(refused.value)
     assert "frozen copy" in text and "precompute_ref_log_probs=true" in text
+
+
+# --------------------------------------------------------------------------- KTO
+
+
+def _feedback_file(folder: Path, labels: tuple[bool, ...] = (True, False)) -> Path:
+    """TRL's unpaired rows (prompt / completion / label), as a user writes them."""
+    rows = [
+        {"prompt": f"{a} + {a}?", "completion": f"It is {2 * a + (a % 2)}.", "label": label}
+        for a in range(8)
+        for label in labels
+    ]
+    path = folder / "feedback.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_r6_plans_text_loras_stage_with_its_key_then_kto_from_it():
+    text, r6 = plan("recipe=text-lora"), plan("recipe=r6-sft-kto-text")
+    assert r6.stages["llm"].fingerprint == text.stages["llm"].fingerprint
+    kto = r6.stages["kto"]
+    assert kto.parent == "llm" and kto.config.trainer == "kto"
+    assert kto.data.format == "chat_unpaired"  # through the tiny model's chat template
+    assert kto.trainer["beta"] == 0.1 and "completion_only_loss" not in kto.trainer
+    notes = " | ".join(kto.notes)
+    assert "trainer: kto (trl.KTOTrainer)" in notes and "adapter-disabled base" in notes
+    assert "KL term: each prompt paired with the previous row's completion" in notes
+
+
+def test_a_full_fine_tune_kto_stage_keeps_a_frozen_copy_and_the_estimate_counts_it(tmp_path):
+    data = ("data.source=local", f"data.path={_feedback_file(tmp_path)}")
+    full = _text(*data, "stage.llm.trainer=kto", "stage.llm.lora=null").stages["llm"]
+    lora = _text(*data, "stage.llm.trainer=kto").stages["llm"]
+    assert any("frozen copy" in note for note in full.notes)
+    assert dict(full.memory.estimate.parts())["reference model"] > 0
+    assert "reference model" not in dict(lora.memory.estimate.parts())
+
+
+def test_each_trainer_given_rows_it_does_not_learn_from_names_the_one_that_does(tmp_path):
+    feedback = ("data.source=local", f"data.path={_feedback_file(tmp_path)}")
+    for trainer in ("sft", "dpo", "orpo"):
+        with pytest.raises(RecipeError) as refused:
+            _text(*feedback, f"stage.llm.trainer={trainer}")
+        text = str(refused.value)
+        assert refused.value.key == "stage.llm.trainer"
+        assert "holds unpaired feedback (prompt / completion / label)" in text
+        assert "stage.llm.trainer=kto" in text
+    pairs = ("data.source=local", f"data.path={_pairs_file(tmp_path)}")
+    with pytest.raises(RecipeError) as refused:
+        _text(*pairs, "stage.llm.trainer=kto")
+    assert "kto, which learns from unpaired feedback" in str(refused.value)
+    assert "stage.llm.trainer=dpo (or orpo)" in str(refused.value)
+    with pytest.raises(RecipeError) as refused:
+        _text("data.source=local", f"data.path={pairs_csv(tmp_path)}", "stage.llm.trainer=kto")
+    assert "holds instruction rows" in str(refused.value)
+    assert "stage.llm.trainer=sft" in str(refused.value)
+    assert "prompt / completion / label" in str(refused.value)
+
+
+def test_kto_rows_all_labelled_one_way_are_refused_while_planning(tmp_path):
+    data = f"data.path={_feedback_file(tmp_path, labels=(True,))}"
+    with pytest.raises(RecipeError) as refused:
+        _text("data.source=local", data, "stage.llm.trainer=kto")
+    assert "all labelled desirable (true)" in str(refused.value)
+    assert "6 desirable and 0 undesirable" in str(refused.value)  # 8 rows, 2 held out
+
+
+def test_reference_settings_trl_refuses_after_loading_are_refused_before(tmp_path):
+    with pytest.raises(RecipeError, match="adapter-disabled base") as refused:
+        plan("recipe=r6-sft-kto-text", "++stage.kto.train.sync_ref_model=true")
+    assert refused.value.key == "stage.kto.train.sync_ref_model"
+    with pytest.raises(RecipeError, match="would go stale"):
+        plan("recipe=r6-sft-kto-text", "stage.kto.lora=null",
+             "++stage.kto.train.sync_ref_model=true",
+             "++stage.kto.train.precompute_ref_log_probs=true")  # fmt: skip
+    with pytest.raises(RecipeError, match="needs text rows") as refused:
+        plan("recipe=r5-sft-dpo", "++stage.dpo.train.precompute_ref_log_probs=true")
+    assert refused.value.key == "stage.dpo.train.precompute_ref_log_probs"

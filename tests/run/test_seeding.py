@@ -1,10 +1,11 @@
 """A key names a result: two trainings of one stage key give bitwise-identical weights.
 
-Each stage kind the store keys (full fine-tune, LoRA, QLoRA, joint) is trained twice into two
-empty output folders, and the weight files are compared byte for byte. A fresh process starts
-torch's generator from a random seed, so before each training every generator is scrambled
-the way a new process would find it. Before the engine seeded LoRA's initialisation, every
-adapter stage here differed. (DDP: tests/cli/test_run_distributed.py.)
+Each stage kind the store keys (full fine-tune, LoRA, QLoRA, joint; DPO and KTO with either
+reference) is trained twice into two empty output folders, and the weight files are compared
+byte for byte. A fresh process starts torch's generator from a random seed, so before each
+training every generator is scrambled the way a new process would find it. Before the engine
+seeded LoRA's initialisation, every adapter stage here differed. (DDP:
+tests/cli/test_run_distributed.py.)
 """
 
 from __future__ import annotations
@@ -23,14 +24,22 @@ from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import run_recipe
 
 USER_RECIPES = str(Path(__file__).parents[1] / "fixtures" / "recipes")
-KINDS = ("full", "lora", "qlora", "joint", "dpo", "dpo_full")
-SHORT = [
-    "recipe=user-every-kind",
-    "device=cpu",
-    "data.max_samples=32",
-    "eval.enabled=false",
-    *(f"++stage.{kind}.train.max_steps=3" for kind in KINDS),
-]
+# Recipe -> its stages, one of each kind the store keys (KTO on the tiny text model).
+RECIPES = {
+    "user-every-kind": ("full", "lora", "qlora", "joint", "dpo", "dpo_full"),
+    "user-kto-kinds": ("kto", "kto_full"),
+}
+KINDS = tuple(kind for kinds in RECIPES.values() for kind in kinds)
+
+
+def short(recipe: str) -> list[str]:
+    return [
+        f"recipe={recipe}",
+        "device=cpu",
+        "data.max_samples=32",
+        "eval.enabled=false",
+        *(f"++stage.{kind}.train.max_steps=3" for kind in RECIPES[recipe]),
+    ]
 
 
 def scramble_generators() -> None:
@@ -42,8 +51,8 @@ def scramble_generators() -> None:
 
 def train(output_root: Path) -> dict[str, dict[str, str]]:
     """Train each stage alone, from scrambled generators; return its weight-file hashes."""
-    for kind in KINDS:
-        overrides = [*SHORT, f"only=[{kind}]", f"output_root={output_root}"]
+    for recipe, kind in ((recipe, kind) for recipe, kinds in RECIPES.items() for kind in kinds):
+        overrides = [*short(recipe), f"only=[{kind}]", f"output_root={output_root}"]
         plan = plan_from_config(compose_config(overrides, extra_dirs=[USER_RECIPES]))
         scramble_generators()
         results = {r.name: r for r in run_recipe(plan, output_root / "runs" / kind)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from recipe_engine.tools.bench_memory import CASES, long_pairs
+from recipe_engine.tools.bench_memory import CASES, long_feedback, long_pairs
 
 
 def test_case_names_are_unique_and_preference_rows_name_their_trainer() -> None:
@@ -18,7 +18,14 @@ def test_case_names_are_unique_and_preference_rows_name_their_trainer() -> None:
         "smollm2 dpo lora b2 s128",
         "smollm2 dpo full b2 s128",
     }
-    for case in pairs:
+    feedback = [case for case in CASES if case.rows == "feedback"]
+    assert {c.name for c in feedback} == {
+        "tiny-qwen2 kto lora b8 s128",
+        "tiny-qwen2 kto full b8 s128",
+        "smollm2 kto lora b2 s128",
+        "smollm2 kto full b2 s128",
+    }
+    for case in pairs + feedback:
         trainer = case.name.split()[1]
         assert f"stage.llm.trainer={trainer}" in case.overrides
         assert ("stage.llm.lora=null" in case.overrides) == (" full " in case.name)
@@ -30,3 +37,12 @@ def test_long_pairs_outgrow_max_length_but_not_their_prompt(tmp_path: Path) -> N
     assert rows and all(set(row) == {"prompt", "chosen", "rejected"} for row in rows)
     assert all(len(row["prompt"].split()) < 16 for row in rows)
     assert all(min(len(row["chosen"].split()), len(row["rejected"].split())) > 512 for row in rows)
+
+
+def test_long_feedback_outgrows_max_length_with_both_labels_in_every_batch(tmp_path: Path) -> None:
+    rows = [json.loads(line) for line in long_feedback(tmp_path).read_text().splitlines()]
+    assert rows and all(set(row) == {"prompt", "completion", "label"} for row in rows)
+    assert all(
+        len(row["prompt"].split()) < 16 < 512 < len(row["completion"].split()) for row in rows
+    )
+    assert [row["label"] for row in rows[:4]] == [True, False, True, False]

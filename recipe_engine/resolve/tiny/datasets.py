@@ -1,6 +1,7 @@
 """The built-in datasets: coloured shapes to name (vlm rows) and sums to do (messages rows),
-and both as preference pairs (the right answer in a sentence chosen over the bare answer or a
-wrong one, for DPO and ORPO), generated deterministically into
+both as preference pairs (the right answer in a sentence chosen over the bare answer or a
+wrong one, for DPO and ORPO), and the sums as unpaired feedback (one answer a row, labelled
+desirable or not, for KTO), generated deterministically into
 `<cache>/data/<name>-<version>/{train,eval}.jsonl`.
 Each is written as a user would write the file, so it goes through the same converters.
 """
@@ -26,6 +27,7 @@ TINY_DATASETS: dict[str, str] = {
     "arithmetic": "messages",
     "shapes-preference": "preference",
     "arithmetic-preference": "preference",
+    "arithmetic-feedback": "unpaired",
 }
 _SHAPES_TRAIN_PER_CLASS = 80  # 12 classes -> 960 rows
 _SHAPES_EVAL_PER_CLASS = 8  # 12 classes -> 96 rows
@@ -37,9 +39,12 @@ _ARITH_TRAIN_ROWS = 800
 _ARITH_EVAL_ROWS = 64
 _ARITH_PAIRS_TRAIN = 400
 _ARITH_PAIRS_EVAL = 64
+_ARITH_FEEDBACK_TRAIN = 400
+_ARITH_FEEDBACK_EVAL = 64
 # Seeds of the preference sets' train and eval splits: other draws than the instruction sets'.
 _SHAPE_PAIRS_SEED = _SEED + 2
 _ARITH_PAIRS_SEED = _SEED + 4
+_ARITH_FEEDBACK_SEED = _SEED + 6
 
 
 def build_dataset(name: str, cache_dir: Path | None = None) -> Path:
@@ -49,6 +54,7 @@ def build_dataset(name: str, cache_dir: Path | None = None) -> Path:
         "arithmetic": _build_arithmetic,
         "shapes-preference": _build_shapes_preference,
         "arithmetic-preference": _build_arithmetic_preference,
+        "arithmetic-feedback": _build_arithmetic_feedback,
     }
     if name not in builders:
         raise RecipeError(
@@ -196,11 +202,40 @@ def _build_arithmetic_preference(folder: Path) -> None:
             if rng.random() < 0.5:
                 rejected = str(answer)
             else:
-                wrong = answer + rng.choice((-2, -1, 1, 2))
-                if wrong < 0:
-                    wrong = answer + (answer - wrong)  # off as far, the other way
-                rejected = _sentence(str(wrong))
+                rejected = _sentence(str(_near_miss(rng, answer)))
             rows.append(
                 {"prompt": question, "chosen": _sentence(str(answer)), "rejected": rejected}
             )
+        _write_jsonl(folder / f"{split}.jsonl", rows)
+
+
+def _near_miss(rng: random.Random, answer: int) -> int:
+    """An answer off by one or two, never negative."""
+    wrong = answer + rng.choice((-2, -1, 1, 2))
+    return wrong if wrong >= 0 else answer + (answer - wrong)  # off as far, the other way
+
+
+def _build_arithmetic_feedback(folder: Path) -> None:
+    """The arithmetic questions as unpaired feedback, in TRL's prompt / completion / label
+    columns, judged as `arithmetic-preference` judges its pairs: the answer in a sentence ("It
+    is 7.") labelled true; the bare answer `arithmetic` teaches ("7") or the sentence with an
+    answer off by one or two ("It is 8.") labelled false. Labels alternate, so every batch TRL
+    reads in order holds both (its KL term pairs each prompt with the batch's other
+    completions)."""
+    for split, count, seed in (
+        ("train", _ARITH_FEEDBACK_TRAIN, _ARITH_FEEDBACK_SEED),
+        ("eval", _ARITH_FEEDBACK_EVAL, _ARITH_FEEDBACK_SEED + 1),
+    ):
+        rng = random.Random(seed)
+        rows = []
+        for index in range(count):
+            question, answer = _sum(rng)
+            desirable = index % 2 == 0
+            if desirable:
+                completion = _sentence(str(answer))
+            elif rng.random() < 0.5:
+                completion = str(answer)
+            else:
+                completion = _sentence(str(_near_miss(rng, answer)))
+            rows.append({"prompt": question, "completion": completion, "label": desirable})
         _write_jsonl(folder / f"{split}.jsonl", rows)
