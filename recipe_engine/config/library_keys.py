@@ -199,6 +199,19 @@ def check_train(stage: str, train: Mapping[str, Any], settings_class: str = "SFT
     check_bounds(f"stage.{stage}.train", train, TRAIN_BOUNDS)
 
 
+def check_train_for_one_of(stage: str, train: Mapping[str, Any], classes: list[str]) -> None:
+    """`train` holds settings at least one of the settings `classes` takes (a stage whose
+    trainer its rows choose: the chosen one's are checked once they are known); the first
+    class's refusal otherwise."""
+    refusals = []
+    for settings_class in classes:
+        try:
+            return check_train(stage, train, settings_class)
+        except RecipeError as refusal:
+            refusals.append(refusal)
+    raise refusals[0]
+
+
 def _check_folder(key: str, value: Any) -> None:
     if not isinstance(value, str) or not value.strip():
         raise RecipeError(

@@ -68,8 +68,9 @@ class StageConfig:
     template: str | None = None
     description: str = ""
     evaluate_only: bool = False  # a held-out evaluation of `init`, cached like any stage
-    # sft | dpo | orpo | kto (config/trainers.py): TRL's trainer, whose settings class `train` holds
-    trainer: str = "sft"
+    # auto | sft | dpo | orpo | kto (config/trainers.py): TRL's trainer, whose settings class
+    # `train` holds; auto: the one the stage's rows call for (plan says which)
+    trainer: str = "auto"
     init: InitConfig = field(default_factory=InitConfig)
     freeze: FreezeConfig = field(default_factory=FreezeConfig)
     # Empty = not used; a mapping (not None) so that any key can be set on the command line,

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from recipe_engine.errors import RecipeError, did_you_mean
 
 SFT, DPO, ORPO, KTO = "sft", "dpo", "orpo", "kto"
+# A stage left at `auto` trains with the first trainer that takes its rows (`trainer_for`):
+# SFT on instruction rows, DPO on preference pairs, KTO on unpaired feedback.
+AUTO = "auto"
 # Rows a trainer takes: instruction rows (messages, prompt/completion), preference pairs
 # (prompt / chosen / rejected), or unpaired feedback (prompt / completion / label, KTO's).
 INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS = "instruction", "preference", "unpaired"
@@ -94,14 +97,24 @@ def trainers_taking(rows: str) -> list[str]:
     return [kind.name for kind in TRAINERS.values() if kind.rows == rows]
 
 
-def trainer_kind(name: str, stage: str) -> TrainerKind:
-    """The trainer `stage.<stage>.trainer` names; an unknown name is one message."""
+def trainer_for(rows: str) -> str:
+    """The trainer a stage left at `auto` learns from these rows with."""
+    return trainers_taking(rows)[0]
+
+
+def trainer_kinds(name: str, stage: str) -> list[TrainerKind]:
+    """The trainers `stage.<stage>.trainer` may mean: the one it names, or with `auto` every
+    one (its rows choose later); an unknown name is one message."""
+    if name == AUTO:
+        return list(TRAINERS.values())
     if name in TRAINERS:
-        return TRAINERS[name]
+        return [TRAINERS[name]]
     key = f"stage.{stage}.trainer"
+    names = [AUTO, *TRAINERS]
     raise RecipeError(
-        f"`{key}` is {name!r}, which is not a trainer the engine has.{did_you_mean(name, TRAINERS)}"
-        f" Trainers: {', '.join(TRAINERS)} (sft: instruction rows; dpo, orpo: preference pairs "
-        "with prompt / chosen / rejected; kto: unpaired rows with prompt / completion / label).",
+        f"`{key}` is {name!r}, which is not a trainer the engine has.{did_you_mean(name, names)}"
+        f" Trainers: {', '.join(names)} (auto: the one the rows call for; sft: instruction rows; "
+        "dpo, orpo: preference pairs with prompt / chosen / rejected; kto: unpaired rows with "
+        "prompt / completion / label).",
         key=key,
     )

@@ -20,25 +20,17 @@ TRL's `apo_zero_unpaired` loss has no KL term: the batch checks do not apply to 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.config.trainers import TRAINERS
 from recipe_engine.errors import RecipeError
+from recipe_engine.resolve.inputs import LabelCounts
 
 # KTOTrainer: calculate_KL = loss_type not in ["apo_zero_unpaired"].
 KL_FREE_LOSSES = ("apo_zero_unpaired",)
 DEFAULT_LOSS = "kto"
 DEFAULT_BATCH = 8  # KTOConfig's per_device_train_batch_size (TrainingArguments')
 SEQUENTIAL = "sequential"
-
-
-@dataclass(frozen=True)
-class LabelCounts:
-    """How many training rows are labelled desirable (true) and undesirable (false)."""
-
-    desirable: int
-    undesirable: int
 
 
 def estimates_kl(stage: StageConfig) -> bool:
@@ -100,9 +92,10 @@ def _check_last_batch(
     )
 
 
-def check_labels(name: str, stage: StageConfig, described: str, labels: LabelCounts) -> None:
-    """Both labels are among the training rows (`described`: the rows, as `plan` names them)."""
-    if stage.evaluate_only or labels.desirable and labels.undesirable:
+def check_labels(name: str, stage: StageConfig, described: str, labels: LabelCounts | None) -> None:
+    """Both labels are among the training rows of unpaired feedback (`described`: the rows,
+    as `plan` names them; `labels` None: rows without labels)."""
+    if stage.evaluate_only or labels is None or labels.desirable and labels.undesirable:
         return
     one_way = "desirable (true)" if labels.desirable else "undesirable (false)"
     missing = "undesirable (false)" if labels.desirable else "desirable (true)"

@@ -24,11 +24,11 @@ from recipe_engine.config.schema import (
     StageConfig,
     without_empty_sections,
 )
-from recipe_engine.config.trainers import SFT, trainer_kind
+from recipe_engine.config.trainers import SFT, trainer_kinds
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.plan import dag
 from recipe_engine.plan.determinism import Determinism, decide_determinism
-from recipe_engine.plan.feedback import check_kl_batches, feedback_notes
+from recipe_engine.plan.feedback import check_kl_batches, check_labels, feedback_notes
 from recipe_engine.plan.hardware import parse_gpus, profile_gpus
 from recipe_engine.plan.keys import set_fingerprints
 from recipe_engine.plan.memory_fit import StageMemory
@@ -43,6 +43,7 @@ from recipe_engine.plan.policy import decide_policy, evaluation_policy
 from recipe_engine.plan.preference import (
     check_reference_settings,
     check_rows_fit_trainer,
+    choose_trainer,
     trainer_notes,
 )
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
@@ -124,12 +125,15 @@ def _plan_stage(
     else:
         policy = decide_policy(name, stage, context.model, context.inputs.model.inventory)
     rows = rows_through_template(context.inputs, shared)
+    stage, chosen_by = choose_trainer(name, stage, rows)
+    context = dataclasses.replace(context, stage=stage)
     placement = _place(context, policy, rows)
     if placement.quantization == "none":  # skipped where bitsandbytes cannot run (recorded)
         policy = dataclasses.replace(policy, quantization=None)
     check_rows_fit_trainer(name, stage, rows)
     check_reference_settings(name, stage, policy, rows)
     check_kl_batches(name, stage, rows.train_rows, placement.world_size)
+    check_labels(name, stage, rows.describe(), rows.labels)
     stage, loss_notes = _loss_follows_data(context, rows)
     held_out_notes = check_held_out_rows(name, stage, rows, context.cfg.eval.enabled)
     _check_rows_reach_training(name, policy, rows)
@@ -157,7 +161,7 @@ def _plan_stage(
         determinism=determinism,
         notes=[
             *_notes(policy, context),
-            *trainer_notes(name, stage, policy),
+            *trainer_notes(name, stage, policy, chosen_by),
             *feedback_notes(name, stage),
             *loss_notes,
             *held_out_notes,
@@ -228,8 +232,8 @@ def resolve_dtypes(stage: StageConfig, model: ModelConfig) -> StageConfig:
 def _check_stage_settings(name: str, stage: StageConfig) -> None:
     library_keys.check_dtype(name, stage.dtype)
     validate_components(stage.freeze.components, f"stage.{name}.freeze.components")
-    kind = trainer_kind(stage.trainer, name)
-    library_keys.check_train(name, stage.train, kind.settings_class)
+    kinds = trainer_kinds(stage.trainer, name)
+    library_keys.check_train_for_one_of(name, stage.train, [k.settings_class for k in kinds])
     if stage.lora:
         library_keys.check_lora_keys(name, stage.lora)
         validate_components(stage.lora.get("components", []), f"stage.{name}.lora.components")

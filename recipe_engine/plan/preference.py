@@ -9,14 +9,19 @@ its reference settings checked as TRL would check them once the model is loaded.
 
 from __future__ import annotations
 
+import dataclasses
+
+from recipe_engine.config import library_keys
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.config.trainers import (
+    AUTO,
     INSTRUCTION_ROWS,
     PREFERENCE_ROWS,
     ROWS_IN_WORDS,
     TRAINERS,
     UNPAIRED_ROWS,
     TrainerKind,
+    trainer_for,
     trainers_taking,
 )
 from recipe_engine.errors import RecipeError
@@ -31,6 +36,32 @@ COLUMNS = {
     PREFERENCE_ROWS: (PAIR_COLUMNS, "chosen"),
     UNPAIRED_ROWS: ("prompt / completion / label", "label"),
 }
+
+
+def choose_trainer(name: str, stage: StageConfig, rows: Rows) -> tuple[StageConfig, str]:
+    """A stage left at `trainer: auto` trains with the trainer its rows call for (SFT on
+    instruction rows, DPO on pairs, KTO on feedback: `trainer_for`), its `train` keys checked
+    against that trainer's settings class; the stage as decided, and why, for `plan`'s note
+    ("" where the trainer was named, or is SFT as it always was). An evaluation stage trains
+    nothing: SFT's settings stand for it (its key as before)."""
+    if stage.trainer != AUTO:
+        return stage, ""
+    given = INSTRUCTION_ROWS if stage.evaluate_only else rows_kind(rows.format)
+    kind = TRAINERS[trainer_for(given)]
+    try:
+        library_keys.check_train(name, stage.train, kind.settings_class)
+    except RecipeError as refusal:
+        raise RecipeError(
+            f"Stage `{name}` trains with {kind.name} (stage.{name}.trainer is auto and its "
+            f"rows are {ROWS_IN_WORDS[given]}): {refusal}",
+            key=refusal.key,
+        ) from None
+    chosen = dataclasses.replace(stage, trainer=kind.name)
+    if given == INSTRUCTION_ROWS:
+        return chosen, ""  # SFT, as every stage trained before trainers were a choice
+    others = [t for t in trainers_taking(given) if t != kind.name]
+    instead = f"; stage.{name}.trainer={_either(others)} trains another" if others else ""
+    return chosen, f"chosen by its rows, {ROWS_IN_WORDS[given]}{instead}"
 
 
 def check_rows_fit_trainer(name: str, stage: StageConfig, rows: Rows) -> None:
@@ -104,14 +135,17 @@ def check_reference_settings(name: str, stage: StageConfig, policy: PolicyPlan, 
         )
 
 
-def trainer_notes(name: str, stage: StageConfig, policy: PolicyPlan) -> list[str]:
-    """What `plan` says of a preference stage: its trainer and its reference model."""
+def trainer_notes(name: str, stage: StageConfig, policy: PolicyPlan, chosen: str = "") -> list[str]:
+    """What `plan` says of a preference stage: its trainer (`chosen`: why, where its rows
+    chose it) and its reference model."""
     if stage.evaluate_only or stage.trainer not in TRAINERS:
         return []
     kind = TRAINERS[stage.trainer]
     if not kind.judged:
         return []
     notes = [f"trainer: {kind.name} ({kind.module}.{kind.trainer_class})"]
+    if chosen:
+        notes[0] += f", {chosen}"
     if kind.experimental:
         notes[0] += ": TRL ships it as experimental, its settings may change between releases"
     if not kind.reference:

@@ -29,7 +29,7 @@ log = logging.getLogger("recipe_engine")
 RECORDS = {
     "inventory": 2,  # a model's parameters and modules on the meta device (2: LoRA's features)
     "models": 4,  # a model folder loads as its kind of model (4: its tokenizer files too)
-    "rows": 3,  # a dataset's format and split sizes, checked row by row (3: how it was read)
+    "rows": 4,  # a dataset's format and split sizes, checked row by row (4: its labels)
     "lengths": 1,  # the longest training row (characters, messages, images)
     "libraries": 1,  # the libraries accept the planned SFTConfig / LoraConfig / bnb settings
 }

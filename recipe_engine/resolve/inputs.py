@@ -55,6 +55,15 @@ class ModelInputs:
     template: TemplateFacts
 
 
+@dataclass(frozen=True)
+class LabelCounts:
+    """How many training rows of unpaired feedback are labelled desirable (true) and
+    undesirable (false)."""
+
+    desirable: int
+    undesirable: int
+
+
 @dataclass
 class Rows:
     """A stage's rows: identity, format after detection and split sizes, checked row by row.
@@ -74,6 +83,7 @@ class Rows:
     # How the rows were read: their format, where a judged row's prompt came from, columns
     # read under another tool's name (`detection.Layout.describe`).
     read_as: str = ""
+    labels: LabelCounts | None = None  # the training rows' labels (unpaired feedback only)
     # The longest training row: characters, messages, images, image pixels (memory estimate).
     longest: dict[str, int] = field(default_factory=dict)
     _splits: DataSplits | None = field(default=None, repr=False, compare=False)

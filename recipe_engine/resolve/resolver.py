@@ -24,6 +24,7 @@ from recipe_engine.resolve.formats import is_plain_text, is_text_prompt_completi
 from recipe_engine.resolve.held_out import HeldOut, rows_identity
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.inputs import (
+    LabelCounts,
     ModelFiles,
     ModelInputs,
     RecipeInputs,
@@ -269,6 +270,7 @@ def survey(config: DataConfig, kind: str, seed: int, surveyed: dict[str, Rows]) 
             "eval_rows": held_out,
             "held_out": found.held_out.value,
             "read_as": found.source_format,
+            "labels": _label_counts(found.train),
         }
 
     # Hub data may change upstream under the same name: checked every time.
@@ -276,6 +278,7 @@ def survey(config: DataConfig, kind: str, seed: int, surveyed: dict[str, Rows]) 
     checked = check() if hub else cache.remembered("rows", inputs, check)
     longest = cache.remembered("lengths", inputs, lambda: _longest(splits)) if not hub else None
     how = HeldOut(checked.pop("held_out"))
+    labels = checked.pop("labels")
     rows = Rows(
         config,
         kind,
@@ -283,6 +286,7 @@ def survey(config: DataConfig, kind: str, seed: int, surveyed: dict[str, Rows]) 
         rows_identity(identity, how),
         **checked,
         held_out=how,
+        labels=LabelCounts(*labels) if labels else None,
         longest=longest or _longest(splits),
     )
     rows._splits = read[0] if read else None  # read once, kept for the run
@@ -299,6 +303,14 @@ def _survey_inputs(
     every seed of an experiment reads them from one record)."""
     inputs = {"identity": identity, "kind": kind, "eval_fraction": eval_fraction}
     return {**inputs, "seed": seed} if eval_fraction else inputs
+
+
+def _label_counts(train: Any) -> list[int] | None:
+    """[desirable, undesirable] training rows of unpaired feedback; None for other rows."""
+    if "label" not in train.column_names:
+        return None
+    desirable = sum(bool(label) for label in train["label"])
+    return [desirable, len(train) - desirable]
 
 
 def _longest(splits: Any) -> dict[str, int]:

@@ -1,23 +1,36 @@
-"""A stage's trainer is a choice (sft | dpo | orpo | kto): its name and its `train` keys are
-checked against the trainer's own settings class before anything is read."""
+"""A stage's trainer is a choice (auto | sft | dpo | orpo | kto): its name and its `train` keys
+are checked against the trainer's own settings class before anything is read (with `auto`,
+against any trainer's: its rows choose one, whose class `plan` checks them against)."""
 
 from __future__ import annotations
 
 import pytest
 
-from recipe_engine.config.library_keys import check_train
-from recipe_engine.config.trainers import TRAINERS, trainer_kind, trainers_taking
+from recipe_engine.config.library_keys import check_train, check_train_for_one_of
+from recipe_engine.config.trainers import TRAINERS, trainer_for, trainer_kinds, trainers_taking
 from recipe_engine.errors import RecipeError
 
 
 def test_an_unknown_trainer_is_named_with_the_closest_one():
     with pytest.raises(RecipeError) as refused:
-        trainer_kind("dpoo", "align")
+        trainer_kinds("dpoo", "align")
     assert refused.value.key == "stage.align.trainer"
-    assert "Did you mean `dpo`" in str(refused.value) or "dpo" in str(refused.value)
-    assert "sft, dpo, orpo, kto" in str(refused.value)
+    assert "Did you mean `dpo`" in str(refused.value)
+    assert "auto, sft, dpo, orpo, kto" in str(refused.value)
     with pytest.raises(RecipeError, match="Did you mean `kto`"):
-        trainer_kind("ktoo", "align")
+        trainer_kinds("ktoo", "align")
+    with pytest.raises(RecipeError, match="Did you mean `auto`"):
+        trainer_kinds("atuo", "align")
+
+
+def test_auto_may_be_any_trainer_and_the_rows_choose_the_first_that_takes_them():
+    assert trainer_kinds("auto", "s") == list(TRAINERS.values())
+    assert trainer_kinds("orpo", "s") == [TRAINERS["orpo"]]
+    rows = {"instruction": "sft", "preference": "dpo", "unpaired": "kto"}
+    assert {kind: trainer_for(kind) for kind in rows} == rows
+    check_train_for_one_of("s", {"beta": 0.2}, ["SFTConfig", "DPOConfig"])  # DPO's key
+    with pytest.raises(RecipeError, match="SFTConfig fields"):  # the first class says why
+        check_train_for_one_of("s", {"betta": 0.2}, ["SFTConfig", "DPOConfig"])
 
 
 def test_preference_trainers_take_pairs_and_only_dpo_keeps_a_reference():

@@ -10,12 +10,12 @@ import pytest
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.feedback import (
-    LabelCounts,
     check_kl_batches,
     check_labels,
     estimates_kl,
     feedback_notes,
 )
+from recipe_engine.resolve.inputs import LabelCounts
 
 
 def kto(**train: object) -> StageConfig:
