@@ -437,8 +437,9 @@ DATA = {
     "pairs without a rejected column": case(
         *own_pairs("no-rejected.jsonl"), expect=("no-rejected.jsonl", "rejected")
     ),
-    "preference pairs for an sft stage": case(
-        *own_data("pairs.jsonl"), expect=("preference pairs", "stage.llm.trainer=dpo")
+    "preference pairs for a stage named sft": case(
+        *own_data("pairs.jsonl", "stage.llm.trainer=sft"),
+        expect=("preference pairs", "stage.llm.trainer=dpo"),
     ),
     "instruction rows for a dpo stage": case(
         *own_pairs("prompt-completion.csv"), expect=("learns from preference pairs", "chosen")

@@ -65,9 +65,27 @@ def test_dpo_on_instruction_rows_is_refused_naming_the_columns_it_needs(tmp_path
 
 
 def test_sft_on_preference_pairs_is_refused_with_the_trainers_that_take_them(tmp_path):
+    pairs = ("data.source=local", f"data.path={_pairs_file(tmp_path)}")
     with pytest.raises(RecipeError) as refused:
-        _text("data.source=local", f"data.path={_pairs_file(tmp_path)}")
+        _text(*pairs, "stage.llm.trainer=sft")
     assert "stage.llm.trainer=dpo" in str(refused.value)
+
+
+def test_a_stage_left_at_auto_trains_with_the_trainer_its_rows_call_for(tmp_path):
+    """Pairs given to a template that names no trainer: DPO, said, keyed as a stage that
+    names dpo; instruction rows keep SFT and the key SFT stages always had."""
+    chosen = _text("data.source=local", f"data.path={_pairs_file(tmp_path)}").stages["llm"]
+    named = _text(
+        "data.source=local", f"data.path={_pairs_file(tmp_path)}", "stage.llm.trainer=dpo"
+    ).stages["llm"]
+    assert chosen.config.trainer == "dpo" and chosen.fingerprint == named.fingerprint
+    assert any("chosen by its rows" in note for note in chosen.notes)
+    sft = _text().stages["llm"]
+    assert (
+        sft.config.trainer == "sft"
+        and sft.fingerprint == _text("stage.llm.trainer=sft").stages["llm"].fingerprint
+    )
+    assert not any("chosen by its rows" in note for note in sft.notes)
 
 
 def test_orpo_on_image_pairs_is_refused_because_trls_orpo_reads_text_only():
