@@ -12,6 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 Row = Any  # a `rows.RowConverter` on one record (not imported: it imports the registry)
+# What TRL reads, at the edge to it: a chat message ({role, content}) and one row of a shape.
+Message = dict[str, Any]
+TrlRow = dict[str, Any]
 
 # ShareGPT's role names (the `from` values of its messages) and ChatML's own.
 SHAREGPT_ROLES = {
@@ -30,16 +33,16 @@ SHAREGPT_EXAMPLE = '[{"from": "human", "value": "..."}, {"from": "gpt", "value":
 # --------------------------------------------------------------------------- row shapes
 
 
-def messages_row(row: Row) -> dict[str, Any]:
+def messages_row(row: Row) -> TrlRow:
     return {"messages": row.conversation(parts=False)[0]}
 
 
-def prompt_completion_row(row: Row) -> dict[str, Any]:
+def prompt_completion_row(row: Row) -> TrlRow:
     """Plain text: a `system` text, where rows have one, goes before the prompt."""
     return {"prompt": row.plain_prompt(row.text("prompt")), "completion": row.text("completion")}
 
 
-def chat_prompt_completion_row(row: Row) -> dict[str, Any]:
+def chat_prompt_completion_row(row: Row) -> TrlRow:
     """TRL's conversational prompt-completion: one user and one assistant turn (after the
     row's `system` message and its `history` turns, where it has them)."""
     prompt = [*alpaca_history(row), {"role": "user", "content": row.text("prompt")}]
@@ -50,7 +53,7 @@ def chat_prompt_completion_row(row: Row) -> dict[str, Any]:
     }
 
 
-def vlm_row(row: Row) -> dict[str, Any]:
+def vlm_row(row: Row) -> TrlRow:
     messages, all_strings = row.conversation(parts=True)
     images = row.row_images()
     placeholders = _placeholders(messages)
@@ -66,7 +69,7 @@ def vlm_row(row: Row) -> dict[str, Any]:
     return {"images": images, "messages": messages}
 
 
-def vlm_prompt_completion_row(row: Row) -> dict[str, Any]:
+def vlm_prompt_completion_row(row: Row) -> TrlRow:
     """TRL's conversational prompt-completion with images: the prompt is one user turn (an
     image placeholder per image, then the text), the completion one assistant turn."""
     images = row.row_images()
@@ -86,7 +89,7 @@ def _image_part() -> dict[str, Any]:
     return {"type": "image", "text": None}
 
 
-def _placeholders(messages: list[dict[str, Any]]) -> int:
+def _placeholders(messages: list[Message]) -> int:
     return sum(1 for m in messages for p in m["content"] if p["type"] == "image")
 
 
@@ -104,7 +107,7 @@ def sharegpt_messages(row: Row, parts: bool) -> tuple[list[Any], str]:
     return sharegpt_as_chatml(row, value, name), name
 
 
-def sharegpt_as_chatml(row: Row, messages: list[Any], name: str) -> list[dict[str, Any]]:
+def sharegpt_as_chatml(row: Row, messages: list[Any], name: str) -> list[Message]:
     """ShareGPT messages in ChatML through TRL's own converter, then ShareGPT's role names
     (`human`, `gpt`), which TRL leaves as they are, as ChatML's."""
     from trl.data_utils import maybe_convert_to_chatml
@@ -144,7 +147,7 @@ def alpaca_instruction(row: Row) -> str:
     return f"{instruction}\n\n{extra}" if extra.strip() else instruction
 
 
-def alpaca_history(row: Row) -> list[dict[str, Any]]:
+def alpaca_history(row: Row) -> list[Message]:
     history = json_list(row.get("history", required=False)) or []
     if not isinstance(history, list) or not all(
         isinstance(turn, list) and len(turn) == 2 for turn in history
