@@ -15,7 +15,7 @@ CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 FLOOR_VENV ?= /tmp/recipe-engine-floor
 
-.PHONY: install run test fuzz bench bench-memory bench-trl gpu-check lint docs clean floor-test constraints
+.PHONY: install run test test-cluster fuzz bench bench-memory bench-trl gpu-check lint docs clean floor-test constraints
 
 install: $(STAMP)
 
@@ -38,6 +38,17 @@ run: install
 # seeded, bounded run is part of it (tests/fuzz/test_fuzz.py).
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# Against a real two-node SLURM cluster started on this host (tests/cluster/slurm_cluster.py):
+# Debian's slurm-wlm, slurmdbd, munge and MariaDB (for sacct), installed as root when missing.
+CLUSTER_PACKAGES := slurm-wlm slurmdbd munge mariadb-server
+test-cluster: install
+	@missing=$$(for p in $(CLUSTER_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing $$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+	$(PY) -m pytest -q -m cluster tests/cluster
 
 # The fuzzer unseeded for FUZZ_MINUTES (default 60); what breaks the invariant is saved under
 # tests/fuzz/found/ and replayed by every `make test` from then on.

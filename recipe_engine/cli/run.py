@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -29,12 +28,16 @@ from recipe_engine.config.schema import EngineConfig, HardwareConfig, register_c
 from recipe_engine.errors import EXIT_INCOMPLETE, EXIT_USER_ERROR, RecipeError, StageFailed
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.plan.hardware import parse_gpus
+from recipe_engine.plan.jobs import check_request, sweep_job_request
 from recipe_engine.plan.recipe_plan import RecipePlan
+from recipe_engine.report.jobs import render_submitted
 from recipe_engine.report.run_report import report_run
 from recipe_engine.resolve.machine import is_main_process
+from recipe_engine.resolve.scheduler import read_partition, require_slurm
 from recipe_engine.run.gpu_pool import is_scheduler, job_pool, lease_gpu
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import incomplete, run_recipe, stages_to_run
+from recipe_engine.run.scheduling import submit_recipe
 from recipe_engine.store.store import Store, check_output_root, mark_engine_folder
 
 Plans = dict[str, RecipePlan]  # by the hash of the job's config
@@ -78,6 +81,8 @@ def main(args: list[str], multirun: bool) -> int:
     composed = compose_config(overrides, extra_dirs=config_dirs(flags), with_hydra=True)
     plan = plan_from_config(without_hydra(composed))
     _refuse_before_writing(plan)
+    if plan.config.launcher == "slurm":
+        return _submit(composed, plan, args)
     visible = plan.cuda_visible_devices
     if visible is not None:  # before anything initialises CUDA
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
@@ -89,6 +94,16 @@ def main(args: list[str], multirun: bool) -> int:
     if plan.launcher_processes:
         return relaunch(args, plan)
     run_composed(composed, plan)
+    return 0
+
+
+def _submit(composed: DictConfig, plan: RecipePlan, args: list[str]) -> int:
+    """launcher=slurm: the plan's stage jobs submitted; returns at once."""
+    run_dir = Path(str(composed.hydra.run.dir)).resolve()
+    jobs = submit_recipe(plan, args, run_dir)
+    if jobs:
+        mark_engine_folder(run_dir)
+    print(render_submitted(plan, jobs, run_dir))
     return 0
 
 
@@ -160,19 +175,15 @@ def without_hydra(composed: DictConfig) -> DictConfig:
 
 
 def check_scheduler(overrides: list[str], extra_dirs: list[str]) -> None:
-    """A SLURM sweep submits with srun/sbatch: refused, before anything is written, where there
-    are none (submitit would stop with a traceback after Hydra made the sweep folder)."""
+    """A SLURM sweep is checked against the partition before anything is written: SLURM's
+    commands on PATH, and what each job asks for (submitit would stop with sbatch's traceback
+    after Hydra made the sweep folder)."""
     if not any(o.startswith("hydra/launcher=") for o in overrides):
         return
     launcher = compose_config(overrides, extra_dirs=extra_dirs, with_hydra=True).hydra.launcher
-    slurm = str(launcher.get("_target_", "")).endswith(".SlurmLauncher")
-    if slurm and shutil.which("srun") is None:
-        raise RecipeError(
-            "The sweep's launcher submits to SLURM, but `srun` is not on PATH here: run it on "
-            "a login node of the cluster, or try the sweep on this machine with "
-            "`hydra/launcher=recipe-submitit-local`.",
-            key="hydra/launcher",
-        )
+    if str(launcher.get("_target_", "")).endswith(".SlurmLauncher"):
+        require_slurm("hydra/launcher")
+        check_request(sweep_job_request(launcher), read_partition(launcher.get("partition")))
 
 
 def run_hydra_app(args: list[str], plans: Plans) -> None:

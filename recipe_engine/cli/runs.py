@@ -10,6 +10,8 @@ from omegaconf import DictConfig
 from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.report.jobs import render_job_states
+from recipe_engine.resolve.scheduler import down_nodes, job_states
 from recipe_engine.run.machine import remembered_platform
 from recipe_engine.store.collect import collect_garbage
 from recipe_engine.store.gc import (
@@ -20,6 +22,7 @@ from recipe_engine.store.gc import (
     remove_run,
     render_listing,
 )
+from recipe_engine.store.jobs import load_jobs, submitted_runs
 from recipe_engine.store.records import Platform
 
 
@@ -41,6 +44,8 @@ def main(args: list[str], multirun: bool) -> int:
         if len(words) != 1:
             raise RecipeError(f"`runs rm` takes one run folder, got {len(words)}.\n{USAGE}")
         print(remove_run(root, words[0], dry_run=dry_run))
+    elif action == "jobs":
+        print(_jobs(root, words))
     elif words:
         raise RecipeError(f"`runs {action}` takes no path (got `{' '.join(words)}`).")
     elif action == "gc":
@@ -48,6 +53,23 @@ def main(args: list[str], multirun: bool) -> int:
     else:
         print(render_listing(root, here=platform_here_for(cfg)))
     return 0
+
+
+def _jobs(root: Path, words: list[str]) -> str:
+    """A SLURM run's jobs with their states (the newest such run without a folder)."""
+    if len(words) > 1:
+        raise RecipeError(f"`runs jobs` takes at most one run folder, got {len(words)}.\n{USAGE}")
+    if words:
+        run_dir = Path(words[0]) if Path(words[0]).is_absolute() else root / words[0]
+        run_dir = run_dir if run_dir.exists() else Path(words[0]).resolve()
+    else:
+        submitted = submitted_runs(root)
+        if not submitted:
+            raise RecipeError(f"No run under {root} was submitted with `launcher=slurm`.")
+        run_dir = submitted[-1]
+    jobs = load_jobs(run_dir)
+    states = job_states([job.job_id for job in jobs])
+    return render_job_states(run_dir, jobs, states, down_nodes())
 
 
 def platform_here_for(cfg: DictConfig) -> PlatformHere:

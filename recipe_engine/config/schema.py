@@ -2,8 +2,9 @@
 
 Hydra validates every composed recipe against `EngineConfig` (unknown keys and wrong
 types fail at composition). Library settings (`train`, `lora`, `quantization`) are open
-mappings here because their keys belong to SFTConfig, LoraConfig and BitsAndBytesConfig;
-`validate.py` checks them against those classes.
+mappings here because their keys belong to TRL's settings classes (SFTConfig, DPOConfig,
+ORPOConfig, KTOConfig), LoraConfig and BitsAndBytesConfig; `library_keys` checks them against
+those classes.
 """
 
 from __future__ import annotations
@@ -135,6 +136,25 @@ class EvalConfig:
 
 
 @dataclass
+class SlurmConfig:
+    """`launcher=slurm`: how each stage's job is submitted (sbatch's options, sbatch's names).
+    Left unset, a job is sized from its stage's plan: nodes, GPUs, CPUs and host memory."""
+
+    partition: str | None = None  # None: the cluster's default partition
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    time: str = "04:00:00"  # sbatch --time: MINUTES, HH:MM:SS or D-HH:MM:SS
+    cpus_per_task: int | None = None  # None: 8 per GPU, or one per CPU process
+    mem_gb: float | None = None  # None: the plan's host-memory estimate
+    # Seconds before the time limit at which SLURM signals the job: it requeues itself and
+    # resumes from its last checkpoint (submitit's checkpointing).
+    signal_delay_s: int = 120
+    setup: list[str] = field(default_factory=list)  # shell lines before the job (module load)
+    additional_parameters: dict[str, Any] = field(default_factory=dict)  # any other sbatch option
+
+
+@dataclass
 class RecipeInfo:
     name: str = MISSING
     description: str = ""
@@ -153,6 +173,12 @@ class EngineConfig:
     gpus: Any = None  # physical GPU ids: 6 | [6, 7]; sets CUDA_VISIBLE_DEVICES
     parallel: str = "auto"  # auto | single | model_parallel | ddp | fsdp | deepspeed
     nproc: int | None = None  # processes for ddp on cpu (one per GPU otherwise)
+    # local: this machine trains the stages in order; slurm: every stage not in the store is
+    # one SLURM job (submitit), a child after its parent. `nodes` > 1: each stage on that many
+    # nodes (parallel=ddp|fsdp|deepspeed, nproc processes per node), under a scheduler only.
+    launcher: str = "local"
+    nodes: int = 1
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
     only: list[str] = field(default_factory=list)  # run just these stages
     force: list[str] = field(default_factory=list)  # retrain these even if cached
     fresh: bool = False  # ignore trainer checkpoints of an interrupted stage

@@ -43,9 +43,10 @@ def idle_warning(visible: list[GpuInfo], used: int) -> str:
 
 
 def process_count(req: PlacementRequest, external: bool) -> int:
-    if external and req.nproc is not None and req.nproc != req.world_size:
+    if external and req.nproc is not None and req.nproc * req.nodes != req.world_size:
+        on_nodes = f" on each of `nodes={req.nodes}`" if req.nodes > 1 else ""
         raise PlacementRefused(
-            f"`{K_NPROC}={req.nproc}` but the launcher ({req.launched_by}) started "
+            f"`{K_NPROC}={req.nproc}`{on_nodes} but the launcher ({req.launched_by}) started "
             f"{req.world_size} process(es). Drop `{K_NPROC}` or relaunch with "
             f"`--nproc_per_node={req.nproc}` instead.",
             key=K_NPROC,
@@ -62,6 +63,13 @@ def plan_distributed(c: ModeContext, mode: str) -> PlacementPlan:
         raise refuse_mode_on(
             device, mode, f"`{K_DEVICE}=cuda`, or `{K_PARALLEL}=ddp {K_NPROC}=2` on CPU"
         )
+    if req.nodes > 1 and not (c.external or req.scheduled):
+        raise PlacementRefused(
+            f"`nodes={req.nodes}` needs a scheduler to give the stage its nodes: add "
+            "`launcher=slurm` (run it on the cluster's login node), or start the processes "
+            "yourself with srun + torchrun (docs/cluster.md).",
+            key="nodes",
+        )
     nproc = _processes(c, mode)
     used = c.visible if c.external else c.visible[:nproc]
     device_map = _device_map(c, mode, used)
@@ -72,7 +80,7 @@ def plan_distributed(c: ModeContext, mode: str) -> PlacementPlan:
         mode=mode,
         device_map=device_map,
         max_memory=None,
-        world_size=req.world_size if c.external else nproc,
+        world_size=req.world_size if c.external else nproc * req.nodes,
         nproc=nproc,
         launcher=launcher,
     )
@@ -84,7 +92,7 @@ def _processes(c: ModeContext, mode: str) -> int:
     req, visible = c.req, c.visible
     nproc = process_count(req, c.external)
     if c.device != "cuda":
-        if not c.external and (req.nproc is None or req.nproc < 2):
+        if not c.external and (req.nproc or 1) * req.nodes < 2:
             raise PlacementRefused(
                 f"`{K_PARALLEL}={mode}` on CPU needs the number of (gloo) processes: set "
                 f"`{K_NPROC}=2` or more, or use `{K_PARALLEL}=single` instead.",
@@ -137,6 +145,12 @@ def _device_map(c: ModeContext, mode: str, used: list[GpuInfo]) -> dict[str, int
 def _launcher(c: ModeContext, mode: str, nproc: int) -> str:
     if c.external:
         return "external"
+    if c.req.nodes > 1:
+        c.notes.append(
+            f"{c.req.nodes} nodes: the stage's SLURM job starts one torchrun per node (srun), "
+            f"{nproc} process(es) each, {nproc * c.req.nodes} in all, rendezvous at its first node."
+        )
+        return "srun-torchrun"
     if mode == "ddp" and nproc == 1:
         c.notes.append("ddp with one process: no gradient sync, same as parallel=single.")
         return "none"

@@ -56,6 +56,9 @@ class PlacementRequest:
     parallel: str = "auto"
     # Processes for ddp/fsdp/deepspeed; default one per selected GPU; required >= 2 for cpu ddp.
     nproc: int | None = None
+    # Nodes a scheduler gives the stage (launcher=slurm): `nproc` processes on each.
+    nodes: int = 1
+    scheduled: bool = False  # launcher=slurm: the stage's job is sized and started by SLURM
     machine_gpus: tuple[GpuInfo, ...] = ()
     # machine_gpus describe a hardware profile = the GPUs this job gets; `gpus` indices are then
     # not checked against them, only their count must match.

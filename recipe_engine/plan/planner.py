@@ -30,6 +30,7 @@ from recipe_engine.plan import dag
 from recipe_engine.plan.determinism import Determinism, decide_determinism
 from recipe_engine.plan.feedback import check_kl_batches, check_labels, feedback_notes
 from recipe_engine.plan.hardware import parse_gpus, profile_gpus
+from recipe_engine.plan.jobs import check_launch
 from recipe_engine.plan.keys import set_fingerprints
 from recipe_engine.plan.memory_fit import StageMemory
 from recipe_engine.plan.memory_inputs import MemoryInputs, stage_memory
@@ -89,6 +90,7 @@ def check_recipe(cfg: EngineConfig) -> dag.StageGraph:
     """What the recipe alone gets wrong, refused before anything is read; its stage graph."""
     check_engine_values(cfg.seed, dataclasses.asdict(cfg.eval))
     check_model_entry(cfg.model)
+    check_launch(cfg)
     stages = resolved_stages(cfg)
     for name, stage in stages.items():
         _check_stage_settings(name, stage)
@@ -292,6 +294,8 @@ def placement_request(
         gpus=parse_gpus(cfg.gpus),
         parallel=cfg.parallel,
         nproc=cfg.nproc,
+        nodes=cfg.nodes,
+        scheduled=cfg.launcher == "slurm",
         machine_gpus=profile_gpus(dataclasses.asdict(hardware)) if from_profile else machine.gpus,
         from_profile=from_profile,
         cuda_visible_devices=None if from_profile else machine.cuda_visible_devices,

@@ -104,6 +104,32 @@ class StagePlan:
         return self.config.evaluate_only
 
 
+@dataclass(frozen=True)
+class StageJob:
+    """One stage's SLURM job, as `plan` prints it and `run` submits it."""
+
+    stage: str
+    nodes: int
+    tasks_per_node: int  # one: the task starts the stage's processes (torchrun on each node)
+    processes_per_node: int
+    gpus_per_node: int
+    cpus_per_task: int
+    mem_gb: int
+    time_min: int
+    signal_delay_s: int  # SLURM signals the job this long before its time limit (requeue)
+    partition: str
+    after: tuple[str, ...]  # stages whose jobs must end well first (afterok)
+
+    def describe(self) -> str:
+        gpus = f", {self.gpus_per_node} GPU(s) per node" if self.gpus_per_node else ""
+        after = f", after {', '.join(self.after)}" if self.after else ""
+        return (
+            f"job: {self.nodes} node(s), {self.processes_per_node} process(es) per node{gpus}, "
+            f"{self.cpus_per_task} CPU(s), {self.mem_gb} GB, {self.time_min} min on partition "
+            f"{self.partition}{after}"
+        )
+
+
 @dataclass
 class RecipePlan:
     recipe: str
@@ -113,6 +139,8 @@ class RecipePlan:
     machine: Machine
     hardware: str
     notes: list[str] = field(default_factory=list)
+    # launcher=slurm: the job of every stage to submit (stored stages have none), in order
+    jobs: dict[str, StageJob] = field(default_factory=dict)
 
     @property
     def cuda_visible_devices(self) -> str | None:

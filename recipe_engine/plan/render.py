@@ -12,6 +12,10 @@ def render_plan(plan: RecipePlan) -> str:
     lines = [f"recipe {plan.recipe}  ({len(plan.stages)} stage(s), hardware: {plan.hardware})"]
     for index, name in enumerate(plan.graph.order, 1):
         lines += ["", *_stage_lines(index, plan.stages[name])]
+        if plan.config.launcher == "slurm":
+            job = plan.jobs.get(name)
+            left_out = "job: none (in the store, or left out by `only`)"
+            lines.append(f"    {job.describe() if job else left_out}")
     lines += [f"note: {note}" for note in plan.notes]
     return "\n".join(lines)
 

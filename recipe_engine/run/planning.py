@@ -8,17 +8,41 @@ from omegaconf import DictConfig
 
 from recipe_engine.config.compose import to_engine_config
 from recipe_engine.config.schema import EngineConfig
+from recipe_engine.plan.jobs import plan_jobs
 from recipe_engine.plan.planner import check_recipe, plan_recipe
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.resolver import resolve_recipe
+from recipe_engine.resolve.scheduler import Partition, read_partition
 from recipe_engine.run.preflight import check_with_libraries
+from recipe_engine.store.store import Store
 
 
-def plan_from_config(cfg: DictConfig | EngineConfig, machine: Machine | None = None) -> RecipePlan:
+def plan_from_config(
+    cfg: DictConfig | EngineConfig,
+    machine: Machine | None = None,
+    partition: Partition | None = None,
+) -> RecipePlan:
+    """The plan; with `launcher=slurm` its stage jobs too, on `partition` (default: the one
+    `slurm.partition` names, read from sinfo)."""
     config = cfg if isinstance(cfg, EngineConfig) else to_engine_config(cfg)
     graph = check_recipe(config)  # the recipe alone: nothing is read before it passes
     parents = {name: graph.parents[name] for name in graph.order}
     plan = plan_recipe(config, graph, resolve_recipe(config, parents, machine))
     check_with_libraries(list(plan.stages.values()))
+    if config.launcher == "slurm":
+        partition = partition or read_partition(config.slurm.partition)
+        plan.jobs = plan_jobs(plan, partition, _stored(plan))
     return plan
+
+
+def _stored(plan: RecipePlan) -> set[str]:
+    """Stages a SLURM submission leaves out: those the store holds (unless forced), and those
+    `only` does not name."""
+    store, config = Store(plan.config.output_root), plan.config
+    return {
+        name
+        for name, stage in plan.stages.items()
+        if (store.is_complete(stage.fingerprint) and name not in config.force)
+        or (config.only and name not in config.only)
+    }

@@ -44,6 +44,9 @@ actions
                         store holds results of several platforms
   rm RUN_DIR            remove a run, sweep job or whole sweep folder (as given, or relative to
                         output_root); store entries are never removed by `rm`
+  jobs [RUN_DIR]        a `launcher=slurm` run's stage jobs (the newest one without RUN_DIR):
+                        each job's SLURM state, nodes, time and stage key; for a job that did
+                        not finish, which parent or node stopped it and what to run
   gc                    remove store entries no remaining run references (nor an ancestor or
                         merged base of one), and .partial/.stale folders whose lock no running
                         job holds, and .tmp folders older than an hour
@@ -51,7 +54,7 @@ actions
 --dry-run (rm, gc) says what would go without deleting. Nothing outside output_root is touched.
 Run gc while nothing is training: a running job's cached parents are not yet in a summary.
 """
-ACTIONS = ("list", "rm", "gc")
+ACTIONS = ("list", "rm", "gc", "jobs")
 # A folder written aside (`.<name>.<pid>.tmp`) by a live process is left alone this long.
 TMP_GRACE_S = 3600
 RUN_AREAS = ("runs", "sweeps")

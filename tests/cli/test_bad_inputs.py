@@ -94,6 +94,16 @@ CONFIG = {
         expect=("stage.llm.quantization.load_in_3bit", "Did you mean"),
     ),
     "unknown data key": case("data.pth=x.jsonl", expect=("data.pth", "Did you mean `path`")),
+    # a cluster's keys, refused on any machine (tests/cluster/ meet a real scheduler)
+    "misspelt launcher": case("launcher=slrum", expect=("`launcher=slrum`", "local, slurm")),
+    "two nodes without data parallelism": case(
+        "nodes=2", expect=("`nodes=2`", "`parallel=auto`", "Set `parallel=ddp`")
+    ),
+    "two nodes without a scheduler": case(
+        "recipe=text-lora", "nodes=2", "parallel=ddp", expect=("`nodes=2`", "`launcher=slurm`")
+    ),
+    "a time sbatch does not take": case("slurm.time=4h", expect=("`slurm.time=4h`", "HH:MM:SS")),
+    "unknown slurm key": case("slurm.partion=gpu", expect=("slurm.partion", "`partition`")),
     "unknown stage data key": case(
         "stage.llm.data.pth=x.jsonl", expect=("stage.llm.data.pth", "Did you mean `path`")
     ),

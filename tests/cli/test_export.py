@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from engine_cli import engine
 from hub_server import HubServer
 
 from recipe_engine.cli.main import main
@@ -172,16 +173,22 @@ def test_an_unknown_stage_or_key_is_one_message(run_dir, capsys):
     assert "matches no stage" in capsys.readouterr().err
 
 
+def export_cli(*words: str, hub: str, token: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m recipe_engine export WORDS` against the hub at `hub` with `token`."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": hub, "HF_TOKEN": token}
+    return engine("export", *words, cwd=cwd, env=env, timeout=300)
+
+
 def test_push_uploads_the_export_to_the_hub_and_it_downloads_whole(run_dir, tmp_path):
     hub = HubServer().start()
     hub.tokens.add("hf_writer")
     to = tmp_path / "pushed"
     words = [f"{run_dir}:vision", f"to={to}", "push=true", "repo=acme/r3-vision"]
     try:
-        refused = cli(*words, env={"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": "hf_nobody"})
+        refused = export_cli(*words, hub=hub.endpoint, token="hf_nobody", cwd=tmp_path)
         assert refused.returncode == 2, refused.stderr[-2000:]
         assert f"The export is in {to}" in refused.stderr and "HF_TOKEN" in refused.stderr
-        pushed = cli(*words, env={"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": "hf_writer"})
+        pushed = export_cli(*words, hub=hub.endpoint, token="hf_writer", cwd=tmp_path)
         assert pushed.returncode == 0, pushed.stderr[-2000:]
         assert "pushed to acme/r3-vision at commit" in pushed.stdout
         repo = hub.repos[("model", "acme/r3-vision")]
@@ -192,16 +199,6 @@ def test_push_uploads_the_export_to_the_hub_and_it_downloads_whole(run_dir, tmp_
         assert "POST /api/models/acme/r3-vision/commit/main" in hub.requests
     finally:
         hub.stop()
-
-
-def cli(*words: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "recipe_engine", "export", *words],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "0", **env},
-    )
 
 
 def test_a_run_ending_in_an_evaluation_exports_its_last_trained_stage(tmp_path, capsys):

@@ -6,15 +6,7 @@ import json
 import subprocess
 import sys
 
-
-def engine(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "recipe_engine", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+from engine_cli import engine
 
 
 def test_run_through_hydra_with_a_relative_output_root(tmp_path):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from engine_cli import engine
 
 SMALL = [
     "recipe=r1-llm-only",
@@ -20,18 +20,6 @@ SMALL = [
     "stage.llm.train.num_train_epochs=1",
     "stage.llm.train.per_device_train_batch_size=8",
 ]
-
-
-def engine(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "recipe_engine", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def manifests(output_root: Path) -> list[dict]:

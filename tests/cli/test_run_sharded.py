@@ -6,12 +6,11 @@ committed stage that loads back and generates. FSDP is refused on CPU with the r
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from engine_cli import engine
 
 from recipe_engine.store.records import ADAPTER
 
@@ -27,16 +26,6 @@ FULL_ZERO3 = [
     "stage.vision.train.per_device_train_batch_size=8",
     "++stage.vision.train.deepspeed.zero_optimization.stage=3",
 ]
-
-
-def engine(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "recipe_engine", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
 
 
 def manifest(output_root: Path) -> tuple[Path, dict]:
@@ -125,4 +114,6 @@ def test_a_run_trains_an_sft_stage_then_a_full_dpo_stage_under_zero3(tmp_path: P
     dpo = records["dpo"]
     assert dpo["config"]["trainer"] == "dpo" and dpo["world_size"] == 2
     assert dpo["trainer"]["deepspeed"]["zero_optimization"]["stage"] == 3
-    assert dpo["metrics"]["steps"] == 2 and dpo["metrics"]["preference"]["reward_accuracy"] >= 0
+    assert dpo["metrics"]["steps"] == 2
+    accuracy = dpo["metrics"]["preference"]["reward_accuracy"]  # a share of held-out pairs
+    assert isinstance(accuracy, float) and 0.0 <= accuracy <= 1.0

@@ -24,7 +24,8 @@ def launcher(*overrides: str):
 )
 def test_gpus_per_job_come_from_the_recipe(overrides, gpus):
     slurm = launcher("hydra/launcher=recipe-submitit-slurm", *overrides)
-    assert slurm.gpus_per_node == gpus
+    # No GPU is no --gpus-per-node at all: a cluster without GPU gres refuses `=0`.
+    assert slurm.gpus_per_node == (gpus or None)
     assert launcher("hydra/launcher=recipe-submitit-local", *overrides).gpus_per_node == gpus
 
 
@@ -61,15 +62,17 @@ def test_a_scheduled_job_plans_on_the_node_it_runs_on():
     assert on_the_node.config.hardware.detect
 
 
-def test_a_slurm_sweep_without_srun_is_one_message_and_writes_nothing(
+def test_a_slurm_sweep_without_slurm_is_one_message_and_writes_nothing(
     tmp_path, capsys, monkeypatch
 ):
-    from recipe_engine.cli import run
     from recipe_engine.cli.main import main
+    from recipe_engine.resolve import scheduler
 
-    # A login node of a cluster has srun; this test is about a machine that does not.
+    # A login node of a cluster has SLURM's commands; this test is about a machine without.
     real_which = shutil.which
-    monkeypatch.setattr(run.shutil, "which", lambda n: None if n == "srun" else real_which(n))
+    monkeypatch.setattr(
+        scheduler.shutil, "which", lambda n: None if n == "sbatch" else real_which(n)
+    )
 
     argv = [
         "-m",
@@ -80,6 +83,24 @@ def test_a_slurm_sweep_without_srun_is_one_message_and_writes_nothing(
     ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: The sweep's launcher submits to SLURM, but `srun` is not on PATH")
+    assert err.startswith("error: `hydra/launcher` submits to SLURM, but `sbatch` is not on PATH")
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_launcher_slurm_without_slurm_is_one_message_and_writes_nothing(
+    tmp_path, capsys, monkeypatch
+):
+    from recipe_engine.cli.main import main
+    from recipe_engine.resolve import scheduler
+
+    real_which = shutil.which
+    monkeypatch.setattr(
+        scheduler.shutil, "which", lambda n: None if n == "sbatch" else real_which(n)
+    )
+    argv = ["recipe=r1-llm-only", "launcher=slurm", f"output_root={tmp_path / 'out'}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: `launcher=slurm` submits to SLURM, but `sbatch` is not on PATH")
     assert len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()

@@ -50,6 +50,19 @@ def test_a_stage_asking_full_determinism_itself_is_planned_as_deterministic():
     assert stage.stages["vision"].determinism.deterministic_kernels
 
 
-def test_lora_stages_got_new_keys_because_their_old_keys_named_no_single_result():
+def test_lora_stages_got_new_keys_because_their_old_keys_named_no_single_result(monkeypatch):
+    """LoRA adapters were initialised unseeded (key 873ef3c284d3 then): the seeded init is
+    part of a LoRA stage's key, so a key without it names another stage."""
+    from recipe_engine.plan import keys
+
     llm = plan("recipe=r1-llm-only").stages["llm"]
-    assert not llm.fingerprint.startswith("873ef3c284d3")  # unseeded LoRA init before
+    unseeded = {"lora_init": "seeded"}
+    assert keys._randomness(llm).items() >= unseeded.items()
+    real = keys._randomness
+    monkeypatch.setattr(
+        keys,
+        "_randomness",
+        lambda stage: {k: v for k, v in real(stage).items() if k != "lora_init"},
+    )
+    without = plan("recipe=r1-llm-only").stages["llm"]
+    assert without.fingerprint != llm.fingerprint

@@ -1,0 +1,154 @@
+"""The SLURM partition a recipe's jobs go to, as `sinfo` describes it (`launcher=slurm`).
+
+Read once, before planning the jobs: how many nodes the partition has, and what its smallest
+node offers (CPUs, memory, GPUs in its gres), so `plan` refuses what sbatch would refuse.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from recipe_engine.errors import RecipeError
+
+GPU_GRES = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    nodes: int
+    cpus_per_node: int  # the smallest node's
+    memory_mb: int  # the smallest node's
+    gpus_per_node: int  # the smallest node's GPUs (gres gpu[:type]:N), 0 without
+    max_time_min: int | None  # None: no limit
+
+
+def require_slurm(key: str) -> None:
+    """The SLURM client commands a submission needs, or one message saying where to run."""
+    missing = [c for c in ("sbatch", "sinfo", "sacct", "scancel") if shutil.which(c) is None]
+    if missing:
+        raise RecipeError(
+            f"`{key}` submits to SLURM, but `{missing[0]}` is not on PATH here: run the "
+            "command on a login node of the cluster (or drop it to train on this machine).",
+            key=key,
+        )
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job as `sacct` reports it."""
+
+    job_id: str
+    state: str  # COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, RUNNING, PENDING, ...
+    exit_code: str
+    nodes: str  # SLURM's node list (n[1-2])
+    node_names: tuple[str, ...]
+    elapsed: str
+    reason: str
+
+
+def job_states(job_ids: list[str]) -> dict[str, JobState]:
+    """The allocations' states (not their steps'), by job id."""
+    require_slurm("runs jobs")
+    if not job_ids:
+        return {}
+    fields = "JobID,State,ExitCode,NodeList,Elapsed,Reason"
+    done = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-o", fields, "-j", ",".join(job_ids)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RecipeError(f"`sacct` failed: {done.stderr.strip()[:300]}", key="launcher")
+    states = {}
+    for line in done.stdout.splitlines():
+        job_id, state, exit_code, nodes, elapsed, reason = line.split("|")[:6]
+        states[job_id] = JobState(
+            job_id=job_id,
+            state=state.split()[0],  # "CANCELLED by 0" -> CANCELLED
+            exit_code=exit_code,
+            nodes=nodes,
+            node_names=tuple(_hostnames(nodes)),
+            elapsed=elapsed,
+            reason=reason,
+        )
+    return states
+
+
+def down_nodes() -> dict[str, str]:
+    """Nodes SLURM holds down, drained or failing, with the reason given."""
+    return {row[0]: row[1] for row in _sinfo(["-R", "-N", "-o", "%N|%E"]) if len(row) > 1}
+
+
+def _hostnames(nodelist: str) -> list[str]:
+    if nodelist in ("", "None assigned", "(null)"):
+        return []
+    done = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=False
+    )
+    return done.stdout.split() or [nodelist]
+
+
+def read_partition(name: str | None) -> Partition:
+    """The named partition, or the cluster's default one (sinfo marks it with `*`)."""
+    require_slurm("launcher=slurm")
+    rows = _sinfo(["-N", "-o", "%P|%c|%m|%G|%l"])
+    partitions = sorted({row[0].rstrip("*") for row in rows})
+    if name is None:
+        defaults = {row[0].rstrip("*") for row in rows if row[0].endswith("*")}
+        if not defaults:
+            raise RecipeError(
+                "The cluster has no default partition: name one with `slurm.partition=` "
+                f"({', '.join(partitions)}).",
+                key="slurm.partition",
+            )
+        name = defaults.pop()
+    nodes = [row for row in rows if row[0].rstrip("*") == name]
+    if not nodes:
+        raise RecipeError(
+            f"`slurm.partition={name}`: the cluster has no such partition. It has: "
+            f"{', '.join(partitions) or '(none)'}.",
+            key="slurm.partition",
+        )
+    return Partition(
+        name=name,
+        nodes=len(nodes),
+        cpus_per_node=min(int(row[1].rstrip("+")) for row in nodes),
+        memory_mb=min(int(row[2].rstrip("+")) for row in nodes),
+        gpus_per_node=min(_gres_gpus(row[3]) for row in nodes),
+        max_time_min=_limit_minutes(nodes[0][4]),
+    )
+
+
+def _sinfo(arguments: list[str]) -> list[list[str]]:
+    done = subprocess.run(
+        ["sinfo", "-h", *arguments], capture_output=True, text=True, timeout=60, check=False
+    )
+    if done.returncode != 0:
+        raise RecipeError(
+            f"`sinfo` cannot reach the SLURM controller: {done.stderr.strip()[:300]}. Check "
+            "that slurmctld runs and SLURM_CONF names its slurm.conf.",
+            key="launcher",
+        )
+    return [line.split("|") for line in done.stdout.splitlines() if line.strip()]
+
+
+def _gres_gpus(gres: str) -> int:
+    return sum(int(count) for count in GPU_GRES.findall(gres))
+
+
+def _limit_minutes(limit: str) -> int | None:
+    """sinfo's %l: `infinite`, `MM`, `HH:MM:SS` or `D-HH:MM:SS`."""
+    if limit in ("infinite", "n/a", ""):
+        return None
+    days, _, clock = limit.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    hours, minutes, _ = parts
+    return (int(days) if days else 0) * 1440 + hours * 60 + minutes

@@ -1,0 +1,229 @@
+"""`launcher=slurm`: submit the plan's stage jobs through submitit, and what each job runs.
+
+Each stage the store lacks is one SLURM job (`plan.jobs`, sized and checked by the plan), a
+child submitted with `--dependency=afterok:<parent's job>` and `--kill-on-invalid-dep=yes`, so
+a parent that fails leaves its children cancelled. Submission returns at once; `jobs.json` in
+the run folder records the jobs (`runs jobs` shows their states).
+
+A job runs this same command on its node, for its one stage (`only=[stage]`, `launcher=local`),
+into `<run folder>/<stage>/`: on one node as a plain process (the engine relaunches itself with
+torchrun for ddp / fsdp / deepspeed as on any machine), on several nodes as one torchrun per
+node (srun starts one task per node), the rendezvous at the allocation's first node. The
+store's per-stage lock makes a job whose stage another job is training wait, then reuse it.
+A job that reaches its time limit is signalled first, requeues itself (submitit's
+checkpointing) and resumes from the stage's last checkpoint; so does one cancelled and
+submitted again with the same command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.plan.recipe_plan import RecipePlan, StageJob
+from recipe_engine.store.jobs import SubmittedJob, save_jobs
+
+# The rendezvous port of a multi-node stage: one per job id, so jobs sharing a node differ.
+PORT_BASE, PORT_SPAN = 20000, 20000
+
+
+def submit_recipe(plan: RecipePlan, args: list[str], run_dir: Path) -> list[SubmittedJob]:
+    """Every job of the plan, in graph order, each after its parent's; recorded in the run
+    folder before this returns."""
+    try:
+        import submitit
+    except ImportError:
+        raise RecipeError(
+            "`launcher=slurm` submits with submitit: pip install 'recipe-engine[submitit]'.",
+            key="launcher",
+        ) from None
+    created = _first_missing(run_dir)  # removed again if sbatch refuses: nothing written
+    run_dir.mkdir(parents=True, exist_ok=True)
+    submitted: dict[str, SubmittedJob] = {}
+    command = " ".join(["python -m recipe_engine", *map(shlex.quote, args)])
+    for name, job in plan.jobs.items():
+        executor = submitit.SlurmExecutor(folder=run_dir / name / "slurm", max_num_timeout=1000)
+        executor.update_parameters(**_sbatch_options(plan, job, submitted))
+        task = StageTask(
+            args=tuple(args),
+            stage=name,
+            run_dir=str(run_dir),
+            nodes=job.nodes,
+            processes_per_node=job.processes_per_node,
+        )
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # submitit echoes sbatch's stderr
+                slurm_job = executor.submit(task)
+        except (
+            submitit.core.utils.FailedJobError,
+            submitit.core.utils.FailedSubmissionError,
+        ) as error:
+            _cancel([job.job_id for job in submitted.values()])
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            extra = plan.config.slurm.additional_parameters
+            raise sbatch_refusal(name, str(error), list(submitted), extra) from None
+        submitted[name] = SubmittedJob(
+            stage=name,
+            job_id=str(slurm_job.job_id),
+            key=plan.stages[name].fingerprint,
+            after=job.after,
+            nodes=job.nodes,
+            log=str(slurm_job.paths.stdout).replace("%t", "0"),
+            command=command,
+        )
+        save_jobs(run_dir, list(submitted.values()))
+    return list(submitted.values())
+
+
+# sbatch's refusals, by what it names, and the key that set it.
+REFUSED_BY = (
+    ("account", "slurm.account"),
+    ("partition", "slurm.partition"),
+    ("qos", "slurm.qos"),
+    ("gres", "device"),
+    ("constraint", "slurm.constraint"),
+    ("time limit", "slurm.time"),
+    ("memory", "slurm.mem_gb"),
+    ("node configuration", "slurm.cpus_per_task"),
+)
+
+
+def sbatch_refusal(
+    stage: str, error: str, cancelled: list[str], extra: dict[str, object]
+) -> RecipeError:
+    """sbatch's own words, one line, with the key whose value it refused (an option of
+    `slurm.additional_parameters` first: it overrides the engine's)."""
+    said = next((line.strip() for line in error.splitlines() if "error" in line.lower()), "")
+    said = said or (error.strip().splitlines() or ["(no message)"])[-1]
+    words = [(name.replace("_", " "), f"slurm.additional_parameters.{name}") for name in extra]
+    key = next((k for word, k in [*words, *REFUSED_BY] if word in said.lower()), "slurm")
+    undone = (
+        f" The job(s) of {', '.join(cancelled)} submitted before it were cancelled."
+        if cancelled
+        else ""
+    )
+    return RecipeError(
+        f"sbatch refused stage `{stage}`'s job: {said[:300]} (set by `{key}`; `plan ... "
+        f"launcher=slurm` shows each job's request).{undone}",
+        key=key,
+    )
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost folder of `folder`'s path that does not exist yet (None: it exists)."""
+    missing = None
+    for path in [folder, *folder.parents]:
+        if path.exists():
+            return missing
+        missing = path
+    return missing
+
+
+def _cancel(job_ids: list[str]) -> None:
+    if job_ids:
+        subprocess.run(["scancel", *job_ids], capture_output=True, check=False, timeout=60)
+
+
+def _sbatch_options(
+    plan: RecipePlan, job: StageJob, submitted: dict[str, SubmittedJob]
+) -> dict[str, object]:
+    slurm = plan.config.slurm
+    options: dict[str, object] = {
+        "job_name": f"{plan.recipe}-{job.stage}",
+        "partition": job.partition,
+        "nodes": job.nodes,
+        "ntasks_per_node": job.tasks_per_node,
+        "cpus_per_task": job.cpus_per_task,
+        "mem": f"{job.mem_gb}GB",
+        "time": job.time_min,
+        "signal_delay_s": job.signal_delay_s,
+        "setup": list(slurm.setup),
+        "additional_parameters": {"kill_on_invalid_dep": "yes", **slurm.additional_parameters},
+    }
+    if job.gpus_per_node:  # a CPU cluster declares no gpu gres: asking for 0 is refused
+        options["gpus_per_node"] = job.gpus_per_node
+    for key in ("account", "qos", "constraint"):
+        if getattr(slurm, key):
+            options[key] = getattr(slurm, key)
+    if job.after:
+        ids = ":".join(submitted[parent].job_id for parent in job.after)
+        options["dependency"] = f"afterok:{ids}"
+    return options
+
+
+@dataclass(frozen=True)
+class StageTask:
+    """What a stage's job runs on each of its nodes (submitit pickles it into the job)."""
+
+    args: tuple[str, ...]
+    stage: str
+    run_dir: str
+    nodes: int
+    processes_per_node: int
+
+    def __call__(self) -> str:
+        command = [*self._launcher(), *self._engine_args()]
+        print(f"stage {self.stage}: {shlex.join(command)}", flush=True)
+        code = subprocess.run(command, check=False).returncode
+        if code != 0:
+            raise RuntimeError(
+                f"stage {self.stage} stopped with exit code {code} (its messages are above; "
+                f"its run folder: {Path(self.run_dir) / self.stage})"
+            )
+        return self.stage
+
+    def checkpoint(self) -> object:
+        """On the time-limit signal: requeue the same task; the stage resumes from its last
+        checkpoint in the store's work folder."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self)
+
+    def _engine_args(self) -> list[str]:
+        replaced = ("launcher=", "only=", "hydra.run.dir=")
+        return [
+            *(a for a in self.args if not a.lstrip("+~").startswith(replaced)),
+            "launcher=local",
+            f"only=[{self.stage}]",
+            f"hydra.run.dir={Path(self.run_dir) / self.stage}",
+        ]
+
+    def _launcher(self) -> list[str]:
+        """Plain Python on one node; on several, torchrun with this node's rank and the
+        rendezvous at the allocation's first node."""
+        if self.nodes == 1:
+            return [sys.executable, "-m", "recipe_engine"]
+        import submitit
+
+        env = submitit.JobEnvironment()
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={self.nodes}",
+            f"--node_rank={env.node}",
+            f"--nproc_per_node={self.processes_per_node}",
+            f"--master_addr={node_address(env.hostnames[0])}",
+            f"--master_port={PORT_BASE + int(env.job_id) % PORT_SPAN}",
+            "-m",
+            "recipe_engine",
+        ]
+
+
+def node_address(node: str) -> str:
+    """The address SLURM reaches a node at (its NodeAddr; the node's name on most clusters)."""
+    shown = subprocess.run(
+        ["scontrol", "show", "node", node, "-o"], capture_output=True, text=True, check=False
+    ).stdout
+    for field in shown.split():
+        if field.startswith("NodeAddr="):
+            return field.split("=", 1)[1]
+    return node

@@ -1,0 +1,49 @@
+"""A SLURM run's record of its jobs: `jobs.json` in the run folder, written at submission.
+
+`runs jobs` reads it back (with the jobs' states from `sacct`); the stage jobs themselves
+write their runs under `<run folder>/<stage>/`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.files import atomic_write_json
+
+JOBS_FILE = "jobs.json"
+
+
+@dataclass(frozen=True)
+class SubmittedJob:
+    stage: str
+    job_id: str
+    key: str  # the stage's fingerprint: where its output lands in the store
+    after: tuple[str, ...]  # stages whose jobs it waits for
+    nodes: int
+    log: str  # submitit's stdout of the job's first task (`%j` filled in)
+    command: str  # what re-submits the same run (its unfinished stages)
+
+
+def save_jobs(run_dir: Path, jobs: list[SubmittedJob]) -> None:
+    atomic_write_json(run_dir / JOBS_FILE, [dataclasses.asdict(job) for job in jobs])
+
+
+def load_jobs(run_dir: Path) -> list[SubmittedJob]:
+    path = run_dir / JOBS_FILE
+    if not path.is_file():
+        raise RecipeError(
+            f"`{run_dir}` holds no {JOBS_FILE}: it is not a run submitted with "
+            "`launcher=slurm`. `runs` lists the runs.",
+        )
+    rows = json.loads(path.read_text())
+    return [SubmittedJob(**{**row, "after": tuple(row["after"])}) for row in rows]
+
+
+def submitted_runs(root: Path) -> list[Path]:
+    """Run folders under `root/runs` that SLURM jobs write to, oldest first."""
+    found = (root / "runs").glob(f"*/*/{JOBS_FILE}")
+    return sorted((p.parent for p in found), key=lambda p: p.stat().st_mtime)
