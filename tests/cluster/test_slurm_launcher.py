@@ -121,9 +121,7 @@ def test_a_failed_parent_leaves_its_child_cancelled_and_says_why(slurm, tmp_path
     assert f"its parent stage vision (job {ids['vision']}) ended FAILED" in why
 
 
-def test_an_option_sbatch_refuses_is_one_message_naming_its_key_and_leaves_nothing(
-    slurm, tmp_path
-):
+def test_an_option_sbatch_refuses_is_one_message_naming_its_key_and_leaves_nothing(slurm, tmp_path):
     out = tmp_path / "outputs"
     gres = "+slurm.additional_parameters.gres=gpu:1"  # the cluster declares no GPU
     done = engine(*R3, "launcher=slurm", gres, f"output_root={out}", cwd=tmp_path)
