@@ -45,8 +45,8 @@ def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> l
     if plan.machine.world_size > 1:
         return _compare_in_one_process(run_dir)
     # Measured and written on the run side, rendered here (the `compare` verb does the same).
+    from recipe_engine.evaluate.scoring import score_run
     from recipe_engine.report.compare import render_compare
-    from recipe_engine.run.scoring import score_run
 
     try:
         scored = score_run(

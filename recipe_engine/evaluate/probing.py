@@ -1,6 +1,6 @@
 """Asking models the probes: the base and every stage of a finished run answer the same
 probes with the same generation settings, and are scored (exact match, contains, the stage's
-own held-out loss). `run.probes` says what they are asked, `run.scoring` writes what this
+own held-out loss). `evaluate.probes` says what they are asked, `evaluate.scoring` writes what this
 measures as records, `report.compare` renders them.
 
 Every model is measured on the full-precision base (adapters applied to the unquantized
@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.run.evaluation import GENERATION_KEYS, Generation, generate_answers, task_metrics
-from recipe_engine.run.held_out_loss import held_out_loss, loss_settings
-from recipe_engine.run.preference_probes import (
+from recipe_engine.evaluate.held_out_loss import held_out_loss, loss_settings
+from recipe_engine.evaluate.preference_probes import (
     PreferenceJudge,
     is_judged_row,
     is_preference_stage,
     preference_rows,
 )
-from recipe_engine.run.probes import probe_set
+from recipe_engine.evaluate.probes import probe_set
+from recipe_engine.run.evaluation import GENERATION_KEYS, Generation, generate_answers, task_metrics
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
 
 log = logging.getLogger("recipe_engine")
@@ -124,7 +124,7 @@ def run_stages(run_dir: Path) -> list[Stage]:
 def model_loaders(run_dir: Path) -> tuple[str, list[Loader]]:
     """The run's kind (causal_lm, vlm) and its models as `measure_run` loads them: the base
     first, then every stage (adapters on their full-precision base), each loaded only when its
-    turn comes. For other measurements of the same models (`run.harness`)."""
+    turn comes. For other measurements of the same models (`evaluate.harness`)."""
     stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
     root = _root(stages)
     return root[2].kind, _loaders(stages, root)

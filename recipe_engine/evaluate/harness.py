@@ -1,6 +1,6 @@
 """Standard evaluation through EleutherAI's lm-evaluation-harness (`compare tasks=[...]`): the
-base and every stage of a finished run, each loaded as `run.probing` loads it (adapters on their
-full-precision base, one model in memory at a time), scored on the named harness tasks by
+base and every stage of a finished run, each loaded as `evaluate.probing` loads it (adapters on
+their full-precision base, one model in memory at a time), scored on the named harness tasks by
 `lm_eval.simple_evaluate`, greedy and with a fixed per-task limit. `report.compare` renders the
 scores beside the probes' exact match.
 
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.evaluate.probing import model_loaders
 from recipe_engine.files import atomic_write_text
-from recipe_engine.run.probing import model_loaders
 
 log = logging.getLogger("recipe_engine")
 
