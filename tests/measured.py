@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipe_engine.evaluate.probing import Measured
+from recipe_engine.evaluate.records import Measured
 from recipe_engine.store.records import Manifest, StageMetrics
 
 RECIPE = "r3-two-stage"

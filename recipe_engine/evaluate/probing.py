@@ -26,32 +26,13 @@ from recipe_engine.evaluate.preference_probes import (
     preference_rows,
 )
 from recipe_engine.evaluate.probes import probe_set
+from recipe_engine.evaluate.records import Measured, Stage, root_stage
 from recipe_engine.run.evaluation import GENERATION_KEYS, Generation, generate_answers, task_metrics
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
 
 log = logging.getLogger("recipe_engine")
 
 BASE = "base"
-Stage = tuple[str, Path, Manifest]  # name, output folder, manifest
-
-
-@dataclass
-class Measured:
-    """What a comparison measured: every model's answers to the probes and its metrics."""
-
-    run_dir: Path
-    recipe: str
-    stages: list[Stage]
-    rows: list[dict[str, Any]]  # the probes: input, image, reference
-    source: str  # where the probes come from, in words
-    outputs: dict[str, list[str]]  # model -> its answers
-    metrics: dict[str, dict[str, Any]]  # model -> n, exact_match, contains, eval_loss
-    seed: int
-    generation: dict[str, Any]
-
-    @property
-    def root(self) -> Stage:
-        return _root(self.stages)
 
 
 def measure_run(
@@ -74,7 +55,7 @@ def measure_run(
     run_cfg = _run_config(run_dir, summary.recipe)
     evaluation = {**run_cfg["eval"], **dict(settings or {})}
     seed = run_cfg["seed"] if seed is None else seed
-    root = _root(stages)
+    root = root_stage(stages)
     limit = evaluation.get("max_samples")
     rows, source = probe_set(probes, root[1:], seed, held_out, limit)
     asked = Asked(rows, preference_rows(stages, seed, limit))
@@ -98,7 +79,7 @@ def evaluate_models(
     (full-precision base), writing nothing: for a caller that has the others' metrics stored
     already."""
     stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
-    root = _root(stages)
+    root = root_stage(stages)
     limit = settings.get("max_samples")
     rows, _ = probe_set(probes, root[1:], seed, None, limit)
     generation = {k: settings[k] for k in GENERATION_KEYS if k in settings}
@@ -126,7 +107,7 @@ def model_loaders(run_dir: Path) -> tuple[str, list[Loader]]:
     first, then every stage (adapters on their full-precision base), each loaded only when its
     turn comes. For other measurements of the same models (`evaluate.harness`)."""
     stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
-    root = _root(stages)
+    root = root_stage(stages)
     return root[2].kind, _loaders(stages, root)
 
 
@@ -238,11 +219,6 @@ def _stage_manifest(name: str, folder: Path) -> Manifest:
             key="run",
         )
     return Manifest.load(folder, stage=name)
-
-
-def _root(stages: list[Stage]) -> Stage:
-    """The run's root stage (no parent); with `only=[...]` runs, the first stage listed."""
-    return next((s for s in stages if not s[2].parent), stages[0])
 
 
 def _run_config(run_dir: Path, recipe: str) -> dict[str, Any]:

@@ -9,27 +9,13 @@ from __future__ import annotations
 import csv
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.evaluate.probing import Measured, Stage, measure_run
+from recipe_engine.evaluate.probing import measure_run
+from recipe_engine.evaluate.records import Measured, Scored, Stage
 from recipe_engine.files import atomic_write_text
 from recipe_engine.run.recipe import accuracy_text, loss_text
-
-
-@dataclass(frozen=True)
-class Scored:
-    """What a comparison measured and the records it wrote (their file names share `stem`)."""
-
-    measured: Measured
-    stem: str
-    csv: Path
-    jsonl: Path
-    metrics_path: Path
-
-    def paths(self) -> dict[str, Path]:
-        return {"csv": self.csv, "jsonl": self.jsonl, "metrics_path": self.metrics_path}
 
 
 def score_run(run_dir: Path, *, probes: str | Path | None = None, **measuring: Any) -> Scored:

@@ -29,9 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.evaluate.harness import HarnessScored
-from recipe_engine.evaluate.probing import Measured, Stage
-from recipe_engine.evaluate.scoring import Scored
+from recipe_engine.evaluate.records import HarnessScored, Measured, Scored, Stage
 from recipe_engine.files import atomic_write_text
 from recipe_engine.report.harness import harness_section, harness_table
 from recipe_engine.report.plots import PlotStage, write_loss_plot, write_metric_bars
