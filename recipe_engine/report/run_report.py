@@ -9,7 +9,9 @@ from typing import Any
 
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.plots import PlotStage
-from recipe_engine.run.recipe import StageResult, accuracy_text, platform_notes, run_summary
+from recipe_engine.run.recipe import StageResult, run_summary
+from recipe_engine.store.metric_text import accuracy_text
+from recipe_engine.store.records import differences_text
 from recipe_engine.tables import text_table
 
 # The summary's columns the table prints (the store paths are in summary.json).
@@ -35,6 +37,16 @@ def run_table(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> st
     lines += platform_notes(results)
     lines += _accuracy_line(plan, results)
     return "\n".join(lines)
+
+
+def platform_notes(results: list[StageResult]) -> list[str]:
+    """One line per reused stage that was trained on another platform, naming the change."""
+    return [
+        f"note: stage `{r.name}` reuses a store entry trained on another platform (there vs "
+        f"here: {differences_text(r.other_platform)})"
+        for r in results
+        if r.other_platform
+    ]
 
 
 def _cell(row: dict[str, Any], column: str) -> str:

@@ -19,7 +19,8 @@ from recipe_engine.config.compose import available, compose_config
 from recipe_engine.errors import RecipeError
 from recipe_engine.run.loading import merge_adapter_parent
 from recipe_engine.run.planning import plan_from_config
-from recipe_engine.run.recipe import accuracy_text, eval_text, run_recipe
+from recipe_engine.run.recipe import run_recipe
+from recipe_engine.store.metric_text import accuracy_text, eval_text
 from recipe_engine.store.records import Manifest, RunSummary, StageMetrics
 
 SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1}
