@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipe_engine.evaluate.records import Measured
 from recipe_engine.store.records import Manifest, StageMetrics
+from recipe_engine.store.scores import Measured
 
 RECIPE = "r3-two-stage"
 

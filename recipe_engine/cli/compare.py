@@ -12,9 +12,9 @@ from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
 from recipe_engine.evaluate.harness import check_tasks, score_harness
-from recipe_engine.evaluate.records import DEFAULT_LIMIT, HarnessSettings
 from recipe_engine.evaluate.scoring import score_run
 from recipe_engine.report.compare import newest_run, render_compare
+from recipe_engine.store.scores import DEFAULT_LIMIT, HarnessSettings
 
 USAGE = """\
 usage: recipe-engine compare [run=RUN_DIR] [probes=FILE] [recipe=NAME] [eval.KEY=V ...]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,12 +31,11 @@ from recipe_engine.plan.hardware import parse_gpus
 from recipe_engine.plan.jobs import check_request, sweep_job_request
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.jobs import render_submitted
-from recipe_engine.report.run_report import print_run
 from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.resolve.scheduler import read_partition, require_slurm
 from recipe_engine.run.gpu_pool import is_scheduler, job_pool, lease_gpu
 from recipe_engine.run.planning import plan_from_config
-from recipe_engine.run.recipe import StageResult, incomplete, run_recipe, stages_to_run
+from recipe_engine.run.recipe import incomplete, run_recipe, stages_to_run
 from recipe_engine.run.scheduling import submit_recipe
 from recipe_engine.store.store import Store, check_output_root, mark_engine_folder
 
@@ -273,63 +271,14 @@ def _run_and_report(plan: RecipePlan, run_dir: Path) -> None:
     results = run_recipe(plan, run_dir)
     if not is_main_process():
         return
+    # Imported here: a cached rerun never loads the measuring (nor torch, when it measures).
+    from recipe_engine.evaluate.after_run import report_run
+
     undone = incomplete(results) + report_run(plan, results, run_dir)
     if undone:
         lines = "\n".join(f"  {line}" for line in undone)
         print(f"error: the run is incomplete:\n{lines}", file=sys.stderr)
         sys.exit(EXIT_INCOMPLETE)
-
-
-def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> list[str]:
-    """Print the run's table and plot, then its comparison: measured and written by `evaluate`,
-    rendered by `report.compare` (the `compare` verb does the same); return what could not be
-    reported."""
-    print_run(plan, results, run_dir)
-    # Imported here: a cached rerun never loads the measuring (nor torch, when it measures).
-    from recipe_engine.evaluate.after_run import compare_skipped, score_after_run
-
-    skipped = compare_skipped(plan, results, run_dir)
-    if skipped is not None:
-        if skipped:
-            print(skipped)
-        return []
-    if plan.machine.world_size > 1:
-        return _compare_in_one_process(run_dir)
-    from recipe_engine.report.compare import render_compare
-
-    try:
-        compared = render_compare(score_after_run(plan, results, run_dir))
-    except Exception as error:  # the stages are committed: a failed report loses nothing
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        return [f"the compare report failed ({first}); try: compare run={run_dir}"]
-    print(compared["table"])
-    print(f"compare report: {compared['report']}")
-    return []
-
-
-# What torch.distributed.run sets for each rank; a process without them is a plain one.
-DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                   "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
-                   "MASTER_ADDR", "MASTER_PORT")  # fmt: skip
-# torchrun's own, and the switches the Trainer sets for DeepSpeed / FSDP (a one-process
-# evaluation must not start either).
-LAUNCH_PREFIXES = ("TORCHELASTIC_", "ACCELERATE_USE_")
-
-
-def _compare_in_one_process(run_dir: Path) -> list[str]:
-    """The compare verb on this run, as a process of its own: rank 0 of a distributed run is
-    left alone with a process group the other ranks have quit, and the trainer that measures
-    each model's held-out loss would wait on them (gloo: "Connection closed by peer")."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in DISTRIBUTED_ENV and not key.startswith(LAUNCH_PREFIXES)
-    }
-    command = [sys.executable, "-m", "recipe_engine", "compare", f"run={run_dir}"]
-    done = subprocess.run(command, env=env, check=False)
-    if done.returncode:
-        return [f"the compare report failed (exit {done.returncode}); try: compare run={run_dir}"]
-    return []
 
 
 def relaunch(args: list[str], plan: RecipePlan) -> int:

@@ -1,6 +1,7 @@
-"""The run verb's end-of-run compare: whether the run that just finished is measured, and the
-measuring itself (the base and every stage on the held-out rows the run read, written as
-`compare`'s records by `evaluate.scoring`). `report.compare` renders the records.
+"""The end of a run: its table and plot (`report.run_report`), then its compare: whether the
+run that just finished is measured, the measuring itself (the base and every stage on the
+held-out rows the run read, written as `compare`'s records by `evaluate.scoring`), and its
+rendering (`report.compare`). After a distributed run the compare runs as a process of its own.
 
 Importing this loads no model library: `score_after_run` imports the measuring when called.
 """
@@ -8,14 +9,66 @@ Importing this loads no model library: `score_after_run` imports the measuring w
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
+from recipe_engine.report.compare import render_compare
+from recipe_engine.report.run_report import print_run
 from recipe_engine.run.recipe import StageResult
 
 if TYPE_CHECKING:
-    from recipe_engine.evaluate.records import Scored
+    from recipe_engine.store.scores import Scored
+
+
+def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> list[str]:
+    """Print the run's table and plot, then its comparison: measured and written by `evaluate`,
+    rendered by `report.compare` (the `compare` verb does the same); return what could not be
+    reported."""
+    print_run(plan, results, run_dir)
+    skipped = compare_skipped(plan, results, run_dir)
+    if skipped is not None:
+        if skipped:
+            print(skipped)
+        return []
+    if plan.machine.world_size > 1:
+        return _compare_in_one_process(run_dir)
+    try:
+        compared = render_compare(score_after_run(plan, results, run_dir))
+    except Exception as error:  # the stages are committed: a failed report loses nothing
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return [f"the compare report failed ({first}); try: compare run={run_dir}"]
+    print(compared["table"])
+    print(f"compare report: {compared['report']}")
+    return []
+
+
+# What torch.distributed.run sets for each rank; a process without them is a plain one.
+DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                   "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                   "MASTER_ADDR", "MASTER_PORT")  # fmt: skip
+# torchrun's own, and the switches the Trainer sets for DeepSpeed / FSDP (a one-process
+# evaluation must not start either).
+LAUNCH_PREFIXES = ("TORCHELASTIC_", "ACCELERATE_USE_")
+
+
+def _compare_in_one_process(run_dir: Path) -> list[str]:
+    """The compare verb on this run, as a process of its own: rank 0 of a distributed run is
+    left alone with a process group the other ranks have quit, and the trainer that measures
+    each model's held-out loss would wait on them (gloo: "Connection closed by peer")."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in DISTRIBUTED_ENV and not key.startswith(LAUNCH_PREFIXES)
+    }
+    command = [sys.executable, "-m", "recipe_engine", "compare", f"run={run_dir}"]
+    done = subprocess.run(command, env=env, check=False)
+    if done.returncode:
+        return [f"the compare report failed (exit {done.returncode}); try: compare run={run_dir}"]
+    return []
 
 
 def compare_skipped(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> str | None:

@@ -24,13 +24,13 @@ from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.evaluate.probing import model_loaders
-from recipe_engine.evaluate.records import (
+from recipe_engine.files import atomic_write_text
+from recipe_engine.store.scores import (
     HarnessResult,
     HarnessScored,
     HarnessSettings,
     TaskScore,
 )
-from recipe_engine.files import atomic_write_text
 
 log = logging.getLogger("recipe_engine")
 

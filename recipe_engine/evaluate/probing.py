@@ -26,9 +26,9 @@ from recipe_engine.evaluate.preference_probes import (
     preference_rows,
 )
 from recipe_engine.evaluate.probes import probe_set
-from recipe_engine.evaluate.records import Measured, Stage, root_stage
 from recipe_engine.run.evaluation import GENERATION_KEYS, Generation, generate_answers, task_metrics
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
+from recipe_engine.store.scores import Measured, Stage, root_stage
 
 log = logging.getLogger("recipe_engine")
 

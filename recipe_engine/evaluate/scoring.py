@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.evaluate.probing import measure_run
-from recipe_engine.evaluate.records import Measured, Scored, Stage
 from recipe_engine.files import atomic_write_text
 from recipe_engine.store.metric_text import accuracy_text, loss_text
+from recipe_engine.store.scores import Measured, Scored, Stage
 
 
 def score_run(run_dir: Path, *, probes: str | Path | None = None, **measuring: Any) -> Scored:

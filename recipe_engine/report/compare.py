@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.evaluate.records import HarnessScored, Measured, Scored, Stage
 from recipe_engine.files import atomic_write_text
 from recipe_engine.report.harness import harness_section, harness_table
 from recipe_engine.report.plots import PlotStage, write_loss_plot, write_metric_bars
 from recipe_engine.report.preference import judged_table, table_for
 from recipe_engine.store.records import platform_lines
+from recipe_engine.store.scores import HarnessScored, Measured, Scored, Stage
 from recipe_engine.tables import markdown_table, text_table
 
 log = logging.getLogger("recipe_engine")

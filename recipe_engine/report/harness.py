@@ -6,7 +6,7 @@ written into compare.md.
 
 from __future__ import annotations
 
-from recipe_engine.evaluate.records import HarnessResult, HarnessScored
+from recipe_engine.store.scores import HarnessResult, HarnessScored
 from recipe_engine.tables import markdown_table, text_table
 
 HASH_CHARS = 12  # the hash as shown; the records hold all 64 hex digits

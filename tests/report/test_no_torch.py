@@ -1,6 +1,6 @@
 """`report` renders records: importing every report module loads no torch, model or data
 library (the measuring is `evaluate`'s, asked by the verbs; what report reads of it,
-`evaluate.records`, is plain data). The import contract in pyproject.toml checks report's own
+`store.scores`, is plain data). The import contract in pyproject.toml checks report's own
 imports; this checks what importing them pulls in, in a fresh process."""
 
 from __future__ import annotations

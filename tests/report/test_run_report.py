@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from recipe_engine.cli.run import report_run
 from recipe_engine.config.compose import compose_config
+from recipe_engine.evaluate.after_run import report_run
 from recipe_engine.report.plots import loss_series
 from recipe_engine.report.run_report import plot_stages, run_table, sinks
 from recipe_engine.run.planning import plan_from_config

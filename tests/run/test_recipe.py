@@ -183,7 +183,7 @@ def test_a_recipe_can_end_with_an_evaluation_stage_cached_like_any_other(outputs
 @pytest.mark.parametrize("memo", ["cold", "warm"])
 def test_a_run_reads_its_data_once(memo, tmp_path, monkeypatch):
     """Plan, both stages of r3 (one dataset) and the end-of-run compare share one read."""
-    from recipe_engine.cli.run import report_run
+    from recipe_engine.evaluate.after_run import report_run
     from recipe_engine.resolve import cache as memo_module
     from recipe_engine.resolve import data
 
