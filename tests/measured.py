@@ -1,12 +1,12 @@
-"""A comparison measured by hand (`run.probing.Measured`): two stages, two probes, no model
+"""A comparison measured by hand (`evaluate.probing.Measured`): two stages, two probes, no model
 loaded, for the tests of what is written and rendered from it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from recipe_engine.run.probing import Measured
 from recipe_engine.store.records import Manifest, StageMetrics
+from recipe_engine.store.scores import Measured
 
 RECIPE = "r3-two-stage"
 

@@ -11,9 +11,10 @@ from typing import Any
 from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
+from recipe_engine.evaluate.harness import check_tasks, score_harness
+from recipe_engine.evaluate.scoring import score_run
 from recipe_engine.report.compare import newest_run, render_compare
-from recipe_engine.run.harness import DEFAULT_LIMIT, HarnessSettings, check_tasks, score_harness
-from recipe_engine.run.scoring import score_run
+from recipe_engine.store.scores import DEFAULT_LIMIT, HarnessSettings
 
 USAGE = """\
 usage: recipe-engine compare [run=RUN_DIR] [probes=FILE] [recipe=NAME] [eval.KEY=V ...]
@@ -132,9 +133,9 @@ def compare_run(
     **measuring: Any,
 ) -> dict[str, Any]:
     """Compare base and every stage of a finished run on one probe set: measured and written
-    as records on the run side (`run.scoring.score_run`, which takes `settings`, `seed` and
+    as records on the run side (`evaluate.scoring.score_run`, which takes `settings`, `seed` and
     `held_out`), rendered by `report.compare`. With `harness`, the same models on
-    lm-evaluation-harness tasks too (`run.harness.score_harness`). Returns the written paths,
+    lm-evaluation-harness tasks too (`evaluate.harness.score_harness`). Returns the written paths,
     the per-model metrics and the printed table(s)."""
     scored = score_run(run_dir, probes=probes, **measuring)
     tasks = score_harness(Path(run_dir), harness, scored.stem) if harness else None

@@ -323,7 +323,7 @@ def judge_preference(jobs: list[Job], runs: list[RecipeRun]) -> None:
     """Where a recipe has a preference stage, every recipe's final stage and the base are
     judged on its held-out judged rows (preference pairs, or unpaired feedback; rewards
     against the base), so the recipes compare by what preference training is judged by too."""
-    from recipe_engine.run.pair_judging import judge_on_rows, run_judged_rows
+    from recipe_engine.evaluate.pair_judging import judge_on_rows, run_judged_rows
 
     settings = _eval_settings(jobs[0])
     limit = settings.get("max_samples")
@@ -401,7 +401,7 @@ def _measure(
 ) -> dict[str, Score | None]:
     """Scores the stored evaluations cannot give (all of them on a probe file), measured as
     `compare` measures them."""
-    from recipe_engine.run.probing import evaluate_models
+    from recipe_engine.evaluate.probing import evaluate_models
 
     print(f"experiment: evaluating {', '.join(models)} of `{job.recipe}` (seed {job.seed})")
     metrics = evaluate_models(job.run_dir, models, settings=settings, seed=job.seed, probes=probes)
@@ -468,7 +468,7 @@ def _probe_file_text(runs: list[RecipeRun], probes: Path) -> str:
 
 def check_probe_file(probes: Path, plan: RecipePlan) -> None:
     """The probe rows read as `compare` will read them, for the recipes' model kind."""
-    from recipe_engine.run.probes import probe_file_rows
+    from recipe_engine.evaluate.probes import probe_file_rows
 
     root = plan.stages[root_stage(plan)]
     probe_file_rows(probes, root.model.kind, plan.config.seed, chat_template="false")

@@ -31,7 +31,6 @@ from recipe_engine.plan.hardware import parse_gpus
 from recipe_engine.plan.jobs import check_request, sweep_job_request
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.jobs import render_submitted
-from recipe_engine.report.run_report import report_run
 from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.resolve.scheduler import read_partition, require_slurm
 from recipe_engine.run.gpu_pool import is_scheduler, job_pool, lease_gpu
@@ -272,6 +271,9 @@ def _run_and_report(plan: RecipePlan, run_dir: Path) -> None:
     results = run_recipe(plan, run_dir)
     if not is_main_process():
         return
+    # Imported here: a cached rerun never loads the measuring (nor torch, when it measures).
+    from recipe_engine.evaluate.after_run import report_run
+
     undone = incomplete(results) + report_run(plan, results, run_dir)
     if undone:
         lines = "\n".join(f"  {line}" for line in undone)

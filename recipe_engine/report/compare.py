@@ -1,6 +1,6 @@
 """`compare`'s report: the base model and every stage's output on one probe set, side by side.
-`run.probing` measures the models and `run.scoring` writes the records (CSV, JSONL, metrics
-JSON); this renders them (the Markdown report, the table, the bar charts and the loss plot).
+`evaluate.probing` measures the models and `evaluate.scoring` writes the records (CSV, JSONL,
+metrics JSON); this renders them (the Markdown report, the table, the bar charts and the loss plot).
 
     python -m recipe_engine compare recipe=r3-two-stage [output_root=DIR] [probes=FILE]
                                     [eval.max_new_tokens=16 eval.max_samples=50 ...]
@@ -14,9 +14,9 @@ compare.md (side-by-side table, metrics, bar charts, loss plot) and the PNGs. Wi
 `probes=FILE` the files are named compare-<file stem>.* instead: the run's own report stays.
 Every model is measured on the full-precision base; the table also shows the accuracy and the
 eval loss the run measured itself, labelled with its base precision (4-bit for a QLoRA stage).
-The eval loss is the stage's own held-out loss (run.held_out_loss: TRL's tokens and masks with
+The eval loss is the stage's own held-out loss (evaluate.held_out_loss: TRL's tokens and masks with
 the stage's loss settings), so compare's and the run's agree wherever the base is the same.
-With `tasks=[...]` the same models' lm-evaluation-harness scores (run.harness) get their own
+With `tasks=[...]` the same models' lm-evaluation-harness scores (evaluate.harness) get their own
 section in compare.md (report.harness renders it) and their own records, compare_harness.*.
 """
 
@@ -33,10 +33,8 @@ from recipe_engine.files import atomic_write_text
 from recipe_engine.report.harness import harness_section, harness_table
 from recipe_engine.report.plots import PlotStage, write_loss_plot, write_metric_bars
 from recipe_engine.report.preference import judged_table, table_for
-from recipe_engine.run.harness import HarnessScored
-from recipe_engine.run.probing import Measured, Stage
-from recipe_engine.run.scoring import Scored
 from recipe_engine.store.records import platform_lines
+from recipe_engine.store.scores import HarnessScored, Measured, Scored, Stage
 from recipe_engine.tables import markdown_table, text_table
 
 log = logging.getLogger("recipe_engine")
@@ -71,10 +69,10 @@ def newest_run(output_root: Path, recipe: str) -> Path:
 
 
 def render_compare(scored: Scored, harness: HarnessScored | None = None) -> dict[str, Any]:
-    """The comparison's report beside its records (`run.scoring` wrote them; `run.harness` the
-    harness scores, with `tasks=`): the Markdown report, a bar chart per metric and the loss
-    plot. Returns the records' and the report's paths, the per-model metrics and the printed
-    table (and the harness table)."""
+    """The comparison's report beside its records (`evaluate.scoring` wrote them;
+    `evaluate.harness` the harness scores, with `tasks=`): the Markdown report, a bar chart per
+    metric and the loss plot. Returns the records' and the report's paths, the per-model metrics
+    and the printed table (and the harness table)."""
     measured, stem = scored.measured, scored.stem
     metrics, stages, run_dir = measured.metrics, measured.stages, measured.run_dir
     loss_plot = _loss_plot(run_dir, stages)

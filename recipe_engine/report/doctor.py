@@ -29,6 +29,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.plan.hardware import profile_gpus
 from recipe_engine.report.known_failures import diagnose, diagnosis_lines
 from recipe_engine.resolve.machine import Machine, detect_machine
+from recipe_engine.run.machine import torch_view
 from recipe_engine.versions import LIBRARIES, package_version
 
 # deepspeed is optional (only parallel=deepspeed needs it), so no manifest records it.
@@ -189,16 +190,13 @@ def _torch(report: Report, machine: Machine | None, versions: Mapping[str, str |
     """What torch itself sees; imported after planning, as a real run would."""
     if versions["torch"] is None:
         return {"cuda_build": None, "cuda": False}
-    import torch
-
-    cuda_build = torch.version.cuda
-    # is_available/device_count query the driver; neither creates a context or allocates memory.
-    cuda = torch.cuda.is_available()
+    seen = torch_view()
+    cuda_build, cuda = seen.cuda_build, seen.cuda
     lines = [
         f"torch CUDA build: {cuda_build or 'none (CPU-only build)'}",
         f"torch.cuda.is_available(): {cuda}"
-        + (f", {torch.cuda.device_count()} device(s) visible" if cuda else ""),
-        f"torch.backends.mps.is_available(): {torch.backends.mps.is_available()}",
+        + (f", {seen.device_count} device(s) visible" if cuda else ""),
+        f"torch.backends.mps.is_available(): {seen.mps}",
     ]
     gpus = machine.gpus if machine is not None else ()
     if gpus and not cuda:

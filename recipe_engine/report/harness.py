@@ -1,12 +1,12 @@
 """`compare tasks=[...]`'s second table: each model's lm-evaluation-harness scores (measured and
-recorded by `run.harness`), one row per model, task and metric, labelled with the harness version
-and the first 12 hex digits of the task's config hash, printed under the probes' metrics and
+recorded by `evaluate.harness`), one row per model, task and metric, labelled with the harness
+version and the first 12 hex digits of the task's config hash, printed under the probes' metrics and
 written into compare.md.
 """
 
 from __future__ import annotations
 
-from recipe_engine.run.harness import HarnessResult, HarnessScored
+from recipe_engine.store.scores import HarnessResult, HarnessScored
 from recipe_engine.tables import markdown_table, text_table
 
 HASH_CHARS = 12  # the hash as shown; the records hold all 64 hex digits

@@ -1,90 +1,31 @@
-"""What a finished run prints: the stage table, the loss plot and the base-vs-stages compare."""
+"""What a finished run prints: the stage table and the loss plot (the base-vs-stages compare is
+`report.compare`'s, from the records `evaluate` wrote)."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
+from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.plots import PlotStage
-from recipe_engine.run.recipe import StageResult, accuracy_text, platform_notes, run_summary
+from recipe_engine.run.recipe import StageResult, run_summary
+from recipe_engine.store.metric_text import accuracy_text
+from recipe_engine.store.records import differences_text
 from recipe_engine.tables import text_table
 
-# What torch.distributed.run sets for each rank; a process without them is a plain one.
-DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                   "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
-                   "MASTER_ADDR", "MASTER_PORT")  # fmt: skip
-# torchrun's own, and the switches the Trainer sets for DeepSpeed / FSDP (a one-process
-# evaluation must not start either).
-LAUNCH_PREFIXES = ("TORCHELASTIC_", "ACCELERATE_USE_")
 # The summary's columns the table prints (the store paths are in summary.json).
 COLUMNS = ("stage", "status", "key", "init", "trained", "steps", "loss", "eval", "time_s")
 
 
-def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> list[str]:
-    """Print the run's table, plot and comparison; return what could not be reported."""
+def print_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> None:
+    """Print the run's table and write its loss plot (the comparison is measured by
+    `evaluate.after_run` and rendered by `report.compare`: the run verb asks both)."""
     print(run_table(plan, results, run_dir))
     from recipe_engine.report.plots import MISSING, write_loss_plot
 
     plot = write_loss_plot(run_dir, plot_stages(plan, results))
     print(f"loss plot: {plot or MISSING}")
-    settings = plan.config.eval
-    if not (results and settings.enabled and settings.compare):
-        return []
-    probed = _probed(plan, results)
-    if probed is not None and not probed.data.eval_rows:  # too few rows, or eval_fraction=0
-        print("compare: skipped, the first stage's data holds no rows out to ask (see `plan`)")
-        return []
-    if all(r.status == "cached" for r in results):
-        print(f"all stages cached; to compare them: python -m recipe_engine compare run={run_dir}")
-        return []
-    if plan.machine.world_size > 1:
-        return _compare_in_one_process(run_dir)
-    # Measured and written on the run side, rendered here (the `compare` verb does the same).
-    from recipe_engine.report.compare import render_compare
-    from recipe_engine.run.scoring import score_run
-
-    try:
-        scored = score_run(
-            run_dir,
-            settings=dataclasses.asdict(settings),
-            seed=plan.config.seed,
-            held_out=probed.data.splits().eval if probed else None,
-        )
-        compared = render_compare(scored)
-    except Exception as error:  # the stages are committed: a failed report loses nothing
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        return [f"the compare report failed ({first}); try: compare run={run_dir}"]
-    print(compared["table"])
-    print(f"compare report: {compared['report']}")
-    return []
-
-
-def _compare_in_one_process(run_dir: Path) -> list[str]:
-    """The compare verb on this run, as a process of its own: rank 0 of a distributed run is
-    left alone with a process group the other ranks have quit, and the trainer that measures
-    each model's held-out loss would wait on them (gloo: "Connection closed by peer")."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in DISTRIBUTED_ENV and not key.startswith(LAUNCH_PREFIXES)
-    }
-    command = [sys.executable, "-m", "recipe_engine", "compare", f"run={run_dir}"]
-    done = subprocess.run(command, env=env, check=False)
-    if done.returncode:
-        return [f"the compare report failed (exit {done.returncode}); try: compare run={run_dir}"]
-    return []
-
-
-def _probed(plan: RecipePlan, results: list[StageResult]) -> StagePlan | None:
-    """The stage whose held-out rows `compare` probes with (its root), rows the run read;
-    None when the run only evaluated (`compare` reads the root's manifest)."""
-    stages = [plan.stages[r.name] for r in results if not plan.stages[r.name].evaluate_only]
-    return next((s for s in stages if s.parent is None), stages[0] if stages else None)
 
 
 def run_table(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> str:
@@ -96,6 +37,16 @@ def run_table(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> st
     lines += platform_notes(results)
     lines += _accuracy_line(plan, results)
     return "\n".join(lines)
+
+
+def platform_notes(results: list[StageResult]) -> list[str]:
+    """One line per reused stage that was trained on another platform, naming the change."""
+    return [
+        f"note: stage `{r.name}` reuses a store entry trained on another platform (there vs "
+        f"here: {differences_text(r.other_platform)})"
+        for r in results
+        if r.other_platform
+    ]
 
 
 def _cell(row: dict[str, Any], column: str) -> str:

@@ -26,6 +26,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from recipe_engine.files import atomic_write_text, file_lock
+from recipe_engine.store.metric_text import metrics_text
 from recipe_engine.store.records import (
     MANIFEST_FILE,
     SUMMARY_FILE,
@@ -214,13 +215,10 @@ def render_markdown(jobs: Sequence[dict[str, Any]], title: str = "") -> str:
 
 def _eval_text(stage: dict[str, Any]) -> str:
     """As the run table writes it: "acc 93% (4-bit base), loss 0.092"."""
-    accuracy = stage.get("eval_accuracy")
-    text = StageMetrics(eval_loss=stage.get("eval_loss"), eval_accuracy=accuracy).eval_text()
-    precision = stage.get("base_precision")
-    if accuracy is None or precision in (None, "full"):
-        return text
-    plain = f"acc {accuracy:.0%}"
-    return text.replace(plain, f"{plain} ({precision} base)", 1)
+    metrics = StageMetrics(
+        eval_loss=stage.get("eval_loss"), eval_accuracy=stage.get("eval_accuracy")
+    )
+    return metrics_text(metrics, stage.get("base_precision"))
 
 
 def write_csv(path: Path, jobs: Sequence[dict[str, Any]]) -> None:

@@ -1,7 +1,8 @@
 """This machine as a `Platform` (store.records): what a stage's floating-point results depend on.
 
 Measured when a stage writes its manifest, and again when a stored stage is reused or the store
-listed, to tell whether it was made here. It imports torch, so it lives in the run layer.
+listed, to tell whether it was made here; and what torch itself sees (`doctor`). It imports
+torch, so it lives in the run layer.
 """
 
 from __future__ import annotations
@@ -115,3 +116,24 @@ def _cuda_device() -> tuple[str, str]:
     index = torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(index)
     return torch.cuda.get_device_name(index), f"{major}.{minor}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchView:
+    """What torch itself sees: its CUDA build, whether CUDA is usable and how many devices it
+    sees (0 when it is not), whether MPS is."""
+
+    cuda_build: str | None
+    cuda: bool
+    device_count: int
+    mps: bool
+
+
+def torch_view() -> TorchView:
+    """Imports torch: call it only after anything that must run before (CUDA_VISIBLE_DEVICES)."""
+    import torch
+
+    # is_available/device_count query the driver; neither creates a context or allocates memory.
+    cuda = torch.cuda.is_available()
+    count = torch.cuda.device_count() if cuda else 0
+    return TorchView(torch.version.cuda, cuda, count, torch.backends.mps.is_available())

@@ -17,14 +17,8 @@ from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.resolve.hub_revisions import pin_revisions, pins_path
 from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.run.disk_space import full_disk_is_one_message
-from recipe_engine.store.records import (
-    Difference,
-    Manifest,
-    RunSummary,
-    StageRow,
-    differences_text,
-    relative_to,
-)
+from recipe_engine.store.metric_text import eval_text
+from recipe_engine.store.records import Difference, Manifest, RunSummary, StageRow, relative_to
 from recipe_engine.store.store import Store
 
 log = logging.getLogger("recipe_engine")
@@ -134,16 +128,6 @@ def _platform_change(plan: RecipePlan, stage: StagePlan, manifest: Manifest) -> 
     return manifest.platform.differences(here) if here else []
 
 
-def platform_notes(results: list[StageResult]) -> list[str]:
-    """One line per reused stage that was trained on another platform, naming the change."""
-    return [
-        f"note: stage `{r.name}` reuses a store entry trained on another platform (there vs "
-        f"here: {differences_text(r.other_platform)})"
-        for r in results
-        if r.other_platform
-    ]
-
-
 def _evaluation_failed(result: StageResult) -> bool:
     return bool(result.manifest and result.manifest.metrics.evaluation_error)
 
@@ -156,44 +140,6 @@ def incomplete(results: list[StageResult]) -> list[str]:
         for r in results
         if r.manifest and r.manifest.metrics.evaluation_error
     ]
-
-
-def accuracy_text(manifest: Manifest) -> str | None:
-    """ "96%", or "96% (4-bit base)" for a stage trained on a quantized base: `compare`
-    measures every stage on the full-precision base, so the two must not be confused."""
-    accuracy = manifest.metrics.eval_accuracy
-    if accuracy is None:
-        return None
-    precision = manifest.base_precision
-    return f"{accuracy:.0%}" + ("" if precision == "full" else f" ({precision} base)")
-
-
-def loss_text(manifest: Manifest) -> str | None:
-    """ "0.4940", or "0.4940 (4-bit base)": the run's held-out loss, labelled as its accuracy."""
-    loss = manifest.metrics.eval_loss
-    if loss is None:
-        return None
-    precision = manifest.base_precision
-    trainer = (manifest.config or {}).get("trainer", "sft")
-    labels = [f"{trainer} loss"] if trainer != "sft" else []  # not an SFT loss: say whose
-    labels += [] if precision == "full" else [f"{precision} base"]
-    return f"{loss:.4f}" + (f" ({', '.join(labels)})" if labels else "")
-
-
-def eval_text(manifest: Manifest) -> str:
-    """The run table's `eval` cell: the stage's held-out metrics, accuracy and loss labelled
-    (a preference stage's loss is its trainer's, not an SFT loss)."""
-    metrics = manifest.metrics
-    text = metrics.eval_text()
-    trainer = (manifest.config or {}).get("trainer", "sft")
-    if trainer != "sft":
-        text = text.replace("loss ", f"{trainer} loss ", 1)
-    accuracy = accuracy_text(manifest)
-    if accuracy is None:
-        return text
-    # StageMetrics.eval_text writes "acc NN%" first; only the label is added to it here.
-    plain = f"acc {metrics.eval_accuracy:.0%}"
-    return text.replace(plain, f"acc {accuracy}", 1)
 
 
 def _status(result: StageResult) -> str:

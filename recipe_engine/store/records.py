@@ -222,7 +222,7 @@ class Manifest:
     architecture: str | None = None
     config: dict[str, Any] = field(default_factory=dict)  # the stage's resolved settings
     # The SFTConfig arguments it trained with (all but output_dir): `compare` measures the
-    # held-out loss with the same ones (run.held_out_loss).
+    # held-out loss with the same ones (evaluate.held_out_loss).
     trainer: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     placement: dict[str, Any] = field(default_factory=dict)

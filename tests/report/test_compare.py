@@ -9,8 +9,8 @@ from pathlib import Path
 from measured import RECIPE, measured
 from platforms import EPYC, XEON
 
+from recipe_engine.evaluate.scoring import write_scores
 from recipe_engine.report.compare import platform_warning_lines, render_compare
-from recipe_engine.run.scoring import write_scores
 from recipe_engine.store.records import Manifest
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from recipe_engine.config.compose import compose_config
+from recipe_engine.evaluate.after_run import report_run
 from recipe_engine.report.plots import loss_series
-from recipe_engine.report.run_report import plot_stages, report_run, run_table, sinks
+from recipe_engine.report.run_report import plot_stages, run_table, sinks
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import StageResult, run_recipe
 from recipe_engine.store.records import Manifest, StageMetrics

@@ -19,7 +19,8 @@ from recipe_engine.config.compose import available, compose_config
 from recipe_engine.errors import RecipeError
 from recipe_engine.run.loading import merge_adapter_parent
 from recipe_engine.run.planning import plan_from_config
-from recipe_engine.run.recipe import accuracy_text, eval_text, run_recipe
+from recipe_engine.run.recipe import run_recipe
+from recipe_engine.store.metric_text import accuracy_text, eval_text
 from recipe_engine.store.records import Manifest, RunSummary, StageMetrics
 
 SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1}
@@ -182,7 +183,7 @@ def test_a_recipe_can_end_with_an_evaluation_stage_cached_like_any_other(outputs
 @pytest.mark.parametrize("memo", ["cold", "warm"])
 def test_a_run_reads_its_data_once(memo, tmp_path, monkeypatch):
     """Plan, both stages of r3 (one dataset) and the end-of-run compare share one read."""
-    from recipe_engine.report.run_report import report_run
+    from recipe_engine.evaluate.after_run import report_run
     from recipe_engine.resolve import cache as memo_module
     from recipe_engine.resolve import data
 

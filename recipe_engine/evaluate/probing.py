@@ -1,6 +1,6 @@
 """Asking models the probes: the base and every stage of a finished run answer the same
 probes with the same generation settings, and are scored (exact match, contains, the stage's
-own held-out loss). `run.probes` says what they are asked, `run.scoring` writes what this
+own held-out loss). `evaluate.probes` says what they are asked, `evaluate.scoring` writes what this
 measures as records, `report.compare` renders them.
 
 Every model is measured on the full-precision base (adapters applied to the unquantized
@@ -18,40 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.run.evaluation import GENERATION_KEYS, Generation, generate_answers, task_metrics
-from recipe_engine.run.held_out_loss import held_out_loss, loss_settings
-from recipe_engine.run.preference_probes import (
+from recipe_engine.evaluate.held_out_loss import held_out_loss, loss_settings
+from recipe_engine.evaluate.preference_probes import (
     PreferenceJudge,
     is_judged_row,
     is_preference_stage,
     preference_rows,
 )
-from recipe_engine.run.probes import probe_set
+from recipe_engine.evaluate.probes import probe_set
+from recipe_engine.run.evaluation import GENERATION_KEYS, Generation, generate_answers, task_metrics
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
+from recipe_engine.store.scores import Measured, Stage, root_stage
 
 log = logging.getLogger("recipe_engine")
 
 BASE = "base"
-Stage = tuple[str, Path, Manifest]  # name, output folder, manifest
-
-
-@dataclass
-class Measured:
-    """What a comparison measured: every model's answers to the probes and its metrics."""
-
-    run_dir: Path
-    recipe: str
-    stages: list[Stage]
-    rows: list[dict[str, Any]]  # the probes: input, image, reference
-    source: str  # where the probes come from, in words
-    outputs: dict[str, list[str]]  # model -> its answers
-    metrics: dict[str, dict[str, Any]]  # model -> n, exact_match, contains, eval_loss
-    seed: int
-    generation: dict[str, Any]
-
-    @property
-    def root(self) -> Stage:
-        return _root(self.stages)
 
 
 def measure_run(
@@ -74,7 +55,7 @@ def measure_run(
     run_cfg = _run_config(run_dir, summary.recipe)
     evaluation = {**run_cfg["eval"], **dict(settings or {})}
     seed = run_cfg["seed"] if seed is None else seed
-    root = _root(stages)
+    root = root_stage(stages)
     limit = evaluation.get("max_samples")
     rows, source = probe_set(probes, root[1:], seed, held_out, limit)
     asked = Asked(rows, preference_rows(stages, seed, limit))
@@ -98,7 +79,7 @@ def evaluate_models(
     (full-precision base), writing nothing: for a caller that has the others' metrics stored
     already."""
     stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
-    root = _root(stages)
+    root = root_stage(stages)
     limit = settings.get("max_samples")
     rows, _ = probe_set(probes, root[1:], seed, None, limit)
     generation = {k: settings[k] for k in GENERATION_KEYS if k in settings}
@@ -124,9 +105,9 @@ def run_stages(run_dir: Path) -> list[Stage]:
 def model_loaders(run_dir: Path) -> tuple[str, list[Loader]]:
     """The run's kind (causal_lm, vlm) and its models as `measure_run` loads them: the base
     first, then every stage (adapters on their full-precision base), each loaded only when its
-    turn comes. For other measurements of the same models (`run.harness`)."""
+    turn comes. For other measurements of the same models (`evaluate.harness`)."""
     stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
-    root = _root(stages)
+    root = root_stage(stages)
     return root[2].kind, _loaders(stages, root)
 
 
@@ -238,11 +219,6 @@ def _stage_manifest(name: str, folder: Path) -> Manifest:
             key="run",
         )
     return Manifest.load(folder, stage=name)
-
-
-def _root(stages: list[Stage]) -> Stage:
-    """The run's root stage (no parent); with `only=[...]` runs, the first stage listed."""
-    return next((s for s in stages if not s[2].parent), stages[0])
 
 
 def _run_config(run_dir: Path, recipe: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Standard evaluation through EleutherAI's lm-evaluation-harness (`compare tasks=[...]`): the
-base and every stage of a finished run, each loaded as `run.probing` loads it (adapters on their
-full-precision base, one model in memory at a time), scored on the named harness tasks by
+base and every stage of a finished run, each loaded as `evaluate.probing` loads it (adapters on
+their full-precision base, one model in memory at a time), scored on the named harness tasks by
 `lm_eval.simple_evaluate`, greedy and with a fixed per-task limit. `report.compare` renders the
 scores beside the probes' exact match.
 
@@ -19,75 +19,25 @@ import json
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.evaluate.probing import model_loaders
 from recipe_engine.files import atomic_write_text
-from recipe_engine.run.probing import model_loaders
+from recipe_engine.store.scores import (
+    HarnessResult,
+    HarnessScored,
+    HarnessSettings,
+    TaskScore,
+)
 
 log = logging.getLogger("recipe_engine")
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "harness_tasks"
 INSTALL = "pip install 'recipe-engine[eval]'"
-DEFAULT_LIMIT = 50  # documents per task: a fixed limit keeps runs comparable and short
-BATCH_SIZE = 8
 # A vision-language model answers the text tasks through its language model, with no image.
 TEXT_ONLY = "text only (a VLM's language model, no image)"
-
-
-@dataclass(frozen=True)
-class HarnessSettings:
-    """What `compare tasks=[...]` asks the harness: task names, documents per task (None: all),
-    a folder of the user's own task YAMLs."""
-
-    tasks: tuple[str, ...]
-    limit: int | None = DEFAULT_LIMIT
-    include_path: Path | None = None
-    batch_size: int = BATCH_SIZE
-
-
-@dataclass(frozen=True)
-class TaskScore:
-    """One model's score on one task metric (`value` None: not measured, `note` says why)."""
-
-    model: str
-    task: str
-    metric: str  # the harness' key, `<metric>,<filter>` (e.g. exact_match,first_number)
-    value: float | None
-    n: int  # documents scored
-    task_hash: str  # sha256 of the task's resolved config, data files by their content
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class HarnessResult:
-    """Every model's scores on every task, with the harness version that measured them."""
-
-    version: str
-    settings: HarnessSettings
-    scores: tuple[TaskScore, ...]
-    chat_template: dict[str, bool] = field(default_factory=dict)  # model -> template applied
-
-    def to_json(self) -> dict[str, Any]:
-        settings = asdict(self.settings)
-        settings["include_path"] = self.settings.include_path and str(self.settings.include_path)
-        return {
-            "lm_eval_version": self.version,
-            "settings": settings,
-            "chat_template": self.chat_template,
-            "scores": [asdict(score) for score in self.scores],
-        }
-
-
-@dataclass(frozen=True)
-class HarnessScored:
-    """The harness' scores and the records written beside the comparison's (same stem)."""
-
-    result: HarnessResult
-    csv: Path
-    json: Path
 
 
 def score_harness(run_dir: Path, settings: HarnessSettings, stem: str) -> HarnessScored:

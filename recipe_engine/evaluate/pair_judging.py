@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.evaluate.preference_probes import PreferenceJudge, preference_rows
+from recipe_engine.evaluate.probing import model_loaders, run_stages
 from recipe_engine.run.evaluation import GENERATION_KEYS, Generation
-from recipe_engine.run.preference_probes import PreferenceJudge, preference_rows
-from recipe_engine.run.probing import model_loaders, run_stages
 
 Rows = list[dict[str, Any]]
 

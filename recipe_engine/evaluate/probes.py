@@ -115,7 +115,7 @@ def probe_chat_template(folder: Path, manifest: Manifest) -> str:
 
 def _probes(rows: Any) -> list[dict[str, Any]]:
     """The rows as probes; of unpaired feedback only the desirable rows, whose completion is an
-    answer to give (the undesirable ones are judged with the rest: `run.preference_probes`)."""
+    answer to give (the undesirable ones are judged with the rest: `evaluate.preference_probes`)."""
     return [_probe(row) for row in rows if expects_its_answer(row)]
 
 

@@ -1,4 +1,4 @@
-"""`run.harness`: the base and a trained stage of a short text run scored by EleutherAI's
+"""`evaluate.harness`: the base and a trained stage of a short text run scored by EleutherAI's
 lm-evaluation-harness itself (no mocks) on the shipped offline tasks, with the harness version
 and each task's config hash recorded (tests/cli/test_compare_harness.py: the verb, refusals).
 
@@ -19,7 +19,7 @@ import pytest
 from plans import short_text_run
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.run.harness import (
+from recipe_engine.evaluate.harness import (
     SHIPPED_DIR,
     HarnessSettings,
     check_tasks,

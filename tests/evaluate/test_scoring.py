@@ -1,4 +1,4 @@
-"""`run.scoring`: a comparison's records (metrics JSON, CSV, JSONL), written from what was
+"""`evaluate.scoring`: a comparison's records (metrics JSON, CSV, JSONL), written from what was
 measured (by hand here: no model is loaded)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 from measured import measured
 
-from recipe_engine.run.scoring import file_stem, write_scores
+from recipe_engine.evaluate.scoring import file_stem, write_scores
 
 
 def test_a_probe_file_names_its_own_records():

@@ -1,13 +1,14 @@
-"""`run.probing`: the models a comparison asks, measured as each stage's trainer measures them."""
+"""`evaluate.probing`: the models a comparison asks, measured as each stage's trainer measures
+them."""
 
 from __future__ import annotations
 
 import pytest
 
 from recipe_engine.config.compose import compose_config
+from recipe_engine.evaluate.scoring import score_run
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import run_recipe
-from recipe_engine.run.scoring import score_run
 
 
 def test_eval_loss_is_the_runs_own_where_a_template_writes_past_the_answer(tmp_path):

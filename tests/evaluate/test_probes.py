@@ -1,8 +1,8 @@
-"""`run.probes`: what a comparison asks, read from a probe file as the run's own rows were."""
+"""`evaluate.probes`: what a comparison asks, read from a probe file as the run's own rows were."""
 
 from __future__ import annotations
 
-from recipe_engine.run.probes import probe_chat_template, probe_file_rows
+from recipe_engine.evaluate.probes import probe_chat_template, probe_file_rows
 from recipe_engine.store.records import Manifest
 
 

@@ -1,7 +1,7 @@
 """A comparison's scores as records in its run folder: `<stem>_metrics.json` (each model's
 metrics, labelled with the base precision compare measured on, beside the accuracy and loss the
 run measured itself), `<stem>.csv` and `<stem>.jsonl` (every probe and each model's answer).
-`report.compare` renders them; `run.probing` measures them.
+`report.compare` renders them; `evaluate.probing` measures them.
 """
 
 from __future__ import annotations
@@ -9,32 +9,18 @@ from __future__ import annotations
 import csv
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.evaluate.probing import measure_run
 from recipe_engine.files import atomic_write_text
-from recipe_engine.run.probing import Measured, Stage, measure_run
-from recipe_engine.run.recipe import accuracy_text, loss_text
-
-
-@dataclass(frozen=True)
-class Scored:
-    """What a comparison measured and the records it wrote (their file names share `stem`)."""
-
-    measured: Measured
-    stem: str
-    csv: Path
-    jsonl: Path
-    metrics_path: Path
-
-    def paths(self) -> dict[str, Path]:
-        return {"csv": self.csv, "jsonl": self.jsonl, "metrics_path": self.metrics_path}
+from recipe_engine.store.metric_text import accuracy_text, loss_text
+from recipe_engine.store.scores import Measured, Scored, Stage
 
 
 def score_run(run_dir: Path, *, probes: str | Path | None = None, **measuring: Any) -> Scored:
     """The base and every stage of a finished run measured on one probe set (by
-    `run.probing.measure_run`, which takes `settings`, `seed` and `held_out`), written."""
+    `evaluate.probing.measure_run`, which takes `settings`, `seed` and `held_out`), written."""
     return write_scores(measure_run(run_dir, probes=probes, **measuring), probes)
 
 

@@ -1,0 +1,106 @@
+"""The end of a run: its table and plot (`report.run_report`), then its compare: whether the
+run that just finished is measured, the measuring itself (the base and every stage on the
+held-out rows the run read, written as `compare`'s records by `evaluate.scoring`), and its
+rendering (`report.compare`). After a distributed run the compare runs as a process of its own.
+
+Importing this loads no model library: `score_after_run` imports the measuring when called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
+from recipe_engine.report.compare import render_compare
+from recipe_engine.report.run_report import print_run
+from recipe_engine.run.recipe import StageResult
+
+if TYPE_CHECKING:
+    from recipe_engine.store.scores import Scored
+
+
+def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> list[str]:
+    """Print the run's table and plot, then its comparison: measured and written by `evaluate`,
+    rendered by `report.compare` (the `compare` verb does the same); return what could not be
+    reported."""
+    print_run(plan, results, run_dir)
+    skipped = compare_skipped(plan, results, run_dir)
+    if skipped is not None:
+        if skipped:
+            print(skipped)
+        return []
+    if plan.machine.world_size > 1:
+        return _compare_in_one_process(run_dir)
+    try:
+        compared = render_compare(score_after_run(plan, results, run_dir))
+    except Exception as error:  # the stages are committed: a failed report loses nothing
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return [f"the compare report failed ({first}); try: compare run={run_dir}"]
+    print(compared["table"])
+    print(f"compare report: {compared['report']}")
+    return []
+
+
+# What torch.distributed.run sets for each rank; a process without them is a plain one.
+DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                   "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                   "MASTER_ADDR", "MASTER_PORT")  # fmt: skip
+# torchrun's own, and the switches the Trainer sets for DeepSpeed / FSDP (a one-process
+# evaluation must not start either).
+LAUNCH_PREFIXES = ("TORCHELASTIC_", "ACCELERATE_USE_")
+
+
+def _compare_in_one_process(run_dir: Path) -> list[str]:
+    """The compare verb on this run, as a process of its own: rank 0 of a distributed run is
+    left alone with a process group the other ranks have quit, and the trainer that measures
+    each model's held-out loss would wait on them (gloo: "Connection closed by peer")."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in DISTRIBUTED_ENV and not key.startswith(LAUNCH_PREFIXES)
+    }
+    command = [sys.executable, "-m", "recipe_engine", "compare", f"run={run_dir}"]
+    done = subprocess.run(command, env=env, check=False)
+    if done.returncode:
+        return [f"the compare report failed (exit {done.returncode}); try: compare run={run_dir}"]
+    return []
+
+
+def compare_skipped(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> str | None:
+    """Why the end-of-run compare is not measured, as the line to print ("": nothing to say);
+    None when it is measured."""
+    settings = plan.config.eval
+    if not (results and settings.enabled and settings.compare):
+        return ""
+    probed = probed_stage(plan, results)
+    if probed is not None and not probed.data.eval_rows:  # too few rows, or eval_fraction=0
+        return "compare: skipped, the first stage's data holds no rows out to ask (see `plan`)"
+    if all(r.status == "cached" for r in results):
+        return f"all stages cached; to compare them: python -m recipe_engine compare run={run_dir}"
+    return None
+
+
+def score_after_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> Scored:
+    """The base and every stage of the run measured with the run's eval settings and seed, on
+    the held-out rows it read (not read again), written as `compare`'s records."""
+    from recipe_engine.evaluate.scoring import score_run
+
+    probed = probed_stage(plan, results)
+    return score_run(
+        run_dir,
+        settings=dataclasses.asdict(plan.config.eval),
+        seed=plan.config.seed,
+        held_out=probed.data.splits().eval if probed else None,
+    )
+
+
+def probed_stage(plan: RecipePlan, results: list[StageResult]) -> StagePlan | None:
+    """The stage whose held-out rows `compare` probes with (its root), rows the run read;
+    None when the run only evaluated (`compare` reads the root's manifest)."""
+    stages = [plan.stages[r.name] for r in results if not plan.stages[r.name].evaluate_only]
+    return next((s for s in stages if s.parent is None), stages[0] if stages else None)
