@@ -15,7 +15,7 @@ CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 FLOOR_VENV ?= /tmp/recipe-engine-floor
 
-.PHONY: install run test test-cluster fuzz bench bench-memory bench-trl gpu-check lint docs clean floor-test constraints
+.PHONY: install run study-table test test-cluster fuzz bench bench-memory bench-trl gpu-check lint docs clean floor-test constraints
 
 install: $(STAMP)
 
@@ -33,6 +33,12 @@ EXPERIMENT ?= r1-llm-only,r2-vision-only,r3-two-stage,r4-joint
 SEEDS ?= 0,1,2
 run: install
 	$(PY) -m recipe_engine compare 'recipes=[$(EXPERIMENT)]' 'seeds=[$(SEEDS)]'
+
+# The study table of docs/experiments.md (between its study-table markers) rewritten from the
+# newest experiment `make run` wrote, with the date, the commit and this machine: the guide's
+# figures are regenerated, never copied by hand.
+study-table: run
+	$(PY) -m recipe_engine.tools.study_table
 
 # Two worker processes, one test file each (a file's tests share its fixtures); the fuzzer's
 # seeded, bounded run is part of it (tests/fuzz/test_fuzz.py).
