@@ -11,7 +11,8 @@ from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 def render_plan(plan: RecipePlan) -> str:
     lines = [f"recipe {plan.recipe}  ({len(plan.stages)} stage(s), hardware: {plan.hardware})"]
     for index, name in enumerate(plan.graph.order, 1):
-        lines += ["", *_stage_lines(index, plan.stages[name])]
+        stage = plan.stages[name]
+        lines += ["", *_stage_lines(index, stage, _merge_lines(plan, stage))]
         if plan.config.launcher == "slurm":
             job = plan.jobs.get(name)
             left_out = "job: none (in the store, or left out by `only`)"
@@ -20,12 +21,13 @@ def render_plan(plan: RecipePlan) -> str:
     return "\n".join(lines)
 
 
-def _stage_lines(index: int, stage: StagePlan) -> list[str]:
+def _stage_lines(index: int, stage: StagePlan, merge: list[str]) -> list[str]:
     parent = f"  parent: {stage.parent}" if stage.parent else ""
     policy = stage.policy
     return [
         f"[{index}] stage {stage.name}  key {short(stage.fingerprint)}{parent}",
         f"    init:      {stage.init.description}",
+        *merge,
         *_revision_lines(stage),
         f"    data:      {stage.data.describe()}",
         f"    layout:    {policy.layout.name if policy.layout else '(read when the model loads)'}",
@@ -38,6 +40,22 @@ def _stage_lines(index: int, stage: StagePlan) -> list[str]:
         f"    weights:   {stage.determinism.describe()}",
         *(f"    {line}" for line in _memory_lines(stage)),
         *(f"    note: {note}" for note in stage.notes),
+    ]
+
+
+def _merge_lines(plan: RecipePlan, stage: StagePlan) -> list[str]:
+    """The merge_parent step, where there is one: a LoRA adapter the stage starts from is
+    merged into its base before loading (never into a quantized model), then verified."""
+    parent = plan.parent_of(stage)
+    if parent is not None and parent.policy.lora is not None:
+        what = f"stage `{parent.name}`'s LoRA adapter"
+    elif stage.init.adapter:
+        what = "the adapter `init` names"
+    else:
+        return []
+    return [
+        f"    merge:     {what} into its base in {stage.dtype} before loading (kept in the "
+        "store, checked against the adapter's logits)"
     ]
 
 

@@ -310,9 +310,13 @@ class Weights:
     merge_check: dict[str, Any] | None = None  # an adapter parent's merge, as verified
 
 
-def weights_to_load(plan: RecipePlan, stage: StagePlan, store: Store) -> Weights:
-    """The planned init source as a loadable location; adapters are merged into their base
-    in the stage's compute dtype (never into a quantized model) and kept in the store."""
+def merge_parent(plan: RecipePlan, stage: StagePlan, store: Store) -> Weights:
+    """The weights the stage starts from, as a loadable location. A step, not a query: a
+    LoRA adapter it starts from (its parent's output, or an adapter folder as `init`) is
+    merged into its base in the stage's compute dtype (never into a quantized model), written
+    to the store (reused by the next stage that needs it) and verified against the adapter's
+    logits (`plan` says so on the stage's `merge:` line); other sources are returned as they
+    are, with what the parent trained (to check after loading)."""
     init = stage.init
     if init.kind == PARENT:
         parent = plan.stages[str(init.parent)]

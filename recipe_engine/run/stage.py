@@ -29,9 +29,9 @@ from recipe_engine.run.loading import (
     handoff_checksums,
     load_pretrained,
     load_processor,
+    merge_parent,
     name_adapter_base,
     torch_dtype,
-    weights_to_load,
 )
 from recipe_engine.run.machine import recorded_platform
 from recipe_engine.run.memory_peak import PeakMemory, peak_memory
@@ -74,6 +74,8 @@ class StageRecipe:
     def __init__(
         self, plan: RecipePlan, stage: StagePlan, store: Store, *, fresh: bool, run_dir: Path
     ) -> None:
+        """The recipe's whole state, in one place: what it is given, then what each step
+        sets (None until that step ran; `output` and `manifest` on rank 0 only)."""
         self.plan, self.stage, self.store, self.fresh = plan, stage, store, fresh
         self.run_dir = run_dir  # this run's folder: trackers' logs outlive the work folder
         self.main_process = is_main_process()
@@ -81,10 +83,29 @@ class StageRecipe:
         self.metrics = StageMetrics(train_samples=stage.data.train_rows)
         self.timings: dict[str, float] = {}
         self.started = time.time()
+        # merge_parent
+        self.weights: Weights | None = None
+        # load
+        self.policy: PolicyPlan = stage.policy
+        self.model: Any = None
+        self.processor: Any = None
+        self.handoff: dict[str, Any] = {}
+        # apply_policies
+        self.report: dict[str, dict] = {}  # trainable parameters by component
+        self.census: dict[str, dict] = {}
+        # build_trainer
+        self.args: Any = None
+        self.metrics_log: MetricsLogger | None = None
+        self.trainer: Any = None
+        # commit
+        self.trained: Any = None  # the trained model rank 0 records and scores
+        self.manifest: Manifest | None = None
+        self.output: Path | None = None
 
     def run(self) -> Manifest | None:
         """The stage, top to bottom. Returns the manifest (rank 0) or None (other ranks)."""
         self.prepare_work_dir()
+        self.merge_parent()
         self.load()
         self.apply_policies()
         self.build_trainer()
@@ -99,9 +120,13 @@ class StageRecipe:
             shutil.rmtree(self.work)  # start fresh really means fresh: no checkpoint is used
         self.store.make_work_dir(self.stage.fingerprint)
 
+    def merge_parent(self) -> None:
+        """An adapter the stage starts from merged into its base (and verified), or the planned
+        weights as they are (run/loading.merge_parent)."""
+        self.weights = merge_parent(self.plan, self.stage, self.store)
+
     def load(self) -> None:
         """The planned weights, quantized on load as planned; a parent's training checked."""
-        self.weights = weights_to_load(self.plan, self.stage, self.store)
         log.info("stage %s: loading %s", self.stage.name, self.weights.location)
         self.policy = self._complete_policy()
         quant = self.policy.quantization
@@ -110,7 +135,6 @@ class StageRecipe:
         self.model = _load_model(self.stage, self.weights, bnb_config(quant) if quant else None)
         self.processor = _load_processor(self.stage, self.weights)
         self.timings["load_s"] = time.time() - started
-        self.handoff: dict[str, Any] = {}
         if self.weights.parent is not None:
             expected = self.weights.expected or {}
             self.handoff = check_handoff(self.model, expected, self.weights.parent)
@@ -396,7 +420,7 @@ class EvaluationRecipe:
         if not is_main_process():  # generation is per-process work; rank 0 does it once
             return None
         started = time.time()
-        weights = weights_to_load(self.plan, self.stage, self.store)
+        weights = merge_parent(self.plan, self.stage, self.store)
         model = _load_model(self.stage, weights, None)
         processor = _load_processor(self.stage, weights)
         result = _exact_match(self.plan, self.stage, model, processor)
