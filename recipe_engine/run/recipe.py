@@ -105,7 +105,8 @@ def run_or_reuse(plan: RecipePlan, stage: StagePlan, store: Store, *, run_dir: P
             elsewhere = _platform_change(plan, stage, manifest)
             return StageResult(stage.name, "cached", entry, manifest, other_platform=elsewhere)
         # Imported here: loading torch and transformers costs seconds a cached rerun never needs.
-        from recipe_engine.run.stage import EvaluationRecipe, StageRecipe
+        from recipe_engine.run.evaluation_stage import EvaluationRecipe
+        from recipe_engine.run.stage import StageRecipe
 
         if stage.evaluate_only:
             manifest = EvaluationRecipe(plan, stage, store).run()

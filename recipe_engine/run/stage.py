@@ -2,7 +2,8 @@
 
 `StageRecipe.run` is the table of contents of a training stage; each step is one method.
 Evaluation runs after the trained weights are committed, so a failing evaluation never
-costs the training. `EvaluationRecipe` is the evaluation-only stage.
+costs the training. The evaluation-only stage is `run/evaluation_stage.EvaluationRecipe`; the
+loading and manifest helpers below serve both.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ from recipe_engine.run.trainer import (
 )
 from recipe_engine.store.records import (
     ADAPTER,
-    EVALUATION,
     FULL,
     Manifest,
     Platform,
@@ -132,8 +132,10 @@ class StageRecipe:
         quant = self.policy.quantization
         started = time.time()
         seed_stage(self.stage)  # weights the checkpoint lacks are initialised on load
-        self.model = _load_model(self.stage, self.weights, bnb_config(quant) if quant else None)
-        self.processor = _load_processor(self.stage, self.weights)
+        self.model = load_stage_model(
+            self.stage, self.weights, bnb_config(quant) if quant else None
+        )
+        self.processor = load_stage_processor(self.stage, self.weights)
         self.timings["load_s"] = time.time() - started
         if self.weights.parent is not None:
             expected = self.weights.expected or {}
@@ -290,7 +292,7 @@ class StageRecipe:
         """Exact match of the trained stage and, for a root stage, of the untrained base."""
         self.metrics.eval_accuracy, self.metrics.eval_contains = self._scores(self.trained)
         if self.stage.parent is None:  # the untrained base, on the same rows
-            base = _load_model(self.stage, self.weights, None)
+            base = load_stage_model(self.stage, self.weights, None)
             self.metrics.base_accuracy, self.metrics.base_contains = self._scores(base)
 
     def record(self) -> Manifest | None:
@@ -329,11 +331,11 @@ class StageRecipe:
         check_saved_weights(self.stage.name, final)
         with whole_models(self.args):
             if self.policy.lora is None:
-                return _load_model(self.stage, Weights(str(final)), None)
+                return load_stage_model(self.stage, Weights(str(final)), None)
             from peft import PeftModel
 
             quant = self.policy.quantization
-            base = _load_model(self.stage, self.weights, bnb_config(quant) if quant else None)
+            base = load_stage_model(self.stage, self.weights, bnb_config(quant) if quant else None)
             return PeftModel.from_pretrained(base, str(final))
 
     def _reference_model(self, kind: TrainerKind) -> Any:
@@ -344,7 +346,7 @@ class StageRecipe:
             return None
         quant = self.policy.quantization
         seed_stage(self.stage)
-        reference = _load_model(self.stage, self.weights, bnb_config(quant) if quant else None)
+        reference = load_stage_model(self.stage, self.weights, bnb_config(quant) if quant else None)
         reference.eval()
         reference.requires_grad_(False)
         return reference
@@ -364,7 +366,7 @@ class StageRecipe:
     def _scores(self, model: Any) -> tuple[float, float]:
         """(exact match, contains) on the held-out rows (of unpaired feedback, the desirable
         ones); for a preference stage the trained model's greedy answers judged too."""
-        result = _exact_match(self.plan, self.stage, model, self.processor)
+        result = exact_match_on_held_out(self.plan, self.stage, model, self.processor)
         if self.metrics.preference is not None and model is self.trained:
             rows = evaluation.capped(
                 self.stage.data.splits().eval, self.plan.config.eval.max_samples
@@ -376,11 +378,11 @@ class StageRecipe:
     def _manifest(self) -> Manifest:
         stage, policy = self.stage, self.policy
         trained = _trained_parameter_names(self.model)
-        here = _platform(stage)
+        here = stage_platform(stage)
         return Manifest(
-            **_identity(self.plan, stage),
+            **stage_identity(self.plan, stage),
             format=ADAPTER if policy.lora is not None else FULL,
-            model_entry=_model_entry(self.stage),
+            model_entry=model_entry(self.stage),
             dtype=stage.dtype,
             base_location=self._base_location(),
             architecture=policy.layout.name if policy.layout else None,
@@ -406,63 +408,15 @@ class StageRecipe:
             world_size=self.args.world_size,
             determinism=asdict(stage.determinism),
             platform=here,
-            versions=_versions(here),
+            versions=manifest_versions(here),
         )
 
 
-class EvaluationRecipe:
-    """An evaluation stage: generate on the held-out rows, store predictions and metrics."""
-
-    def __init__(self, plan: RecipePlan, stage: StagePlan, store: Store) -> None:
-        self.plan, self.stage, self.store = plan, stage, store
-
-    def run(self) -> Manifest | None:
-        if not is_main_process():  # generation is per-process work; rank 0 does it once
-            return None
-        started = time.time()
-        weights = merge_parent(self.plan, self.stage, self.store)
-        model = _load_model(self.stage, weights, None)
-        processor = _load_processor(self.stage, weights)
-        result = _exact_match(self.plan, self.stage, model, processor)
-        final = self.store.make_work_dir(self.stage.fingerprint) / "final"
-        shutil.rmtree(final, ignore_errors=True)
-        final.mkdir(parents=True)
-        evaluation.write_predictions(final, result["predictions"])
-        manifest = self._manifest(weights, result, time.time() - started)
-        manifest.save(final)
-        self.store.commit(self.stage.fingerprint, final)
-        shutil.rmtree(self.store.work_dir(self.stage.fingerprint), ignore_errors=True)
-        return manifest
-
-    def _manifest(self, weights: Weights, result: dict[str, Any], seconds: float) -> Manifest:
-        metrics = StageMetrics(
-            eval_accuracy=result["accuracy"],
-            eval_contains=result["contains"],
-            eval_samples=len(result["predictions"]),
-        )
-        here = _platform(self.stage)
-        return Manifest(
-            **_identity(self.plan, self.stage),
-            format=EVALUATION,
-            model_entry=_model_entry(self.stage),
-            dtype=self.stage.dtype,
-            base_location=relative_in_store(weights.location, self.store),
-            config=asdict(self.stage.config),
-            data=asdict(self.stage.data.config),
-            eval_settings=asdict(self.plan.config.eval),
-            handoff={"merge_check": weights.merge_check} if weights.merge_check else {},
-            metrics=metrics,
-            timings={"total_s": seconds},
-            platform=here,
-            versions=_versions(here),
-        )
-
-
-def _model_entry(stage: StagePlan) -> dict[str, Any]:
+def model_entry(stage: StagePlan) -> dict[str, Any]:
     return asdict(stage.model)
 
 
-def _exact_match(plan: RecipePlan, stage: StagePlan, model: Any, processor: Any) -> dict:
+def exact_match_on_held_out(plan: RecipePlan, stage: StagePlan, model: Any, processor: Any) -> dict:
     """Exact match on the stage's held-out rows, generated with the run's eval settings."""
     settings = plan.config.eval
     rows = evaluation.capped(stage.data.splits().eval, settings.max_samples)
@@ -471,21 +425,21 @@ def _exact_match(plan: RecipePlan, stage: StagePlan, model: Any, processor: Any)
     return evaluation.exact_match(model, processor, rows, kind, seed=seed, **generation)
 
 
-def _load_model(stage: StagePlan, weights: Weights, quantization_config: Any) -> Any:
+def load_stage_model(stage: StagePlan, weights: Weights, quantization_config: Any) -> Any:
     return load_pretrained(
         weights.location,
-        _model_entry(stage),
+        model_entry(stage),
         dtype=stage.dtype,
         device_map=stage.placement.device_map,
         quantization_config=quantization_config,
     )
 
 
-def _load_processor(stage: StagePlan, weights: Weights) -> Any:
-    return load_processor(weights.location, stage.model.kind, _model_entry(stage))
+def load_stage_processor(stage: StagePlan, weights: Weights) -> Any:
+    return load_processor(weights.location, stage.model.kind, model_entry(stage))
 
 
-def _identity(plan: RecipePlan, stage: StagePlan) -> dict[str, Any]:
+def stage_identity(plan: RecipePlan, stage: StagePlan) -> dict[str, Any]:
     """The manifest fields that place a stage output in its recipe and graph."""
     parent = plan.parent_of(stage)
     return {
@@ -511,13 +465,13 @@ def _trained_parameter_names(model: Any) -> list[str]:
     return sorted(names)
 
 
-def _platform(stage: StagePlan) -> Platform:
+def stage_platform(stage: StagePlan) -> Platform:
     """The platform the stage ran on: this process's, which is rank 0's in a distributed run
     (only rank 0 writes the manifest)."""
     deterministic = stage.determinism.deterministic_kernels
     return recorded_platform(stage.placement.device, deterministic=deterministic)
 
 
-def _versions(platform: Platform) -> dict[str, str | None]:
+def manifest_versions(platform: Platform) -> dict[str, str | None]:
     """The manifest's `versions` (older than `platform`, which holds them too)."""
     return {**platform.libraries, "python": platform.python}
