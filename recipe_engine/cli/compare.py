@@ -11,7 +11,8 @@ from typing import Any
 from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.evaluate.harness import check_tasks, score_harness
+from recipe_engine.evaluate.harness import check_tasks, harness_pass, write_harness
+from recipe_engine.evaluate.probing import model_loaders
 from recipe_engine.evaluate.scoring import score_run
 from recipe_engine.report.compare import newest_run, render_compare
 from recipe_engine.store.scores import DEFAULT_LIMIT, HarnessSettings
@@ -135,10 +136,15 @@ def compare_run(
     """Compare base and every stage of a finished run on one probe set: measured and written
     as records on the run side (`evaluate.scoring.score_run`, which takes `settings`, `seed` and
     `held_out`), rendered by `report.compare`. With `harness`, the same models on
-    lm-evaluation-harness tasks too (`evaluate.harness.score_harness`). Returns the written paths,
+    lm-evaluation-harness tasks too, in the same pass (`evaluate.harness.harness_pass`): each model
+    loads once. Returns the written paths,
     the per-model metrics and the printed table(s)."""
-    scored = score_run(run_dir, probes=probes, **measuring)
-    tasks = score_harness(Path(run_dir), harness, scored.stem) if harness else None
+    if harness is None:
+        return render_compare(score_run(run_dir, probes=probes, **measuring))
+    kind, _ = model_loaders(Path(run_dir))
+    with harness_pass(harness, kind) as on_harness:  # each model loads once, for both
+        scored = score_run(run_dir, probes=probes, also=on_harness, **measuring)
+    tasks = write_harness(Path(run_dir), on_harness.result(), scored.stem)
     return render_compare(scored, tasks)
 
 

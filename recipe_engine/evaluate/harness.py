@@ -43,7 +43,11 @@ TEXT_ONLY = "text only (a VLM's language model, no image)"
 def score_harness(run_dir: Path, settings: HarnessSettings, stem: str) -> HarnessScored:
     """The base and every stage on the harness tasks (`evaluate_run`), written as
     `<stem>_harness.json` and `<stem>_harness.csv` in the run folder."""
-    result = evaluate_run(run_dir, settings)
+    return write_harness(run_dir, evaluate_run(run_dir, settings), stem)
+
+
+def write_harness(run_dir: Path, result: HarnessResult, stem: str) -> HarnessScored:
+    """The harness' results as `<stem>_harness.json` and `<stem>_harness.csv`."""
     paths = {
         "csv": Path(run_dir) / f"{stem}_harness.csv",
         "json": Path(run_dir) / f"{stem}_harness.json",
@@ -148,28 +152,50 @@ def _task_specs(settings: HarnessSettings) -> list[Any]:
 
 def evaluate_run(run_dir: Path, settings: HarnessSettings) -> HarnessResult:
     """The base and every stage of a finished run on the harness tasks, one model at a time."""
-    _lm_eval()
     kind, loaders = model_loaders(Path(run_dir))
-    manager = _task_manager(settings)
-    scores: list[TaskScore] = []
-    templates: dict[str, bool] = {}
-    with _harness_session(settings):
+    with harness_pass(settings, kind) as visit:
         for name, load, _ in loaders:
-            log.info("compare: %s on harness task(s) %s", name, ", ".join(settings.tasks))
             model, processor = load()
-            tokenizer = getattr(processor, "tokenizer", processor)
-            templates[name] = bool(getattr(tokenizer, "chat_template", None))
-            try:
-                results = _evaluate(model, tokenizer, settings, manager, templates[name])
-            except Exception as error:  # the harness and the user's tasks raise many types
-                if kind != "vlm":
-                    raise _failed(name, error) from error
-                scores += _skipped(name, settings, error)
-            else:
-                scores += _scores(name, results, TEXT_ONLY if kind == "vlm" else "")
+            visit(name, model, processor)
             del model, processor
             gc.collect()
-    return HarnessResult(_version(), settings, tuple(scores), templates)
+    return visit.result()
+
+
+class HarnessPass:
+    """The harness tasks asked of each model it is shown, while another measurement holds the
+    model loaded (compare's probes), so a comparison loads every model once."""
+
+    def __init__(self, settings: HarnessSettings, kind: str) -> None:
+        self.settings, self.kind = settings, kind
+        self.manager = _task_manager(settings)
+        self.scores: list[TaskScore] = []
+        self.templates: dict[str, bool] = {}
+
+    def __call__(self, name: str, model: Any, processor: Any) -> None:
+        settings = self.settings
+        log.info("compare: %s on harness task(s) %s", name, ", ".join(settings.tasks))
+        tokenizer = getattr(processor, "tokenizer", processor)
+        self.templates[name] = bool(getattr(tokenizer, "chat_template", None))
+        try:
+            results = _evaluate(model, tokenizer, settings, self.manager, self.templates[name])
+        except Exception as error:  # the harness and the user's tasks raise many types
+            if self.kind != "vlm":
+                raise _failed(name, error) from error
+            self.scores += _skipped(name, settings, error)
+        else:
+            self.scores += _scores(name, results, TEXT_ONLY if self.kind == "vlm" else "")
+
+    def result(self) -> HarnessResult:
+        return HarnessResult(_version(), self.settings, tuple(self.scores), self.templates)
+
+
+@contextmanager
+def harness_pass(settings: HarnessSettings, kind: str) -> Iterator[HarnessPass]:
+    """A `HarnessPass` inside the harness' quiet (and, for shipped tasks, offline) session."""
+    _lm_eval()
+    with _harness_session(settings):
+        yield HarnessPass(settings, kind)
 
 
 def _evaluate(

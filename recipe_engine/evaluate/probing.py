@@ -42,12 +42,14 @@ def measure_run(
     settings: Mapping[str, Any] | None = None,
     seed: int | None = None,
     held_out: Any = None,
+    also: ModelVisitor | None = None,
 ) -> Measured:
     """The base and every stage of a finished run on one probe set.
 
     `settings` override the run's eval settings (EvalConfig keys); `seed` the run's seed;
     `held_out` are the held-out rows when the caller has them (the run that just trained),
-    so they are not read again.
+    so they are not read again; `also` is shown each model while it is loaded (another
+    measurement of the same models: the harness), so each loads once.
     """
     run_dir = Path(run_dir)
     summary = _read_summary(run_dir)
@@ -60,7 +62,8 @@ def measure_run(
     rows, source = probe_set(probes, root[1:], seed, held_out, limit)
     asked = Asked(rows, preference_rows(stages, seed, limit))
     generation = {k: evaluation[k] for k in GENERATION_KEYS if k in evaluation}
-    outputs, metrics = _answer_all(_loaders(stages, root), asked, root[2].kind, seed, generation)
+    loaders = _loaders(stages, root)
+    outputs, metrics = _answer_all(loaders, asked, root[2].kind, seed, generation, also)
     return Measured(
         run_dir, summary.recipe, stages, rows, source, outputs, metrics, seed, generation
     )
@@ -95,6 +98,8 @@ def evaluate_models(
 
 # Model name, what loads it (model, processor), and the loss settings it is measured with.
 Loader = tuple[str, Callable[[], tuple[Any, Any]], dict[str, Any]]
+# Another measurement shown each loaded model: (name, model, processor).
+ModelVisitor = Callable[[str, Any, Any], None]
 
 
 def run_stages(run_dir: Path) -> list[Stage]:
@@ -159,6 +164,7 @@ def _answer_all(
     kind: str,
     seed: int,
     generation: Mapping[str, Any],
+    also: ModelVisitor | None = None,
 ) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
     """Every model's answers to the probes and its metrics (task metrics need references),
     with the preference metrics on the judged rows where the run has them (rewards against the
@@ -183,6 +189,8 @@ def _answer_all(
             loss = held_out_loss(model, processor, rows, settings)
             metrics[name]["eval_loss"] = None if math.isnan(loss) else loss
         on_judged.measure(name, model, processor)
+        if also is not None:
+            also(name, model, processor)
         del model, processor
         gc.collect()  # one model in memory at a time
     on_judged.judge(metrics)

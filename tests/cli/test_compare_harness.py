@@ -39,7 +39,17 @@ def errors(captured: str) -> list[str]:
     return [line for line in captured.splitlines() if line.startswith("error: ")]
 
 
-def test_prints_and_writes_harness_scores_beside_the_probes(outputs, capsys):
+def test_prints_and_writes_harness_scores_beside_the_probes(outputs, capsys, monkeypatch):
+    from recipe_engine.evaluate import probing
+
+    loaded: list[str] = []  # every model load of the comparison, by location
+    real = probing._pretrained
+
+    def counted(location, manifest):
+        loaded.append(location)
+        return real(location, manifest)
+
+    monkeypatch.setattr(probing, "_pretrained", counted)
     code = main(
         [
             "compare",
@@ -76,6 +86,8 @@ def test_prints_and_writes_harness_scores_beside_the_probes(outputs, capsys):
     report = (run_dir / "compare.md").read_text()
     assert "## lm-evaluation-harness" in report and label in report
     assert rows[0]["task_hash"][:12] in report
+    # The probes and the harness ask each model in one pass: base and llm, one load each.
+    assert len(loaded) == 2, loaded
 
 
 def test_unknown_task_is_refused_before_any_model_loads(outputs, capsys):
