@@ -42,6 +42,7 @@ from recipe_engine.plan.placement_request import (
     PlacementPlan,
     PlacementRefused,
     PlacementRequest,
+    SharedPlacement,
     advice,
     check_choice,
     fits,
@@ -191,19 +192,19 @@ def plan_placement(req: PlacementRequest) -> PlacementPlan:
         quant=quant,
         warnings=warnings,
         notes=notes,
-        common={
-            "device": device,
-            "cuda_visible_devices": cvd_out,
-            "quantization": quant,
-            "quantization_fallback": fallback,
+        shared=SharedPlacement(
+            device=device,
+            cuda_visible_devices=cvd_out,
+            quantization=quant,
+            quantization_fallback=fallback,
             # accelerate enables DeepSpeed only for a state made without cpu=True: on CPU it
             # runs on DeepSpeed's CPU accelerator instead (run.trainer.cpu_deepspeed_state).
-            "use_cpu": device == "cpu" and parallel != "deepspeed",
+            use_cpu=device == "cpu" and parallel != "deepspeed",
             # The whole point: at most one GPU per process, so the Trainer never wraps
             # nn.DataParallel, whatever the library version does on its own.
-            "n_gpu": 1 if device == "cuda" else 0,
-            "visible_gpus": tuple(g.index for g in visible),
-        },
+            n_gpu=1 if device == "cuda" else 0,
+            visible_gpus=tuple(g.index for g in visible),
+        ),
     )
     if parallel == "single":
         return _plan_single(ctx)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.resolve.machine import GpuInfo
@@ -197,9 +196,23 @@ def refuse_mode_on(device: str, parallel: str, alt: str) -> PlacementRefused:
     )
 
 
+@dataclass(frozen=True)
+class SharedPlacement:
+    """What every mode's plan has in common, decided before the mode is."""
+
+    device: str
+    cuda_visible_devices: str | None
+    quantization: str
+    quantization_fallback: str | None
+    use_cpu: bool
+    n_gpu: int
+    visible_gpus: tuple[int, ...]
+
+
 @dataclass
 class ModeContext:
-    """What every mode planner needs; `common` holds the PlacementPlan fields they share."""
+    """What every mode planner needs; `shared` holds the plan's fields decided before the mode,
+    `warnings` / `notes` collect what each step has to say."""
 
     req: PlacementRequest
     device: str
@@ -208,9 +221,33 @@ class ModeContext:
     quant: str
     warnings: list[str]
     notes: list[str]
-    common: dict[str, Any]
+    shared: SharedPlacement
 
-    def plan(self, **fields: Any) -> PlacementPlan:
+    def plan(
+        self,
+        *,
+        mode: str,
+        device_map: dict[str, int | str] | str | None,
+        max_memory: dict[int, str] | None,
+        world_size: int,
+        nproc: int,
+        launcher: str,
+    ) -> PlacementPlan:
+        shared = self.shared
         return PlacementPlan(
-            warnings=tuple(self.warnings), notes=tuple(self.notes), **self.common, **fields
+            device=shared.device,
+            mode=mode,
+            device_map=device_map,
+            max_memory=max_memory,
+            n_gpu=shared.n_gpu,
+            world_size=world_size,
+            nproc=nproc,
+            launcher=launcher,
+            cuda_visible_devices=shared.cuda_visible_devices,
+            visible_gpus=shared.visible_gpus,
+            quantization=shared.quantization,
+            quantization_fallback=shared.quantization_fallback,
+            use_cpu=shared.use_cpu,
+            warnings=tuple(self.warnings),
+            notes=tuple(self.notes),
         )
