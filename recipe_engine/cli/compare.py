@@ -12,7 +12,7 @@ from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
 from recipe_engine.evaluate.harness import check_tasks, harness_pass, write_harness
-from recipe_engine.evaluate.probing import model_loaders
+from recipe_engine.evaluate.probing import RunOverrides, model_loaders
 from recipe_engine.evaluate.scoring import score_run
 from recipe_engine.report.compare import newest_run, render_compare
 from recipe_engine.store.scores import DEFAULT_LIMIT, HarnessSettings
@@ -131,19 +131,20 @@ def compare_run(
     *,
     probes: str | Path | None = None,
     harness: HarnessSettings | None = None,
-    **measuring: Any,
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Compare base and every stage of a finished run on one probe set: measured and written
-    as records on the run side (`evaluate.scoring.score_run`, which takes `settings`, `seed` and
-    `held_out`), rendered by `report.compare`. With `harness`, the same models on
-    lm-evaluation-harness tasks too, in the same pass (`evaluate.harness.harness_pass`): each model
-    loads once. Returns the written paths,
-    the per-model metrics and the printed table(s)."""
+    as records on the run side (`evaluate.scoring.score_run`; `settings` are eval settings
+    over the run's own), rendered by `report.compare`. With `harness`, the same models on
+    lm-evaluation-harness tasks too, in the same pass (`evaluate.harness.harness_pass`): each
+    model loads once. Returns the written paths, the per-model metrics and the printed
+    table(s)."""
+    overrides = RunOverrides(settings=settings)
     if harness is None:
-        return render_compare(score_run(run_dir, probes=probes, **measuring))
+        return render_compare(score_run(run_dir, probes=probes, overrides=overrides))
     kind, _ = model_loaders(Path(run_dir))
     with harness_pass(harness, kind) as on_harness:  # each model loads once, for both
-        scored = score_run(run_dir, probes=probes, also=on_harness, **measuring)
+        scored = score_run(run_dir, probes=probes, overrides=overrides, also=on_harness)
     tasks = write_harness(Path(run_dir), on_harness.result(), scored.stem)
     return render_compare(scored, tasks)
 

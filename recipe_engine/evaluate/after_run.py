@@ -88,15 +88,16 @@ def compare_skipped(plan: RecipePlan, results: list[StageResult], run_dir: Path)
 def score_after_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> Scored:
     """The base and every stage of the run measured with the run's eval settings and seed, on
     the held-out rows it read (not read again), written as `compare`'s records."""
+    from recipe_engine.evaluate.probing import RunOverrides
     from recipe_engine.evaluate.scoring import score_run
 
     probed = probed_stage(plan, results)
-    return score_run(
-        run_dir,
+    overrides = RunOverrides(
         settings=dataclasses.asdict(plan.config.eval),
         seed=plan.config.seed,
         held_out=probed.data.splits().eval if probed else None,
     )
+    return score_run(run_dir, overrides=overrides)
 
 
 def probed_stage(plan: RecipePlan, results: list[StageResult]) -> StagePlan | None:

@@ -35,22 +35,30 @@ log = logging.getLogger("recipe_engine")
 BASE = "base"
 
 
+@dataclass(frozen=True)
+class RunOverrides:
+    """Where the caller knows better than a finished run's records: eval settings over the
+    run's own (EvalConfig keys), the seed, and held-out rows it has read already (the run that
+    just trained), so they are not read again."""
+
+    settings: Mapping[str, Any] | None = None
+    seed: int | None = None
+    held_out: Any = None
+
+
 def measure_run(
     run_dir: Path,
     *,
     probes: str | Path | None = None,
-    settings: Mapping[str, Any] | None = None,
-    seed: int | None = None,
-    held_out: Any = None,
+    overrides: RunOverrides | None = None,
     also: ModelVisitor | None = None,
 ) -> Measured:
-    """The base and every stage of a finished run on one probe set.
-
-    `settings` override the run's eval settings (EvalConfig keys); `seed` the run's seed;
-    `held_out` are the held-out rows when the caller has them (the run that just trained),
-    so they are not read again; `also` is shown each model while it is loaded (another
-    measurement of the same models: the harness), so each loads once.
-    """
+    """The base and every stage of a finished run on one probe set (`probes`, a file, or the
+    run's held-out rows), asked as the run was unless `overrides` say otherwise; `also` is
+    shown each model while it is loaded (another measurement of the same models: the
+    harness), so each loads once."""
+    overrides = overrides or RunOverrides()
+    settings, seed, held_out = overrides.settings, overrides.seed, overrides.held_out
     run_dir = Path(run_dir)
     summary = _read_summary(run_dir)
     stages = _stage_outputs(summary, run_dir)
@@ -62,8 +70,8 @@ def measure_run(
     rows, source = probe_set(probes, root[1:], seed, held_out, limit)
     asked = Asked(rows, preference_rows(stages, seed, limit))
     generation = {k: evaluation[k] for k in GENERATION_KEYS if k in evaluation}
-    loaders = _loaders(stages, root)
-    outputs, metrics = _answer_all(loaders, asked, root[2].kind, seed, generation, also)
+    asking = Generation(seed=seed, **generation)
+    outputs, metrics = _answer_all(_loaders(stages, root), asked, root[2].kind, asking, also)
     return Measured(
         run_dir, summary.recipe, stages, rows, source, outputs, metrics, seed, generation
     )
@@ -92,7 +100,8 @@ def evaluate_models(
     wanted = [
         loader for loader in loaders if loader[0] in models or (judged and loader is loaders[0])
     ]
-    metrics = _answer_all(wanted, Asked(rows, judged), root[2].kind, seed, generation)[1]
+    asked = Asked(rows, judged)
+    metrics = _answer_all(wanted, asked, root[2].kind, Generation(seed=seed, **generation))[1]
     return {name: values for name, values in metrics.items() if name in models}
 
 
@@ -162,8 +171,7 @@ def _answer_all(
     loaders: list[Loader],
     asked: Asked,
     kind: str,
-    seed: int,
-    generation: Mapping[str, Any],
+    generation: Generation,
     also: ModelVisitor | None = None,
 ) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
     """Every model's answers to the probes and its metrics (task metrics need references),
@@ -174,13 +182,11 @@ def _answer_all(
     sft_rows = not is_judged_row(rows[0])  # SFT's held-out loss: instruction rows only
     outputs: dict[str, list[str]] = {}
     metrics: dict[str, dict[str, Any]] = {}
-    on_judged = PreferenceJudge(asked.judged, kind, Generation(seed=seed, **generation))
+    on_judged = PreferenceJudge(asked.judged, kind, generation)
     for name, load, settings in loaders:
         log.info("compare: %s on %d probe(s)", name, len(rows))
         model, processor = load()
-        answers = generate_answers(
-            model, processor, rows, kind, Generation(seed=seed, **generation)
-        )
+        answers = generate_answers(model, processor, rows, kind, generation)
         outputs[name] = answers
         metrics[name] = {"n": len(rows)}
         if has_reference:

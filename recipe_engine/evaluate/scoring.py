@@ -20,7 +20,7 @@ from recipe_engine.store.scores import Measured, Scored, Stage
 
 def score_run(run_dir: Path, *, probes: str | Path | None = None, **measuring: Any) -> Scored:
     """The base and every stage of a finished run measured on one probe set (by
-    `evaluate.probing.measure_run`, which takes `settings`, `seed` and `held_out`), written."""
+    `evaluate.probing.measure_run`, which takes `overrides` and `also`), written."""
     return write_scores(measure_run(run_dir, probes=probes, **measuring), probes)
 
 

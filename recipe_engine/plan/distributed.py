@@ -14,6 +14,7 @@ from recipe_engine.plan.placement_request import (
     PlacementPlan,
     PlacementRefused,
     PlacementRequest,
+    Processes,
     fits,
     fits_across,
     gib,
@@ -80,9 +81,11 @@ def plan_distributed(c: ModeContext, mode: str) -> PlacementPlan:
         mode=mode,
         device_map=device_map,
         max_memory=None,
-        world_size=req.world_size if c.external else nproc * req.nodes,
-        nproc=nproc,
-        launcher=launcher,
+        processes=Processes(
+            world_size=req.world_size if c.external else nproc * req.nodes,
+            nproc=nproc,
+            launcher=launcher,
+        ),
     )
 
 

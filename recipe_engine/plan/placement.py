@@ -42,6 +42,7 @@ from recipe_engine.plan.placement_request import (
     PlacementPlan,
     PlacementRefused,
     PlacementRequest,
+    Processes,
     SharedPlacement,
     advice,
     check_choice,
@@ -252,9 +253,7 @@ def _plan_single(c: ModeContext) -> PlacementPlan:
         mode="single",
         device_map=device_map,
         max_memory=None,
-        world_size=1,
-        nproc=1,
-        launcher="external" if c.external else "none",
+        processes=Processes(world_size=1, nproc=1, launcher="external" if c.external else "none"),
     )
 
 
@@ -304,9 +303,7 @@ def _plan_model_parallel(c: ModeContext) -> PlacementPlan:
         mode="model_parallel",
         device_map="balanced",
         max_memory=max_memory(visible),
-        world_size=1,
-        nproc=1,
-        launcher="none",
+        processes=Processes(world_size=1, nproc=1, launcher="none"),
     )
 
 

@@ -197,6 +197,15 @@ def refuse_mode_on(device: str, parallel: str, alt: str) -> PlacementRefused:
 
 
 @dataclass(frozen=True)
+class Processes:
+    """How many processes train, this node's share of them, and who starts them."""
+
+    world_size: int
+    nproc: int
+    launcher: str  # none | external | self-torchrun | srun-torchrun
+
+
+@dataclass(frozen=True)
 class SharedPlacement:
     """What every mode's plan has in common, decided before the mode is."""
 
@@ -225,15 +234,13 @@ class ModeContext:
 
     def plan(
         self,
-        *,
         mode: str,
         device_map: dict[str, int | str] | str | None,
         max_memory: dict[int, str] | None,
-        world_size: int,
-        nproc: int,
-        launcher: str,
+        processes: Processes,
     ) -> PlacementPlan:
-        shared = self.shared
+        shared, world_size = self.shared, processes.world_size
+        nproc, launcher = processes.nproc, processes.launcher
         return PlacementPlan(
             device=shared.device,
             mode=mode,

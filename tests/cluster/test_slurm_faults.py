@@ -74,7 +74,7 @@ def test_a_stage_job_past_its_time_limit_resumes_to_the_same_weights(
     limit = ("slurm.time=1", "slurm.signal_delay_s=0")  # killed at one minute (+ SLURM's tick)
     job = submit(tmp_path, *limit)
     assert wait_for_jobs(slurm, [job], 600)[job]["State"] == "TIMEOUT"
-    for _ in range(4):  # the same command, until the stage is in the store
+    for _ in range(8):  # the same command, until the stage is in the store (a minute each)
         if manifests(tmp_path):
             break
         assert checkpoints(tmp_path)  # what the stopped attempt had saved

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from recipe_engine.config.compose import compose_config
+from recipe_engine.evaluate.probing import RunOverrides
 from recipe_engine.evaluate.scoring import score_run
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import run_recipe
@@ -27,7 +28,9 @@ def test_eval_loss_is_the_runs_own_where_a_template_writes_past_the_answer(tmp_p
     ]
     run_dir = tmp_path / "runs" / "r1-llm-only" / "t1"
     [stage] = run_recipe(plan_from_config(compose_config(overrides)), run_dir)
-    metrics = score_run(run_dir, settings={"max_samples": 4}).measured.metrics
+    metrics = score_run(
+        run_dir, overrides=RunOverrides(settings={"max_samples": 4})
+    ).measured.metrics
     recorded = stage.manifest.metrics.eval_loss
     assert metrics["llm"]["eval_loss"] == pytest.approx(recorded, rel=1e-4)
     assert metrics["llm"]["run_loss"] == f"{recorded:.4f}"  # full precision
