@@ -27,13 +27,13 @@ from pathlib import Path
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import atomic_write_text
+from recipe_engine.run.machine import cpu_model
 
 START, END = "<!-- study-table:start -->", "<!-- study-table:end -->"
 BASE = "base"  # the base's rows in experiment.csv (report.experiment.BASE)
 LIBRARIES = ("torch", "transformers", "trl", "peft", "bitsandbytes")
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (for the commit)
 TIME_FOLDER = re.compile(r"^(\d{4}-\d{2}-\d{2})_")  # the report folder's name: 2026-11-23_22-12-17
-CPUINFO = Path("/proc/cpuinfo")
 
 
 def newest_experiment(outputs: Path) -> Path:
@@ -135,19 +135,8 @@ def platform_here() -> str:
     count = torch.get_num_threads()
     versions = [f"{name} {_version(name)}" for name in LIBRARIES]
     threads = f"{count} thread" + ("" if count == 1 else "s")
-    where = f"{_cpu_model()} (torch CPU capability {capability}, {threads})"
+    where = f"{cpu_model()} (torch CPU capability {capability}, {threads})"
     return ", ".join([where, *versions])
-
-
-def _cpu_model() -> str:
-    try:
-        for line in CPUINFO.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                return value.strip()
-    except OSError:  # not Linux
-        pass
-    return "CPU model unknown"
 
 
 def _version(name: str) -> str:
