@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.hashing import canonical_hash
 
@@ -170,8 +171,8 @@ def _check_reachable(graph: StageGraph, targets: Sequence[str]) -> None:
         )
 
 
-def stage_settings(stage: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a stage's config that determines its weights."""
+def stage_settings(stage: Mapping[str, Any]) -> JsonObject:
+    """The part of a stage's config that determines its weights, as the key hashes it."""
     settings = {k: v for k, v in stage.items() if k not in NON_WEIGHT_STAGE_KEYS}
     settings["train"] = {
         k: v for k, v in (stage.get("train") or {}).items() if k not in NON_WEIGHT_TRAIN_KEYS

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 from recipe_engine.config.schema import EngineConfig, ModelConfig
 from recipe_engine.config.trainers import SFT
+from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan import dag
 from recipe_engine.plan.recipe_plan import StagePlan
@@ -22,8 +22,9 @@ from recipe_engine.plan.recipe_plan import StagePlan
 def set_fingerprints(
     cfg: EngineConfig, graph: dag.StageGraph, planned: dict[str, StagePlan]
 ) -> None:
-    """Each stage's key, set on its plan once every stage's placement is known."""
-    settings = {}
+    """Each stage's key, set on its plan once every stage's placement is known. What is
+    hashed is JSON (`JsonObject`): its keys are the keys of every stage key so far."""
+    settings: dict[str, JsonObject] = {}
     for name, stage in planned.items():
         settings[name] = {
             **_stage_settings(stage),
@@ -45,7 +46,7 @@ def set_fingerprints(
         planned[name].fingerprint = fingerprint
 
 
-def _stage_settings(stage: StagePlan) -> dict[str, Any]:
+def _stage_settings(stage: StagePlan) -> JsonObject:
     """The stage's own settings; the default trainer (sft) is left out, so the keys of every
     stage from before trainers were a choice stay as they were."""
     settings = dataclasses.asdict(stage.config)
@@ -54,7 +55,7 @@ def _stage_settings(stage: StagePlan) -> dict[str, Any]:
     return settings
 
 
-def _randomness(stage: StagePlan) -> dict[str, Any]:
+def _randomness(stage: StagePlan) -> JsonObject:
     """How a stage's random draws are made, where that changed what its key trains to.
 
     LoRA adapters were initialised from an unseeded generator until the engine seeded them
@@ -72,7 +73,7 @@ def _randomness(stage: StagePlan) -> dict[str, Any]:
     return {**seeded, **kernels, **kbit}
 
 
-def _declared_layout(model: ModelConfig) -> dict[str, Any]:
+def _declared_layout(model: ModelConfig) -> JsonObject:
     """A layout the model entry names or declares decides what `freeze.components` and the
     other component lists select, so it is hashed; the built-in default is not (keys stay)."""
     if model.layout is None and not model.components:

@@ -321,7 +321,7 @@ def _activations(req: MemoryRequest) -> float:
     vision = req.shape.vision
     if vision and req.images_per_row:
         vision_tokens = req.batch * req.images_per_row * vision.patches_per_image
-        if flows["vision_tower"]:
+        if flows.vision_tower:
             tower = Stack(
                 vision_tokens,
                 vision.hidden_size,
@@ -333,7 +333,7 @@ def _activations(req: MemoryRequest) -> float:
             total += _stack(req, tower)
         pixels = req.batch * req.images_per_row * vision.pixel_values_per_image
         total += pixels * 4  # pixel_values arrive in fp32
-    if flows["language_model"] != "none":
+    if flows.language_model != "none":
         shape = req.shape
         language = Stack(
             _tokens(req),
@@ -341,18 +341,24 @@ def _activations(req: MemoryRequest) -> float:
             shape.intermediate_size,
             shape.num_layers,
             heads=shape.num_heads,
-            trained=flows["language_model"] == "trained",
+            trained=flows.language_model == "trained",
         )
         total += _stack(req, language)
         total += 2 * _tokens(req) * shape.hidden_size * width  # final norm, lm_head input
     return total
 
 
-def _gradient_flows(req: MemoryRequest) -> dict[str, object]:
+@dataclass(frozen=True)
+class GradientFlow:
     """Which stacks keep activations: a trained one; a frozen one only when something
     trained sits before it (gradients pass through on their way back)."""
+
+    vision_tower: bool  # trained: its activations are kept
+    language_model: str  # "trained" | "pass" (gradients only pass through) | "none"
+
+
+def _gradient_flows(req: MemoryRequest) -> GradientFlow:
     trained = set(req.trained) | set(req.lora_components)
-    vision = bool(trained & {"vision_tower"})
     upstream = bool(trained & {"vision_tower", "projector", "embeddings"})
     if "language_model" in trained:
         language = "trained"
@@ -360,7 +366,7 @@ def _gradient_flows(req: MemoryRequest) -> dict[str, object]:
         language = "pass"
     else:
         language = "none"
-    return {"vision_tower": vision, "language_model": language}
+    return GradientFlow(vision_tower="vision_tower" in trained, language_model=language)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ the engine), the policy's parameter counts, the trainer settings and the data's 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from recipe_engine.config.schema import StageConfig
@@ -23,7 +23,7 @@ from recipe_engine.plan.memory_fit import StageMemory
 from recipe_engine.plan.model_shape import model_shape
 from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.plan.recipe_plan import PolicyPlan
-from recipe_engine.resolve.inputs import ModelFiles
+from recipe_engine.resolve.inputs import LongestRow, ModelFiles
 
 # SFTConfig's defaults for the keys the estimate reads (TRL 1.x / transformers 5.x).
 DEFAULT_BATCH = 8
@@ -43,7 +43,7 @@ class MemoryInputs:
     kind: str  # the model kind: vlm | causal_lm
     files: ModelFiles | None
     policy: PolicyPlan
-    longest: Mapping[str, int]  # the longest training row (Rows.longest)
+    longest: LongestRow  # the longest training row (Rows.longest)
     placement: PlacementPlan | None = None
     capacity_gib: float | None = None
     zero_stage: int | None = None
@@ -60,25 +60,24 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
     if given.files is None or counts is None:
         return None
     lengths = given.longest
-    shape = model_shape(given.files.config, given.files.processor, lengths["image_pixels"])
+    shape = model_shape(given.files.config, given.files.processor, lengths.image_pixels)
     text, assumed = _text_tokens(stage.train, lengths, given.kind)
     device = placement.device if placement else "cuda"
     request = MemoryRequest(
         shape=shape,
         param_counts=counts,
-        **_policy_terms(given.policy, stage),
         dtype=stage.dtype,
         accelerated=device != "cpu",
         batch=int(stage.train.get("per_device_train_batch_size", DEFAULT_BATCH)),
         text_tokens=text,
-        images_per_row=lengths["images"] if shape.vision else 0,
+        images_per_row=lengths.images if shape.vision else 0,
         gradient_checkpointing=stage.gradient_checkpointing,
         optim=str(stage.train.get("optim") or DEFAULT_OPTIM),
         sharding=_sharding(placement, given.zero_stage),
         overhead_gib=CUDA_WORKSPACE_GIB if device == "cuda" else 0.0,
-        **_trainer_terms(given.policy, stage),
         stage=given.name,
     )
+    request = _with_trainer(_with_policy(request, given.policy, stage), given.policy, stage)
     where = "cuda:0" if device == "cuda" else device
     capacity = given.capacity_gib
     if capacity is not None and device == "cuda":
@@ -86,21 +85,24 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
     return StageMemory(estimate_memory(request), where, capacity, request, assumed)
 
 
-def _policy_terms(policy: PolicyPlan, stage: StageConfig) -> dict[str, Any]:
+def _with_policy(request: MemoryRequest, policy: PolicyPlan, stage: StageConfig) -> MemoryRequest:
     """What the policy puts on the estimate: trained, adapted and quantized parameters."""
     quant = policy.quantization
-    return {
-        "trained": tuple(policy.trained),
-        "lora_components": tuple(policy.lora.components if policy.lora else ()),
-        "lora_params": policy.lora_params or 0,
-        "quantized_components": tuple(quant.components if quant else ()),
-        "quantized_params": policy.quantized_params or 0,
-        "bits": policy.bits,
-        "double_quant": bool((stage.quantization or {}).get("bnb_4bit_use_double_quant")),
-    }
+    return replace(
+        request,
+        trained=tuple(policy.trained),
+        lora_components=tuple(policy.lora.components if policy.lora else ()),
+        lora_params=policy.lora_params or 0,
+        quantized_components=tuple(quant.components if quant else ()),
+        quantized_params=policy.quantized_params or 0,
+        bits=policy.bits,
+        double_quant=bool((stage.quantization or {}).get("bnb_4bit_use_double_quant")),
+    )
 
 
-def _trainer_terms(policy: PolicyPlan, stage: StageConfig) -> dict[str, Any]:
+def _with_trainer(
+    request: MemoryRequest, policy: PolicyPlan, stage: StageConfig
+) -> MemoryRequest:
     """What the trainer puts on the estimate (config/trainers.py): a preference pair is two
     sequences, an unpaired row one (KTO's KL sequences run without gradients: `plan.memory`);
     DPO's and KTO's reference is a frozen copy of the starting weights for a full fine-tune
@@ -108,20 +110,21 @@ def _trainer_terms(policy: PolicyPlan, stage: StageConfig) -> dict[str, Any]:
     `ref_model`: the policy before training scores the rows); ORPO materializes the logits."""
     kind = TRAINERS.get(stage.trainer, TRAINERS["sft"])
     precomputed = bool(stage.train.get("precompute_ref_log_probs"))
-    return {
-        "sequences_per_row": 2 if kind.preference else 1,
-        "reference_copy": kind.reference and policy.lora is None and not precomputed,
-        "fused_head": kind.name != ORPO,
-    }
+    return replace(
+        request,
+        sequences_per_row=2 if kind.preference else 1,
+        reference_copy=kind.reference and policy.lora is None and not precomputed,
+        fused_head=kind.name != ORPO,
+    )
 
 
 def _text_tokens(
-    train: Mapping[str, Any], lengths: Mapping[str, int], kind: str
+    train: Mapping[str, Any], lengths: LongestRow, kind: str
 ) -> tuple[int, tuple[str, ...]]:
     """Text tokens of the longest row, capped by max_length (a batch pads to its longest). A
     preference pair's row is its prompt and the longer answer (`resolve` counts it so)."""
-    estimated = lengths["chars"] // CHARS_PER_TOKEN + TEMPLATE_TOKENS_PER_MESSAGE * max(
-        lengths["messages"], 1
+    estimated = lengths.chars // CHARS_PER_TOKEN + TEMPLATE_TOKENS_PER_MESSAGE * max(
+        lengths.messages, 1
     )
     limit = train.get("max_length", None if kind == "vlm" else DEFAULT_MAX_LENGTH)
     tokens = min(estimated, int(limit)) if limit else estimated

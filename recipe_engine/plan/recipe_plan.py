@@ -9,10 +9,10 @@ the model goes and with which trainer settings.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from recipe_engine.config.components import Layout
 from recipe_engine.config.schema import EngineConfig, ModelConfig, StageConfig
+from recipe_engine.edges import LibraryKwargs
 from recipe_engine.plan.dag import StageGraph
 from recipe_engine.plan.determinism import Determinism
 from recipe_engine.plan.memory_fit import StageMemory
@@ -28,7 +28,7 @@ class AdapterPlan:
 
     components: list[str]
     targets: list[str]
-    config: dict[str, Any]  # LoraConfig(**config): target_modules, modules_to_save, r, ...
+    config: LibraryKwargs  # LoraConfig(**config): target_modules, modules_to_save, r, ...
 
 
 @dataclass
@@ -37,7 +37,7 @@ class QuantPlan:
 
     bits: str  # 4bit | 8bit
     components: list[str]
-    config: dict[str, Any]  # BitsAndBytesConfig(**config) once dtype names become dtypes
+    config: LibraryKwargs  # BitsAndBytesConfig(**config) once dtype names become dtypes
 
 
 @dataclass
@@ -94,7 +94,7 @@ class StagePlan:
     policy: PolicyPlan
     dtype: str
     placement: PlacementPlan
-    trainer: dict[str, Any]  # SFTConfig arguments, all but output_dir (the store's)
+    trainer: LibraryKwargs  # SFTConfig arguments, all but output_dir (the store's)
     determinism: Determinism
     notes: list[str] = field(default_factory=list)
     memory: StageMemory | None = None  # the estimated peak; None: no config to estimate from

@@ -15,6 +15,7 @@ from typing import Any
 
 from recipe_engine.config.library_keys import ENGINE_TRAIN_KEYS
 from recipe_engine.config.schema import StageConfig
+from recipe_engine.edges import JsonObject, LibraryKwargs
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.resolve.row_shapes import LOSS_FLAGS, SHAPES
@@ -33,11 +34,11 @@ DEFAULT_DEEPSPEED = {
 
 def trainer_settings(
     stage: StageConfig, placement: PlacementPlan, seed: int, kind: str, has_eval: bool
-) -> dict[str, Any]:
+) -> LibraryKwargs:
     """`SFTConfig(**settings, output_dir=...)` for this stage."""
     train = stage.train
     accelerated = placement.device != "cpu"
-    settings: dict[str, Any] = {
+    settings: LibraryKwargs = {
         "report_to": "none",
         "save_strategy": "steps",
         "logging_first_step": True,
@@ -69,7 +70,7 @@ def trainer_settings(
     return settings
 
 
-def deepspeed_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
+def deepspeed_settings(config: Mapping[str, Any] | None) -> JsonObject:
     """The DeepSpeed config a stage trains with: the engine's default ZeRO-2 with the stage's
     own keys (`train.deepspeed`, a mapping or the JSON file `resolve` read) over it. ZeRO-3
     gathers the weights when saving unless the stage says otherwise: without that,
@@ -80,7 +81,7 @@ def deepspeed_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return merged
 
 
-def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> JsonObject:
     merged = {
         key: dict(value) if isinstance(value, Mapping) else value for key, value in base.items()
     }

@@ -7,9 +7,10 @@ asks for them; the planner takes its survey (format, split sizes, longest row) a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from recipe_engine.config.schema import DataConfig, ModelConfig
+from recipe_engine.edges import JsonObject
 from recipe_engine.resolve.formats import written_as
 from recipe_engine.resolve.held_out import (
     AUTO_MAX_ROWS,
@@ -39,8 +40,8 @@ class TemplateFacts:
 class ModelFiles:
     """config.json and the processor's config, as the memory estimate reads them."""
 
-    config: dict[str, Any]
-    processor: dict[str, Any]
+    config: JsonObject  # the model's config.json, as transformers wrote it
+    processor: JsonObject  # its processor's config files, merged (empty: none)
 
 
 @dataclass
@@ -64,6 +65,40 @@ class LabelCounts:
     undesirable: int
 
 
+@dataclass(frozen=True)
+class LongestRow:
+    """The longest training row as one sequence the model runs (a preference pair's: its
+    prompt and the longer answer), for the memory estimate."""
+
+    chars: int = 0  # text characters
+    messages: int = 0  # chat messages (plain text: one a turn)
+    images: int = 0
+    image_pixels: int = 0  # the largest image's width times height
+
+    def longest(self, other: LongestRow) -> LongestRow:
+        """Each measure the larger of the two rows'."""
+        return LongestRow(
+            max(self.chars, other.chars),
+            max(self.messages, other.messages),
+            max(self.images, other.images),
+            max(self.image_pixels, other.image_pixels),
+        )
+
+    def to_json(self) -> JsonObject:  # the cache's "lengths" record
+        return {
+            "chars": self.chars,
+            "messages": self.messages,
+            "images": self.images,
+            "image_pixels": self.image_pixels,
+        }
+
+    @classmethod
+    def from_json(cls, record: JsonObject) -> LongestRow:
+        return cls(
+            record["chars"], record["messages"], record["images"], record["image_pixels"]
+        )
+
+
 @dataclass
 class Rows:
     """A stage's rows: identity, format after detection and split sizes, checked row by row.
@@ -84,8 +119,7 @@ class Rows:
     # read under another tool's name (`detection.Layout.describe`).
     read_as: str = ""
     labels: LabelCounts | None = None  # the training rows' labels (unpaired feedback only)
-    # The longest training row: characters, messages, images, image pixels (memory estimate).
-    longest: dict[str, int] = field(default_factory=dict)
+    longest: LongestRow = field(default_factory=LongestRow)  # for the memory estimate
     _splits: DataSplits | None = field(default=None, repr=False, compare=False)
     # How prompt/completion text reaches the model: "through the chat template", or as
     # plain text and why (`plan` prints it on the data line); "" for conversations.
@@ -100,7 +134,7 @@ class Rows:
             self._splits = load_splits(self.config, kind=self.kind, seed=self.seed)
         return self._splits
 
-    def __getstate__(self) -> dict[str, Any]:  # a sweep worker re-reads rather than unpickles
+    def __getstate__(self) -> dict[str, object]:  # a sweep worker re-reads, not unpickles
         return {**self.__dict__, "_splits": None}
 
     def describe(self) -> str:
@@ -152,7 +186,7 @@ class StageInputs:
     name: str
     model: ModelInputs
     data: dict[str, Rows]
-    deepspeed: dict[str, Any] | None = None  # the stage's own DeepSpeed config, read
+    deepspeed: JsonObject | None = None  # the stage's own DeepSpeed config, read
 
 
 @dataclass

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
+from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, unknown_key
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.resolve import cache, templates
@@ -25,6 +27,7 @@ from recipe_engine.resolve.held_out import HeldOut, rows_identity
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.inputs import (
     LabelCounts,
+    LongestRow,
     ModelFiles,
     ModelInputs,
     RecipeInputs,
@@ -99,7 +102,7 @@ def _at_commit(data: DataConfig, revisions: HubRevisions) -> tuple[DataConfig, H
     return dataclasses.replace(data, revision=revision.commit), revision
 
 
-def deepspeed_config(name: str, train: Mapping[str, Any]) -> dict[str, Any] | None:
+def deepspeed_config(name: str, train: Mapping[str, Any]) -> JsonObject | None:
     """The stage's own DeepSpeed config: a mapping in `train.deepspeed`, or the JSON file it
     names (None: the engine's default)."""
     config = train.get("deepspeed")
@@ -142,7 +145,7 @@ def _inventory(model: ModelConfig, init: InitSource) -> ModelInventory | None:
         return model_inventory(model, init.location)
     inputs = {"config": cache.file_digest(config), "kind": model.kind}
 
-    def read() -> dict[str, Any] | None:
+    def read() -> JsonObject | None:
         found = model_inventory(model, init.location)
         return found.to_dict() if found else None
 
@@ -182,7 +185,7 @@ def _model_files(model: ModelConfig, init: InitSource) -> ModelFiles | None:
     if folder is None or not (folder / "config.json").is_file():
         return None
     config = json.loads((folder / "config.json").read_text())
-    processor: dict[str, Any] = {}
+    processor: JsonObject = {}
     for name in PROCESSOR_FILES:
         if (folder / name).is_file():
             data = json.loads((folder / name).read_text())
@@ -245,6 +248,41 @@ def _rows_each_way(
     return ways
 
 
+@dataclass(frozen=True)
+class SurveyedRows:
+    """What checking every row of a dataset found (the cache's "rows" record)."""
+
+    format: str
+    train_rows: int
+    eval_rows: int
+    held_out: HeldOut
+    read_as: str
+    labels: LabelCounts | None
+
+    def to_json(self) -> JsonObject:
+        labels = self.labels
+        return {
+            "format": self.format,
+            "train_rows": self.train_rows,
+            "eval_rows": self.eval_rows,
+            "held_out": self.held_out.value,
+            "read_as": self.read_as,
+            "labels": [labels.desirable, labels.undesirable] if labels else None,
+        }
+
+    @classmethod
+    def from_json(cls, record: JsonObject) -> SurveyedRows:
+        labels = record["labels"]
+        return cls(
+            record["format"],
+            record["train_rows"],
+            record["eval_rows"],
+            HeldOut(record["held_out"]),
+            record["read_as"],
+            LabelCounts(*labels) if labels else None,
+        )
+
+
 def survey(config: DataConfig, kind: str, seed: int, surveyed: dict[str, Rows]) -> Rows:
     """A dataset's rows, checked row by row (once per exact data) and described.
 
@@ -261,42 +299,44 @@ def survey(config: DataConfig, kind: str, seed: int, surveyed: dict[str, Rows]) 
             read.append(rows_data.load_splits(config, kind=kind, seed=seed))
         return read[0]
 
-    def check() -> dict[str, Any]:
+    def check() -> SurveyedRows:
         found = splits()
-        held_out = len(found.eval) if found.eval is not None else 0
-        return {
-            "format": found.format,
-            "train_rows": len(found.train),
-            "eval_rows": held_out,
-            "held_out": found.held_out.value,
-            "read_as": found.source_format,
-            "labels": _label_counts(found.train),
-        }
+        return SurveyedRows(
+            format=found.format,
+            train_rows=len(found.train),
+            eval_rows=len(found.eval) if found.eval is not None else 0,
+            held_out=found.held_out,
+            read_as=found.source_format,
+            labels=_label_counts(found.train),
+        )
 
     # Hub data may change upstream under the same name: checked every time.
-    hub = config.source == "hub"
-    checked = check() if hub else cache.remembered("rows", inputs, check)
-    longest = cache.remembered("lengths", inputs, lambda: _longest(splits)) if not hub else None
-    how = HeldOut(checked.pop("held_out"))
-    labels = checked.pop("labels")
+    if config.source == "hub":
+        checked, longest = check(), _longest(splits)
+    else:
+        recorded = cache.remembered("rows", inputs, lambda: check().to_json())
+        checked = SurveyedRows.from_json(recorded) if recorded else check()
+        lengths = cache.remembered("lengths", inputs, lambda: _longest(splits).to_json())
+        longest = LongestRow.from_json(lengths) if lengths else _longest(splits)
     rows = Rows(
         config,
         kind,
         seed,
-        rows_identity(identity, how),
-        **checked,
-        held_out=how,
-        labels=LabelCounts(*labels) if labels else None,
-        longest=longest or _longest(splits),
+        rows_identity(identity, checked.held_out),
+        checked.format,
+        checked.train_rows,
+        checked.eval_rows,
+        held_out=checked.held_out,
+        read_as=checked.read_as,
+        labels=checked.labels,
+        longest=longest,
     )
     rows._splits = read[0] if read else None  # read once, kept for the run
     surveyed[canonical_hash(inputs)] = rows
     return rows
 
 
-def _survey_inputs(
-    identity: str, kind: str, eval_fraction: float | None, seed: int
-) -> dict[str, Any]:
+def _survey_inputs(identity: str, kind: str, eval_fraction: float | None, seed: int) -> JsonObject:
     """What a survey of rows is remembered by: the data's identity (automatic and
     `eval_fraction=0` share it) with the hold-out setting, and the seed only where an
     explicit `eval_fraction` draws with it (automatic rows are chosen by their content, so
@@ -305,25 +345,23 @@ def _survey_inputs(
     return {**inputs, "seed": seed} if eval_fraction else inputs
 
 
-def _label_counts(train: Any) -> list[int] | None:
-    """[desirable, undesirable] training rows of unpaired feedback; None for other rows."""
+def _label_counts(train: Any) -> LabelCounts | None:
+    """The training rows of unpaired feedback by label; None for other rows."""
     if "label" not in train.column_names:
         return None
     desirable = sum(bool(label) for label in train["label"])
-    return [desirable, len(train) - desirable]
+    return LabelCounts(desirable, len(train) - desirable)
 
 
-def _longest(splits: Any) -> dict[str, int]:
+def _longest(splits: Any) -> LongestRow:
     """The longest training row: text characters, messages and images."""
-    longest = {"chars": 0, "messages": 0, "images": 0, "image_pixels": 0}
+    longest = LongestRow()
     for row in splits().train:
-        counts = _row_counts(row)
-        for key in longest:
-            longest[key] = max(longest[key], counts[key])
+        longest = longest.longest(_row_counts(row))
     return longest
 
 
-def _row_counts(row: Mapping[str, Any]) -> dict[str, int]:
+def _row_counts(row: Mapping[str, Any]) -> LongestRow:
     """The row's sizes as one sequence the model runs: a preference pair's is its prompt and
     the longer answer (the trainer runs each answer after the prompt)."""
     if "chosen" in row and "rejected" in row:
@@ -342,7 +380,7 @@ def _row_counts(row: Mapping[str, Any]) -> dict[str, int]:
             images += image
     if not messages:  # plain text: a turn each
         messages = sum(1 for key in ("prompt", "completion", "chosen", "rejected") if key in row)
-    return {"chars": chars, "messages": messages, "images": images, "image_pixels": pixels}
+    return LongestRow(chars, messages, images, pixels)
 
 
 def _walk(value: Any) -> list[tuple[int, int, int]]:

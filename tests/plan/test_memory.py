@@ -340,9 +340,9 @@ def test_stage_memory_reads_the_trainer_and_the_policy() -> None:
     from recipe_engine.config.schema import StageConfig
     from recipe_engine.plan.memory_inputs import MemoryInputs, stage_memory
     from recipe_engine.plan.recipe_plan import AdapterPlan, PolicyPlan
-    from recipe_engine.resolve.inputs import ModelFiles
+    from recipe_engine.resolve.inputs import LongestRow, ModelFiles
 
-    lengths = {"chars": 400, "messages": 3, "images": 0, "image_pixels": 0}
+    lengths = LongestRow(chars=400, messages=3, images=0, image_pixels=0)
     adapter = AdapterPlan(["language_model"], [], {})
 
     def memory(trainer: str, lora: bool = False, **train: object) -> MemoryRequest:

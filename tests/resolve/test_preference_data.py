@@ -541,4 +541,4 @@ def test_a_pairs_longest_row_is_its_prompt_and_its_longer_answer(tmp_path: Path)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     config = DataConfig(name="pairs", path=str(path), eval_fraction=0.25, chat_template="false")
     longest = survey(config, "causal_lm", 0, {}).longest
-    assert longest["chars"] == 10 + 300 and longest["messages"] == 2
+    assert longest.chars == 10 + 300 and longest.messages == 2
