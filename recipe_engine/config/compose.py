@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from recipe_engine.config.schema import EngineConfig, StageConfig, register_configs
+from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, closest, did_you_mean
 
 # The shipped configs live inside the package, so an installed wheel carries them; Hydra reads
@@ -357,7 +358,7 @@ def to_engine_config(cfg: DictConfig) -> EngineConfig:
     return config
 
 
-def to_plain(cfg: DictConfig) -> dict:
+def to_plain(cfg: DictConfig) -> JsonObject:
     """The resolved config as plain data (planners and the DAG take plain data)."""
     try:
         return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)  # type: ignore[return-value]

@@ -29,6 +29,7 @@ from recipe_engine.config.bounds import (
     is_number,
 )
 from recipe_engine.config.components import validate_components
+from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
 from recipe_engine.files import atomic_write_json
 from recipe_engine.versions import package_version
@@ -118,7 +119,7 @@ def library_fields(class_name: str) -> dict[str, LibraryField]:
     return fields
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> JsonObject:
     return json.loads(path.read_text())
 
 

@@ -15,6 +15,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from recipe_engine.edges import JsonObject, LibraryKwargs, RecipeSection
+
 
 @dataclass
 class InitConfig:
@@ -58,7 +60,7 @@ class DataConfig:
 OPEN_SECTIONS = ("lora", "quantization", "data")
 
 
-def without_empty_sections(stage: dict[str, Any]) -> dict[str, Any]:
+def without_empty_sections(stage: JsonObject) -> JsonObject:
     """A stage mapping with empty open sections as None (not used), as plans and diffs
     compare them."""
     return {**stage, **{key: stage.get(key) or None for key in OPEN_SECTIONS}}
@@ -76,14 +78,14 @@ class StageConfig:
     freeze: FreezeConfig = field(default_factory=FreezeConfig)
     # Empty = not used; a mapping (not None) so that any key can be set on the command line,
     # e.g. stage.vision.lora.r=8 on a template without LoRA.
-    lora: dict[str, Any] | None = field(default_factory=dict)  # LoraConfig keys + `components`
-    quantization: dict[str, Any] | None = field(default_factory=dict)  # BitsAndBytesConfig keys
+    lora: LibraryKwargs | None = field(default_factory=dict)  # LoraConfig keys + `components`
+    quantization: LibraryKwargs | None = field(default_factory=dict)  # BitsAndBytesConfig keys
     dtype: str = "auto"  # auto (the model entry's) | float32 | bfloat16 | float16
     gradient_checkpointing: bool = False
     # `data` keys that replace the recipe's for this stage (empty: the recipe's data), so
     # stage.<name>.data.path=... changes one key, like any other override.
-    data: dict[str, Any] | None = field(default_factory=dict)
-    train: dict[str, Any] = field(default_factory=dict)  # the trainer's settings (SFTConfig ...)
+    data: RecipeSection | None = field(default_factory=dict)
+    train: LibraryKwargs = field(default_factory=dict)  # the trainer's settings (SFTConfig ...)
 
 
 @dataclass
@@ -104,7 +106,7 @@ class ModelConfig:
     # name (default: the one for the config's model_type; `none`: no map, select parameters by
     # freeze.patterns and target_modules), and/or regexes per component replacing its rules.
     layout: str | None = None
-    components: dict[str, Any] = field(default_factory=dict)
+    components: RecipeSection = field(default_factory=dict)
 
 
 @dataclass
@@ -151,7 +153,7 @@ class SlurmConfig:
     # resumes from its last checkpoint (submitit's checkpointing).
     signal_delay_s: int = 120
     setup: list[str] = field(default_factory=list)  # shell lines before the job (module load)
-    additional_parameters: dict[str, Any] = field(default_factory=dict)  # any other sbatch option
+    additional_parameters: LibraryKwargs = field(default_factory=dict)  # other sbatch options
 
 
 @dataclass

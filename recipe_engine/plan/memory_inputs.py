@@ -100,9 +100,7 @@ def _with_policy(request: MemoryRequest, policy: PolicyPlan, stage: StageConfig)
     )
 
 
-def _with_trainer(
-    request: MemoryRequest, policy: PolicyPlan, stage: StageConfig
-) -> MemoryRequest:
+def _with_trainer(request: MemoryRequest, policy: PolicyPlan, stage: StageConfig) -> MemoryRequest:
     """What the trainer puts on the estimate (config/trainers.py): a preference pair is two
     sequences, an unpaired row one (KTO's KL sequences run without gradients: `plan.memory`);
     DPO's and KTO's reference is a frozen copy of the starting weights for a full fine-tune

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.library_keys import cache_dir
+from recipe_engine.edges import JsonObject
 from recipe_engine.files import atomic_write_json
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.versions import package_version
@@ -62,8 +63,8 @@ LIBRARIES_BY_KIND = {
 
 
 def remembered(
-    kind: str, inputs: Mapping[str, Any], read: Callable[[], dict[str, Any] | None]
-) -> dict[str, Any] | None:
+    kind: str, inputs: Mapping[str, Any], read: Callable[[], JsonObject | None]
+) -> JsonObject | None:
     """`read()`'s result for these inputs: from the cache, or computed (kept if not None).
 
     The cache only saves work: a record that cannot be read is computed again, and one that

@@ -11,10 +11,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from recipe_engine.edges import ChatMessage, ContentPart, DataRow
+
 Row = Any  # a `rows.RowConverter` on one record (not imported: it imports the registry)
-# What TRL reads, at the edge to it: a chat message ({role, content}) and one row of a shape.
-Message = dict[str, Any]
-TrlRow = dict[str, Any]
 
 # ShareGPT's role names (the `from` values of its messages) and ChatML's own.
 SHAREGPT_ROLES = {
@@ -33,16 +32,16 @@ SHAREGPT_EXAMPLE = '[{"from": "human", "value": "..."}, {"from": "gpt", "value":
 # --------------------------------------------------------------------------- row shapes
 
 
-def messages_row(row: Row) -> TrlRow:
+def messages_row(row: Row) -> DataRow:
     return {"messages": row.conversation(parts=False)[0]}
 
 
-def prompt_completion_row(row: Row) -> TrlRow:
+def prompt_completion_row(row: Row) -> DataRow:
     """Plain text: a `system` text, where rows have one, goes before the prompt."""
     return {"prompt": row.plain_prompt(row.text("prompt")), "completion": row.text("completion")}
 
 
-def chat_prompt_completion_row(row: Row) -> TrlRow:
+def chat_prompt_completion_row(row: Row) -> DataRow:
     """TRL's conversational prompt-completion: one user and one assistant turn (after the
     row's `system` message and its `history` turns, where it has them)."""
     prompt = [*alpaca_history(row), {"role": "user", "content": row.text("prompt")}]
@@ -53,7 +52,7 @@ def chat_prompt_completion_row(row: Row) -> TrlRow:
     }
 
 
-def vlm_row(row: Row) -> TrlRow:
+def vlm_row(row: Row) -> DataRow:
     messages, all_strings = row.conversation(parts=True)
     images = row.row_images()
     placeholders = _placeholders(messages)
@@ -69,7 +68,7 @@ def vlm_row(row: Row) -> TrlRow:
     return {"images": images, "messages": messages}
 
 
-def vlm_prompt_completion_row(row: Row) -> TrlRow:
+def vlm_prompt_completion_row(row: Row) -> DataRow:
     """TRL's conversational prompt-completion with images: the prompt is one user turn (an
     image placeholder per image, then the text), the completion one assistant turn."""
     images = row.row_images()
@@ -85,11 +84,11 @@ def vlm_prompt_completion_row(row: Row) -> TrlRow:
     }
 
 
-def _image_part() -> dict[str, Any]:
+def _image_part() -> ContentPart:
     return {"type": "image", "text": None}
 
 
-def _placeholders(messages: list[Message]) -> int:
+def _placeholders(messages: list[ChatMessage]) -> int:
     return sum(1 for m in messages for p in m["content"] if p["type"] == "image")
 
 
@@ -107,7 +106,7 @@ def sharegpt_messages(row: Row, parts: bool) -> tuple[list[Any], str]:
     return sharegpt_as_chatml(row, value, name), name
 
 
-def sharegpt_as_chatml(row: Row, messages: list[Any], name: str) -> list[Message]:
+def sharegpt_as_chatml(row: Row, messages: list[Any], name: str) -> list[ChatMessage]:
     """ShareGPT messages in ChatML through TRL's own converter, then ShareGPT's role names
     (`human`, `gpt`), which TRL leaves as they are, as ChatML's."""
     from trl.data_utils import maybe_convert_to_chatml
@@ -147,7 +146,7 @@ def alpaca_instruction(row: Row) -> str:
     return f"{instruction}\n\n{extra}" if extra.strip() else instruction
 
 
-def alpaca_history(row: Row) -> list[Message]:
+def alpaca_history(row: Row) -> list[ChatMessage]:
     history = json_list(row.get("history", required=False)) or []
     if not isinstance(history, list) or not all(
         isinstance(turn, list) and len(turn) == 2 for turn in history
@@ -186,7 +185,7 @@ def json_messages(value: Any) -> Any:
     return json_list(value)
 
 
-def given_keys(message: Any) -> dict[str, Any]:
+def given_keys(message: Any) -> ChatMessage:
     """A message's keys that hold a value (Arrow gives every row the keys of all rows)."""
     if not isinstance(message, Mapping):
         return {}
@@ -197,7 +196,7 @@ def image_tokens_as_parts(text: Any) -> Any:
     """LLaVA-style text with `<image>` marks as image and text parts; other text as it is."""
     if not isinstance(text, str) or IMAGE_TOKEN not in text:
         return text
-    parts: list[dict[str, Any]] = []
+    parts: list[ContentPart] = []
     for k, piece in enumerate(text.split(IMAGE_TOKEN)):
         if k:
             parts.append(_image_part())

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config.bounds import FRACTION, POSITIVE_INT, is_number
 from recipe_engine.config.schema import DataConfig
+from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.resolve import formats
 from recipe_engine.resolve.data_files import Split, quietly, read_local
@@ -289,7 +290,7 @@ def data_identity(cfg: DataConfig) -> str:
 
 
 def _identity(cfg: DataConfig) -> str:
-    settings: dict[str, Any] = {
+    settings: JsonObject = {  # hashed into the data's identity
         "source": cfg.source,
         "path": str(cfg.path),
         "format": cfg.format,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config.schema import DataConfig
+from recipe_engine.edges import LibraryKwargs
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.resolve.rows import row_error
 
@@ -139,7 +140,7 @@ def _load_file(builder: str, path: Path) -> datasets.Dataset:
     temporary folder, so reading a user's file leaves nothing behind."""
     import datasets
 
-    options: dict[str, Any] = {}
+    options: LibraryKwargs = {}  # datasets' builder options
     if builder == "csv":
         # Every cell as text, as written (pandas would make `2` an int and `` a NaN).
         header = _csv_header(path)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.files import share_as_umask
 from recipe_engine.resolve import hub_models
@@ -43,7 +44,7 @@ class GgufModel:
     """A GGUF entry as the planner sees it: the converted folder, or why it cannot be had."""
 
     folder: Path | None  # the converted save_pretrained folder; None when unavailable
-    identity: dict[str, Any]  # what the stage key hashes for this init source
+    identity: JsonObject  # what the stage key hashes for this init source
     unavailable: str | None = None  # a hub file that cannot be had from here: why
 
 

@@ -28,8 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
+from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import atomic_write_json, file_lock
 from recipe_engine.resolve import hub_models
@@ -97,7 +97,7 @@ class HubRevisions:
             return HubRevision(repo_id, requested, requested, GIVEN, kind=kind)
         pin = self.pins[kind].get(repo_id) if requested is None else None
         if pin is not None:
-            return HubRevision(repo_id, None, pin["commit"], PINNED, pin["pinned"], kind)
+            return HubRevision(repo_id, None, pin.commit, PINNED, pin.pinned, kind)
         key = (kind, repo_id, requested)
         if key not in self._resolved:
             self._resolved[key] = _resolve_now(repo_id, requested, kind)
@@ -163,8 +163,16 @@ def cached_commit(
 # --------------------------------------------------------------------------- the pins file
 
 
-# kind -> repository id -> {"commit": ..., "pinned": ...}
-Pins = dict[str, dict[str, dict[str, str]]]
+@dataclass(frozen=True)
+class Pin:
+    """The commit a run pinned a repository at, and when (ISO 8601, UTC)."""
+
+    commit: str
+    pinned: str
+
+
+# kind -> repository id -> its pin
+Pins = dict[str, dict[str, Pin]]
 
 
 def read_pins(path: Path) -> Pins:
@@ -177,9 +185,7 @@ def read_pins(path: Path) -> Pins:
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
         pins = None
     if pins is None or not all(
-        COMMIT.fullmatch(str(pin["commit"]))
-        for section in pins.values()
-        for pin in section.values()
+        COMMIT.fullmatch(str(pin.commit)) for section in pins.values() for pin in section.values()
     ):
         raise RecipeError(
             f"{path} is not a valid hub revisions file (JSON: models / datasets -> commit, "
@@ -190,8 +196,8 @@ def read_pins(path: Path) -> Pins:
     return pins
 
 
-def _section(entries: dict[str, Any]) -> dict[str, dict[str, str]]:
-    return {str(k): {"commit": v["commit"], "pinned": v["pinned"]} for k, v in entries.items()}
+def _section(entries: JsonObject) -> dict[str, Pin]:
+    return {str(k): Pin(v["commit"], v["pinned"]) for k, v in entries.items()}
 
 
 def pin_revisions(output_root: str | Path, revisions: Iterable[HubRevision]) -> list[HubRevision]:
@@ -207,11 +213,17 @@ def pin_revisions(output_root: str | Path, revisions: Iterable[HubRevision]) -> 
         if added:
             now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             for r in added:
-                pins[r.kind][r.repo_id] = {"commit": r.commit, "pinned": now}
+                pins[r.kind][r.repo_id] = Pin(r.commit, now)
             atomic_write_json(path, _pins_document(pins))
     return added
 
 
-def _pins_document(pins: Pins) -> dict[str, Any]:
-    sections = {f"{kind}s": dict(sorted(pins[kind].items())) for kind in KINDS}
+def _pins_document(pins: Pins) -> JsonObject:
+    sections = {
+        f"{kind}s": {
+            repo_id: {"commit": pin.commit, "pinned": pin.pinned}
+            for repo_id, pin in sorted(pins[kind].items())
+        }
+        for kind in KINDS
+    }
     return {"version": PINS_VERSION, **sections}

@@ -94,9 +94,7 @@ class LongestRow:
 
     @classmethod
     def from_json(cls, record: JsonObject) -> LongestRow:
-        return cls(
-            record["chars"], record["messages"], record["images"], record["image_pixels"]
-        )
+        return cls(record["chars"], record["messages"], record["images"], record["image_pixels"])
 
 
 @dataclass

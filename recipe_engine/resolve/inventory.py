@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.schema import ModelConfig
+from recipe_engine.edges import JsonObject
 
 # Module kinds: "linear" layers get LoRA adapters by default and are what bitsandbytes
 # replaces (nn.Linear, GPT-2's Conv1D; bitsandbytes' k-bit layers subclass nn.Linear);
@@ -67,7 +68,7 @@ class ModelInventory:
                 return module
         raise KeyError(f"{self.model_type} model has no module {name!r}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:  # the cache's "inventory" record
         return dataclasses.asdict(self)
 
     @classmethod

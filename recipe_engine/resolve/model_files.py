@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, closest
 from recipe_engine.resolve.hub_models import (
     Where,
@@ -140,7 +140,7 @@ def _not_a_folder(path: Path) -> str:
     )
 
 
-def _read_config(folder: Path, where: Where) -> dict[str, Any]:
+def _read_config(folder: Path, where: Where) -> JsonObject:
     file = folder / "config.json"
     if not file.is_file():
         raise where.refuse(folder, _no_config(folder, where.key))
@@ -200,7 +200,7 @@ def _is_data_file(path: Path) -> bool:
 
 
 def _check_architecture(
-    folder: Path, config: dict[str, Any], kind: str, where: Where, trust_remote_code: bool
+    folder: Path, config: JsonObject, kind: str, where: Where, trust_remote_code: bool
 ) -> None:
     """The model type must be one transformers builds (or trusted remote code), of `kind`."""
     import transformers

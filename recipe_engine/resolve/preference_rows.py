@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from recipe_engine.resolve.converters import Message, Row, TrlRow
+from recipe_engine.edges import ChatMessage, DataRow
+from recipe_engine.resolve.converters import Row
 from recipe_engine.resolve.prompt_turns import (
     IMPLICIT,
     IMPLICIT_FIX,
@@ -43,14 +44,14 @@ class Pair(NamedTuple):
     """A preference pair as messages."""
 
     prompt: Turns
-    chosen: list[Message]
-    rejected: list[Message]
+    chosen: list[ChatMessage]
+    rejected: list[ChatMessage]
 
 
 # --------------------------------------------------------------------------- row shapes
 
 
-def preference_row(row: Row) -> TrlRow:
+def preference_row(row: Row) -> DataRow:
     """TRL's standard preference: the prompt and both answers as text. Without a prompt
     column, the prompt is the text both answers begin with (TRL's implicit prompt)."""
     chosen, rejected = (_plain_answer(row, canon) for canon in ANSWERS)
@@ -60,7 +61,7 @@ def preference_row(row: Row) -> TrlRow:
     return {"prompt": plain_prompt(row), "chosen": chosen, "rejected": rejected}
 
 
-def _implicit_text_pair(row: Row, chosen: str, rejected: str) -> TrlRow:
+def _implicit_text_pair(row: Row, chosen: str, rejected: str) -> DataRow:
     from trl.data_utils import extract_prompt
 
     _check_differ(row, chosen, rejected)
@@ -83,13 +84,13 @@ def _implicit_text_pair(row: Row, chosen: str, rejected: str) -> TrlRow:
     return split
 
 
-def chat_preference_row(row: Row) -> TrlRow:
+def chat_preference_row(row: Row) -> DataRow:
     """TRL's conversational preference: the prompt's messages, each answer one assistant turn."""
     pair = _pair(row, parts=False)
     return {"prompt": pair.prompt.messages, "chosen": pair.chosen, "rejected": pair.rejected}
 
 
-def vlm_preference_row(row: Row) -> TrlRow:
+def vlm_preference_row(row: Row) -> DataRow:
     """TRL's vision preference rows: the images, the prompt's messages of image/text parts,
     each answer one assistant turn of text parts."""
     pair = _pair(row, parts=True)

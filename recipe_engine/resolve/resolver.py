@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.edges import ChatMessage, ContentPart, DataRow
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.converters import (
     IMAGE_TOKEN,
@@ -76,7 +77,7 @@ class RowConverter:
         self.record: Mapping[str, Any] = {}
         self.inline_images: list[Any] = []
 
-    def __call__(self, record: Mapping[str, Any], index: int) -> dict[str, Any]:
+    def __call__(self, record: Mapping[str, Any], index: int) -> DataRow:
         self.index, self.record = index, record  # read by fail()/get() for error messages
         self.inline_images = []  # images the row's parts name themselves, in order
         return SHAPES[self.layout.output].make(self)
@@ -126,7 +127,7 @@ class RowConverter:
 
     # ----------------------------------------------------------------------- conversations
 
-    def conversation(self, parts: bool) -> tuple[list[dict[str, Any]], bool]:
+    def conversation(self, parts: bool) -> tuple[list[ChatMessage], bool]:
         """The row's messages as its format reads them (after the row's `system` message,
         where it has one), validated, and whether every content was a plain string (`parts`:
         contents as image/text parts)."""
@@ -163,7 +164,7 @@ class RowConverter:
 
     def validated(
         self, value: list[Any], name: str, parts: bool, last: str = "assistant"
-    ) -> tuple[list[dict[str, Any]], bool]:
+    ) -> tuple[list[ChatMessage], bool]:
         """Role/content messages checked (`last`: the role the last one must have), with
         contents as strings or (`parts`) image/text parts."""
         result, all_strings = [], True
@@ -251,7 +252,7 @@ class RowConverter:
             raise self.fail(f"message {j} has empty content", "Fill it in or remove the row.")
         return content
 
-    def parts(self, j: int, content: Any) -> list[dict[str, Any]]:
+    def parts(self, j: int, content: Any) -> list[ContentPart]:
         """Content parts in any spelling (`parts.read_part`) as image placeholders and text
         parts; an image a part names itself joins the row's `inline_images`."""
         if not isinstance(content, list) or not content:

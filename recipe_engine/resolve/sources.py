@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.schema import ModelConfig, StageConfig
+from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.resolve import cache, gguf, hub_models, model_files
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
@@ -189,7 +190,7 @@ def _check_model_files(folder: Path, key: str, model: ModelConfig, identity: Any
     (remembered per folder contents, as the headers do not change without the files)."""
     flags = {"kind": model.kind, "trust": model.trust_remote_code, "pickle": model.allow_pickle}
 
-    def check() -> dict[str, Any]:
+    def check() -> JsonObject:  # the cache's "models" record: the folder loads
         model_files.check_model_folder(
             folder,
             kind=model.kind,

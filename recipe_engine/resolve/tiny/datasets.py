@@ -12,8 +12,8 @@ import json
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
+from recipe_engine.edges import DataRow
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.files import default_cache_dir
 from recipe_engine.resolve.tiny.build import SEED as _SEED
@@ -66,7 +66,7 @@ def build_dataset(name: str, cache_dir: Path | None = None) -> Path:
     return build_once(root / "data" / f"{name}-{_VERSION}", builders[name])
 
 
-def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+def _write_jsonl(path: Path, rows: list[DataRow]) -> None:
     with path.open("w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.edges import LibraryKwargs
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.files import default_cache_dir
 from recipe_engine.resolve.tiny.build import SEED as _SEED
@@ -44,7 +45,7 @@ TINY_MODELS: tuple[str, ...] = (
 )
 
 
-_TEXT_SIZE: dict[str, Any] = {
+_TEXT_SIZE: LibraryKwargs = {  # a text config class's sizes
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 2,
@@ -54,7 +55,7 @@ _TEXT_SIZE: dict[str, Any] = {
     "tie_word_embeddings": False,
 }
 # The vision towers of the Llama-based VLMs (CLIP for LLaVA, SigLIP-style for Idefics3).
-_VISION_SIZE: dict[str, Any] = {
+_VISION_SIZE: LibraryKwargs = {
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 2,
@@ -62,7 +63,7 @@ _VISION_SIZE: dict[str, Any] = {
 }
 # head_dim 16 -> 8 rotary frequencies, split over (temporal, height, width).
 _QWEN2_VL_MROPE_SECTION = [2, 3, 3]
-_QWEN2_VL_VISION: dict[str, Any] = {
+_QWEN2_VL_VISION: LibraryKwargs = {
     "depth": 2,
     "embed_dim": 64,
     "num_heads": 4,

@@ -27,11 +27,15 @@ import random
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from recipe_engine.edges import DataRow, LibraryKwargs
 from recipe_engine.resolve.tiny.shapes import ALL_SHAPES, draw_any_shape
+
+if TYPE_CHECKING:
+    from transformers.modeling_outputs import SequenceClassifierOutput
 
 # Neutral words the span's other places hold: in the tokenizer's vocabulary, never an answer.
 _FILLERS = ("Picture", "Video", "system", "user")
@@ -108,7 +112,7 @@ def _train(
     model: Any,
     dataset: Any,
     *,
-    collate: Callable[[list[Any]], dict[str, Any]],
+    collate: Callable[[list[Any]], LibraryKwargs],  # a batch: the model's forward kwargs
     seed: int,
     schedule: Schedule,
 ) -> None:
@@ -143,11 +147,16 @@ class _ShapeClassifier(torch.nn.Module):
         super().__init__()
         self.visual, self.head = visual, head
 
-    def forward(self, pixel_values: Any, image_grid_thw: Any, labels: Any) -> dict[str, Any]:
+    def forward(
+        self, pixel_values: Any, image_grid_thw: Any, labels: Any
+    ) -> SequenceClassifierOutput:
+        from transformers.modeling_outputs import SequenceClassifierOutput
+
         merged = self.visual(pixel_values, grid_thw=image_grid_thw).pooler_output
         pooled = merged.view(len(image_grid_thw), -1, merged.shape[-1]).mean(dim=1)
         logits = self.head(pooled)
-        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
 class _ShapePictures(torch.utils.data.IterableDataset):
@@ -165,7 +174,7 @@ class _ShapePictures(torch.utils.data.IterableDataset):
             yield draw_any_shape(rng, ink, ALL_SHAPES[index]), index
 
     @staticmethod
-    def collate(batch: list[tuple[Any, int]], image_processor: Any) -> dict[str, Any]:
+    def collate(batch: list[tuple[Any, int]], image_processor: Any) -> LibraryKwargs:
         pixels = image_processor(images=[picture for picture, _ in batch], return_tensors="pt")
         return {
             "pixel_values": pixels["pixel_values"],
@@ -185,7 +194,7 @@ def _sample(
     return colour, shape, words
 
 
-def _encode(tokenizer: Any, colour: str, shape: str, span: list[str], question: str) -> dict:
+def _encode(tokenizer: Any, colour: str, shape: str, span: list[str], question: str) -> DataRow:
     picture = "<|vision_start|>" + "".join(f" {w}" for w in span) + "<|vision_end|>"
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": picture + question}],

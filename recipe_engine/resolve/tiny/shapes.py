@@ -53,7 +53,7 @@ def draw_any_shape(rng: random.Random, ink: tuple[int, int, int], shape: str) ->
     height = min(n - 1.0, width * rng.uniform(*_ASPECT))
     x0, y0 = rng.uniform(0, n - width), rng.uniform(0, n - height)
     outline = rng.random() < _OUTLINE_SHARE
-    style: dict[str, Any] = (
+    style: LibraryKwargs = (  # ImageDraw's
         {"outline": ink, "width": rng.randint(*_OUTLINE_WIDTH_PX)} if outline else {"fill": ink}
     )
     draw = ImageDraw.Draw(image)

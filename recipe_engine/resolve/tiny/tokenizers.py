@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.edges import LibraryKwargs
 from recipe_engine.resolve.tiny.datasets import ARITH_MAX_OPERAND
 from recipe_engine.resolve.tiny.shapes import COLOURS, SHAPES, SHAPES_QUESTION
 
@@ -181,7 +182,7 @@ def train_tokenizer(spec: TokenizerSpec) -> Any:
     )
     tok.train_from_iterator(tokenizer_corpus(), trainer=trainer)
     named = {eos, *(t for t in (bos, pad) if t)}
-    common: dict[str, Any] = {
+    common: LibraryKwargs = {  # the tokenizer class's
         "bos_token": bos,
         "eos_token": eos,
         "pad_token": pad,
