@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from recipe_engine.config.schema import EngineConfig, StageConfig, register_configs
-from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, closest, did_you_mean
+from recipe_engine.files import JsonObject
 
 # The shipped configs live inside the package, so an installed wheel carries them; Hydra reads
 # them through its package source, wherever the package is installed.

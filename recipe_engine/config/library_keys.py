@@ -29,9 +29,8 @@ from recipe_engine.config.bounds import (
     is_number,
 )
 from recipe_engine.config.components import validate_components
-from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
-from recipe_engine.files import atomic_write_json
+from recipe_engine.files import JsonObject, atomic_write_json
 from recipe_engine.versions import package_version
 
 # (module, class, distribution that versions it); dataclasses list their fields,

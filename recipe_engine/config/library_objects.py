@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.trainers import TRAINERS
-from recipe_engine.edges import JsonObject
+
+# Keyword arguments handed as they are to a library's settings class (SFTConfig, LoraConfig,
+# BitsAndBytesConfig): the library defines their keys, the engine checks them (library_keys).
+LibraryKwargs = dict[str, Any]
 
 # bitsandbytes arguments that name a torch dtype: plans keep the name, the library wants it.
 DTYPE_KEYS = ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage")
@@ -73,7 +76,7 @@ def bnb_config(arguments: Mapping[str, Any]) -> Any:
     return BitsAndBytesConfig(**kwargs)
 
 
-def judge(stages: list[JsonObject]) -> dict[str, str]:
+def judge(stages: list[Mapping[str, Any]]) -> dict[str, str]:
     """The first refusal among the stages' settings, or {} if none: {stage, class, error} with
     a library's own words, or {stage, class, key, message} with the engine's."""
     build = {
@@ -99,7 +102,7 @@ def judge(stages: list[JsonObject]) -> dict[str, str]:
     return {}
 
 
-def reporting_refusal(stage: JsonObject) -> dict[str, str]:
+def reporting_refusal(stage: Mapping[str, Any]) -> dict[str, str]:
     """`report_to` names integrations SFTConfig accepts but the Trainer fails on when their
     package is missing (after the model has loaded): refuse those here, saying what to install."""
     trainer_class = next((c for c in TRAINER_CLASSES if stage.get(c) is not None), "SFTConfig")

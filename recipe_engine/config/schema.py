@@ -15,7 +15,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from recipe_engine.edges import JsonObject, LibraryKwargs, RecipeSection
+from recipe_engine.config.library_objects import LibraryKwargs
+from recipe_engine.files import JsonObject
 
 
 @dataclass
@@ -54,6 +55,12 @@ class DataConfig:
     # resolves it to a commit, which the key hashes; the first run pins the default branch.
     revision: str | None = None
 
+
+# An open section of a recipe, as the user writes it (YAML, the command line), left open so
+# that any key can be set: a stage's `data` keys over the recipe's, a model's `components`
+# regexes. The engine checks its keys where it reads them (resolve.resolver.stage_data,
+# config.components).
+RecipeSection = dict[str, Any]
 
 # Open sections of a stage: an empty library section means the stage does not use that
 # library; an empty `data` means the recipe's data.

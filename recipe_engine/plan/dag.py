@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.files import JsonObject
 from recipe_engine.hashing import canonical_hash
 
 # Bump when the meaning of a stage changes (how policies or training apply), so stored

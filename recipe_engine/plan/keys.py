@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 from recipe_engine.config.schema import EngineConfig, ModelConfig
 from recipe_engine.config.trainers import SFT
-from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError
+from recipe_engine.files import JsonObject
 from recipe_engine.plan import dag
 from recipe_engine.plan.recipe_plan import StagePlan
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from recipe_engine.config.components import Layout
+from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.config.schema import EngineConfig, ModelConfig, StageConfig
-from recipe_engine.edges import LibraryKwargs
 from recipe_engine.plan.dag import StageGraph
 from recipe_engine.plan.determinism import Determinism
 from recipe_engine.plan.memory_fit import StageMemory

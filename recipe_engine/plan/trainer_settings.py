@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recipe_engine.config.library_keys import ENGINE_TRAIN_KEYS
+from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.config.schema import StageConfig
-from recipe_engine.edges import JsonObject, LibraryKwargs
 from recipe_engine.errors import RecipeError
+from recipe_engine.files import JsonObject
 from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.resolve.row_shapes import LOSS_FLAGS, SHAPES
 from recipe_engine.resolve.templates import MARKED, PATCHED, UNMARKED, UNREAD

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.library_keys import cache_dir
-from recipe_engine.edges import JsonObject
-from recipe_engine.files import atomic_write_json
+from recipe_engine.files import JsonObject, atomic_write_json
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.versions import package_version
 

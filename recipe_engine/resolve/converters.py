@@ -11,9 +11,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from recipe_engine.edges import ChatMessage, ContentPart, DataRow
-
 Row = Any  # a `rows.RowConverter` on one record (not imported: it imports the registry)
+# What TRL reads, at the edge to it: a chat message ({role, content}), one part of a message's
+# content ({"type": "text", "text": ...} or {"type": "image", ...}) and one row of a shape.
+Message = dict[str, Any]
+ContentPart = dict[str, Any]
+TrlRow = dict[str, Any]
 
 # ShareGPT's role names (the `from` values of its messages) and ChatML's own.
 SHAREGPT_ROLES = {
@@ -32,16 +35,16 @@ SHAREGPT_EXAMPLE = '[{"from": "human", "value": "..."}, {"from": "gpt", "value":
 # --------------------------------------------------------------------------- row shapes
 
 
-def messages_row(row: Row) -> DataRow:
+def messages_row(row: Row) -> TrlRow:
     return {"messages": row.conversation(parts=False)[0]}
 
 
-def prompt_completion_row(row: Row) -> DataRow:
+def prompt_completion_row(row: Row) -> TrlRow:
     """Plain text: a `system` text, where rows have one, goes before the prompt."""
     return {"prompt": row.plain_prompt(row.text("prompt")), "completion": row.text("completion")}
 
 
-def chat_prompt_completion_row(row: Row) -> DataRow:
+def chat_prompt_completion_row(row: Row) -> TrlRow:
     """TRL's conversational prompt-completion: one user and one assistant turn (after the
     row's `system` message and its `history` turns, where it has them)."""
     prompt = [*alpaca_history(row), {"role": "user", "content": row.text("prompt")}]
@@ -52,7 +55,7 @@ def chat_prompt_completion_row(row: Row) -> DataRow:
     }
 
 
-def vlm_row(row: Row) -> DataRow:
+def vlm_row(row: Row) -> TrlRow:
     messages, all_strings = row.conversation(parts=True)
     images = row.row_images()
     placeholders = _placeholders(messages)
@@ -68,7 +71,7 @@ def vlm_row(row: Row) -> DataRow:
     return {"images": images, "messages": messages}
 
 
-def vlm_prompt_completion_row(row: Row) -> DataRow:
+def vlm_prompt_completion_row(row: Row) -> TrlRow:
     """TRL's conversational prompt-completion with images: the prompt is one user turn (an
     image placeholder per image, then the text), the completion one assistant turn."""
     images = row.row_images()
@@ -88,7 +91,7 @@ def _image_part() -> ContentPart:
     return {"type": "image", "text": None}
 
 
-def _placeholders(messages: list[ChatMessage]) -> int:
+def _placeholders(messages: list[Message]) -> int:
     return sum(1 for m in messages for p in m["content"] if p["type"] == "image")
 
 
@@ -106,7 +109,7 @@ def sharegpt_messages(row: Row, parts: bool) -> tuple[list[Any], str]:
     return sharegpt_as_chatml(row, value, name), name
 
 
-def sharegpt_as_chatml(row: Row, messages: list[Any], name: str) -> list[ChatMessage]:
+def sharegpt_as_chatml(row: Row, messages: list[Any], name: str) -> list[Message]:
     """ShareGPT messages in ChatML through TRL's own converter, then ShareGPT's role names
     (`human`, `gpt`), which TRL leaves as they are, as ChatML's."""
     from trl.data_utils import maybe_convert_to_chatml
@@ -146,7 +149,7 @@ def alpaca_instruction(row: Row) -> str:
     return f"{instruction}\n\n{extra}" if extra.strip() else instruction
 
 
-def alpaca_history(row: Row) -> list[ChatMessage]:
+def alpaca_history(row: Row) -> list[Message]:
     history = json_list(row.get("history", required=False)) or []
     if not isinstance(history, list) or not all(
         isinstance(turn, list) and len(turn) == 2 for turn in history
@@ -185,7 +188,7 @@ def json_messages(value: Any) -> Any:
     return json_list(value)
 
 
-def given_keys(message: Any) -> ChatMessage:
+def given_keys(message: Any) -> Message:
     """A message's keys that hold a value (Arrow gives every row the keys of all rows)."""
     if not isinstance(message, Mapping):
         return {}

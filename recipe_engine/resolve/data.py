@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config.bounds import FRACTION, POSITIVE_INT, is_number
 from recipe_engine.config.schema import DataConfig
-from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.files import JsonObject
 from recipe_engine.resolve import formats
 from recipe_engine.resolve.data_files import Split, quietly, read_local
 from recipe_engine.resolve.data_hub import read_hub

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.config.schema import DataConfig
-from recipe_engine.edges import LibraryKwargs
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.resolve.rows import row_error
 

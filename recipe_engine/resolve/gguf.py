@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, did_you_mean
-from recipe_engine.files import share_as_umask
+from recipe_engine.files import JsonObject, share_as_umask
 from recipe_engine.resolve import hub_models
 
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file

@@ -29,9 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError
-from recipe_engine.files import atomic_write_json, file_lock
+from recipe_engine.files import JsonObject, atomic_write_json, file_lock
 from recipe_engine.resolve import hub_models
 
 PINS_FILE = "hub-revisions.json"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from recipe_engine.config.schema import DataConfig, ModelConfig
-from recipe_engine.edges import JsonObject
+from recipe_engine.files import JsonObject
 from recipe_engine.resolve.formats import written_as
 from recipe_engine.resolve.held_out import (
     AUTO_MAX_ROWS,

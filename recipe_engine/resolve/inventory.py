@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.schema import ModelConfig
-from recipe_engine.edges import JsonObject
+from recipe_engine.files import JsonObject
 
 # Module kinds: "linear" layers get LoRA adapters by default and are what bitsandbytes
 # replaces (nn.Linear, GPT-2's Conv1D; bitsandbytes' k-bit layers subclass nn.Linear);

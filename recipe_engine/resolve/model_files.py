@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, closest
+from recipe_engine.files import JsonObject
 from recipe_engine.resolve.hub_models import (
     Where,
     check_hub,

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from recipe_engine.edges import ChatMessage, DataRow
-from recipe_engine.resolve.converters import Row
+from recipe_engine.resolve.converters import Message, Row, TrlRow
 from recipe_engine.resolve.prompt_turns import (
     IMPLICIT,
     IMPLICIT_FIX,
@@ -44,14 +43,14 @@ class Pair(NamedTuple):
     """A preference pair as messages."""
 
     prompt: Turns
-    chosen: list[ChatMessage]
-    rejected: list[ChatMessage]
+    chosen: list[Message]
+    rejected: list[Message]
 
 
 # --------------------------------------------------------------------------- row shapes
 
 
-def preference_row(row: Row) -> DataRow:
+def preference_row(row: Row) -> TrlRow:
     """TRL's standard preference: the prompt and both answers as text. Without a prompt
     column, the prompt is the text both answers begin with (TRL's implicit prompt)."""
     chosen, rejected = (_plain_answer(row, canon) for canon in ANSWERS)
@@ -61,7 +60,7 @@ def preference_row(row: Row) -> DataRow:
     return {"prompt": plain_prompt(row), "chosen": chosen, "rejected": rejected}
 
 
-def _implicit_text_pair(row: Row, chosen: str, rejected: str) -> DataRow:
+def _implicit_text_pair(row: Row, chosen: str, rejected: str) -> TrlRow:
     from trl.data_utils import extract_prompt
 
     _check_differ(row, chosen, rejected)
@@ -84,13 +83,13 @@ def _implicit_text_pair(row: Row, chosen: str, rejected: str) -> DataRow:
     return split
 
 
-def chat_preference_row(row: Row) -> DataRow:
+def chat_preference_row(row: Row) -> TrlRow:
     """TRL's conversational preference: the prompt's messages, each answer one assistant turn."""
     pair = _pair(row, parts=False)
     return {"prompt": pair.prompt.messages, "chosen": pair.chosen, "rejected": pair.rejected}
 
 
-def vlm_preference_row(row: Row) -> DataRow:
+def vlm_preference_row(row: Row) -> TrlRow:
     """TRL's vision preference rows: the images, the prompt's messages of image/text parts,
     each answer one assistant turn of text parts."""
     pair = _pair(row, parts=True)

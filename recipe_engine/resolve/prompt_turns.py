@@ -29,9 +29,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from recipe_engine.edges import ChatMessage
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.converters import (
+    Message,
     Row,
     alpaca_instruction,
     given_keys,
@@ -56,7 +56,7 @@ class Turns(NamedTuple):
     """A prompt (messages ending with the user's turn) and whether every content was a plain
     string (so images, if any, get their placeholders before the first user text)."""
 
-    messages: list[ChatMessage]
+    messages: list[Message]
     all_strings: bool
 
 
@@ -104,14 +104,14 @@ def _validated(row: Row, messages: list[Any], name: str, parts: bool) -> Turns:
     return Turns(*row.validated(row.with_system(messages), name, parts, last="user"))
 
 
-def _user(text: str) -> ChatMessage:
+def _user(text: str) -> Message:
     return {"role": "user", "content": text}
 
 
 # --------------------------------------------------------------------------- conversations
 
 
-def conversation_messages(row: Row, canon: str) -> list[ChatMessage]:
+def conversation_messages(row: Row, canon: str) -> list[Message]:
     """A column of messages (ShareGPT `from`/`value` or `role`/`content` turns) as ChatML
     messages, not yet validated."""
     name = row.name(canon)
@@ -141,7 +141,7 @@ def answered_conversation(row: Row, canon: str, parts: bool) -> Turns:
     return Turns(*row.validated(messages, row.name(canon), parts))
 
 
-def answer(row: Row, canon: str, parts: bool, after: Turns | None = None) -> list[ChatMessage]:
+def answer(row: Row, canon: str, parts: bool, after: Turns | None = None) -> list[Message]:
     """One answer as one assistant message: from text, one message, or a list of one; or the
     last turn of a whole conversation whose turns before it are the prompt `after`
     (Axolotl's `chatml.ultra`)."""
@@ -172,12 +172,12 @@ def answer(row: Row, canon: str, parts: bool, after: Turns | None = None) -> lis
     )
 
 
-def assistant_turn(text: str, parts: bool) -> list[ChatMessage]:
+def assistant_turn(text: str, parts: bool) -> list[Message]:
     """An answer's text as one assistant message (its content one text part, `parts`)."""
     return [{"role": "assistant", "content": [{"type": "text", "text": text}] if parts else text}]
 
 
-def _last_turn(row: Row, canon: str, parts: bool, prompt: Turns | None) -> list[ChatMessage]:
+def _last_turn(row: Row, canon: str, parts: bool, prompt: Turns | None) -> list[Message]:
     name = row.name(canon)
     messages = conversation_messages(row, canon)
     if prompt is not None:
@@ -195,7 +195,7 @@ def _last_turn(row: Row, canon: str, parts: bool, prompt: Turns | None) -> list[
     )
 
 
-def _said(messages: list[ChatMessage]) -> list[tuple[str, str]]:
+def _said(messages: list[Message]) -> list[tuple[str, str]]:
     """The turns of a conversation as (role, text), system messages aside."""
     return [(m["role"], text_of([m])) for m in messages if m["role"] != "system"]
 
@@ -254,7 +254,7 @@ def _whole_conversation(row: Row, canon: str) -> list[Any]:
     return [as_chatml(row, message, row.name(canon)) for message in value]
 
 
-def hh_messages(text: str) -> list[ChatMessage] | None:
+def hh_messages(text: str) -> list[Message] | None:
     """An Anthropic HH text (`\\n\\nHuman: ...\\n\\nAssistant: ...`) as messages; None when the
     text has no such turns."""
     marks = list(_HH_TURN.finditer(text))
@@ -293,7 +293,7 @@ def message_like(value: Any) -> bool:
     )
 
 
-def text_of(messages: list[ChatMessage]) -> str:
+def text_of(messages: list[Message]) -> str:
     """The text of messages: string contents and text parts."""
     pieces = []
     for message in messages:
@@ -305,7 +305,7 @@ def text_of(messages: list[ChatMessage]) -> str:
     return "\n".join(pieces)
 
 
-def image_placeholders(messages: list[ChatMessage]) -> int:
+def image_placeholders(messages: list[Message]) -> int:
     return sum(
         1
         for message in messages
@@ -315,7 +315,7 @@ def image_placeholders(messages: list[ChatMessage]) -> int:
     )
 
 
-def placed_images(row: Row, prompt: Turns, answers: Mapping[str, list[ChatMessage]]) -> list[Any]:
+def placed_images(row: Row, prompt: Turns, answers: Mapping[str, list[Message]]) -> list[Any]:
     """The row's images, each with its placeholder in the prompt (plain-text prompts get one
     before the first user text, as TRL's prepare_multimodal_messages does); answers hold none."""
     images = row.row_images()

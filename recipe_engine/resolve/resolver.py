@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.schema import DataConfig, EngineConfig, ModelConfig, StageConfig
-from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, unknown_key
+from recipe_engine.files import JsonObject
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.resolve import cache, templates
 from recipe_engine.resolve import data as rows_data

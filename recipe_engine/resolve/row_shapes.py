@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipe_engine.config.trainers import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
-from recipe_engine.edges import DataRow
 from recipe_engine.resolve.converters import (
     Row,
+    TrlRow,
     chat_prompt_completion_row,
     messages_row,
     prompt_completion_row,
@@ -105,7 +105,7 @@ class RowShape:
     rows: str  # the kind of rows (config.trainers): instruction | preference | unpaired
     loss: Loss | None  # None: preference rows (SFT's loss flags do not apply)
     asked: Asking
-    make: Callable[[Row], DataRow]  # one record -> one TRL row
+    make: Callable[[Row], TrlRow]  # one record -> one TRL row
     features: Callable[[Any], Any]  # the `datasets` module -> the features of such rows
 
     @property

@@ -12,11 +12,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.edges import ChatMessage, ContentPart, DataRow
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.converters import (
     IMAGE_TOKEN,
     SHAREGPT_ROLES,
+    ContentPart,
+    Message,
+    TrlRow,
     given_keys,
     image_tokens_as_parts,
     json_list,
@@ -77,7 +79,7 @@ class RowConverter:
         self.record: Mapping[str, Any] = {}
         self.inline_images: list[Any] = []
 
-    def __call__(self, record: Mapping[str, Any], index: int) -> DataRow:
+    def __call__(self, record: Mapping[str, Any], index: int) -> TrlRow:
         self.index, self.record = index, record  # read by fail()/get() for error messages
         self.inline_images = []  # images the row's parts name themselves, in order
         return SHAPES[self.layout.output].make(self)
@@ -127,7 +129,7 @@ class RowConverter:
 
     # ----------------------------------------------------------------------- conversations
 
-    def conversation(self, parts: bool) -> tuple[list[ChatMessage], bool]:
+    def conversation(self, parts: bool) -> tuple[list[Message], bool]:
         """The row's messages as its format reads them (after the row's `system` message,
         where it has one), validated, and whether every content was a plain string (`parts`:
         contents as image/text parts)."""
@@ -164,7 +166,7 @@ class RowConverter:
 
     def validated(
         self, value: list[Any], name: str, parts: bool, last: str = "assistant"
-    ) -> tuple[list[ChatMessage], bool]:
+    ) -> tuple[list[Message], bool]:
         """Role/content messages checked (`last`: the role the last one must have), with
         contents as strings or (`parts`) image/text parts."""
         result, all_strings = [], True

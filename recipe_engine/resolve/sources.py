@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.schema import ModelConfig, StageConfig
-from recipe_engine.edges import JsonObject
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.files import JsonObject
 from recipe_engine.resolve import cache, gguf, hub_models, model_files
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.models import model_location

@@ -11,8 +11,7 @@ boolean (`true` / `false`; in CSV also `1` / `0`, `yes` / `no`).
 
 from __future__ import annotations
 
-from recipe_engine.edges import ChatMessage, DataRow
-from recipe_engine.resolve.converters import Row
+from recipe_engine.resolve.converters import Message, Row, TrlRow
 from recipe_engine.resolve.prompt_turns import (
     IMPLICIT,
     Turns,
@@ -28,7 +27,7 @@ from recipe_engine.resolve.prompt_turns import (
 LABEL_WORDS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 
 
-def unpaired_row(row: Row) -> DataRow:
+def unpaired_row(row: Row) -> TrlRow:
     """TRL's standard unpaired preference: the prompt and the completion as text."""
     return {
         "prompt": plain_prompt(row),
@@ -37,14 +36,14 @@ def unpaired_row(row: Row) -> DataRow:
     }
 
 
-def chat_unpaired_row(row: Row) -> DataRow:
+def chat_unpaired_row(row: Row) -> TrlRow:
     """TRL's conversational unpaired preference: the prompt's messages, the completion one
     assistant turn."""
     prompt, completion = _judged(row, parts=False)
     return {"prompt": prompt.messages, "completion": completion, "label": label(row)}
 
 
-def vlm_unpaired_row(row: Row) -> DataRow:
+def vlm_unpaired_row(row: Row) -> TrlRow:
     """KTO's vision rows: the images, the prompt's messages of parts, the completion."""
     prompt, completion = _judged(row, parts=True)
     images = placed_images(row, prompt, {"completion": completion})
@@ -56,7 +55,7 @@ def vlm_unpaired_row(row: Row) -> DataRow:
     }
 
 
-def _judged(row: Row, parts: bool) -> tuple[Turns, list[ChatMessage]]:
+def _judged(row: Row, parts: bool) -> tuple[Turns, list[Message]]:
     """The prompt and the one completion the label judges."""
     if row.layout.prompt_from == IMPLICIT:  # the completion column holds the whole turn list
         prompt, (completion,) = implicit_turns(row, ("completion",), parts)

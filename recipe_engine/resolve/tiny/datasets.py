@@ -13,9 +13,8 @@ import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from recipe_engine.edges import DataRow
 from recipe_engine.errors import RecipeError, did_you_mean
-from recipe_engine.files import default_cache_dir
+from recipe_engine.files import JsonObject, default_cache_dir
 from recipe_engine.resolve.tiny.build import SEED as _SEED
 from recipe_engine.resolve.tiny.build import VERSION as _VERSION
 from recipe_engine.resolve.tiny.build import build_once
@@ -66,7 +65,7 @@ def build_dataset(name: str, cache_dir: Path | None = None) -> Path:
     return build_once(root / "data" / f"{name}-{_VERSION}", builders[name])
 
 
-def _write_jsonl(path: Path, rows: list[DataRow]) -> None:
+def _write_jsonl(path: Path, rows: list[JsonObject]) -> None:
     with path.open("w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.edges import LibraryKwargs
+from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.files import default_cache_dir
 from recipe_engine.resolve.tiny.build import SEED as _SEED

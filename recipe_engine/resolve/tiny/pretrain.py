@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from recipe_engine.edges import DataRow, LibraryKwargs
+from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.resolve.tiny.shapes import ALL_SHAPES, draw_any_shape
 
 if TYPE_CHECKING:
@@ -194,7 +194,9 @@ def _sample(
     return colour, shape, words
 
 
-def _encode(tokenizer: Any, colour: str, shape: str, span: list[str], question: str) -> DataRow:
+def _encode(
+    tokenizer: Any, colour: str, shape: str, span: list[str], question: str
+) -> LibraryKwargs:
     picture = "<|vision_start|>" + "".join(f" {w}" for w in span) + "<|vision_end|>"
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": picture + question}],

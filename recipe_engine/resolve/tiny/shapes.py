@@ -11,7 +11,7 @@ import colorsys
 import random
 from typing import Any
 
-from recipe_engine.edges import LibraryKwargs
+from recipe_engine.config.library_objects import LibraryKwargs
 
 # Each colour name covers a range of hues (degrees on the colour wheel), drawn at a saturation
 # and brightness from the ranges below: many reds, not one red pixel value.

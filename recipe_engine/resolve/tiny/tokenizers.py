@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.edges import LibraryKwargs
+from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.resolve.tiny.datasets import ARITH_MAX_OPERAND
 from recipe_engine.resolve.tiny.shapes import COLOURS, SHAPES, SHAPES_QUESTION
 
