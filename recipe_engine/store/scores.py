@@ -113,9 +113,9 @@ class ModelMetrics:
         if self.preference is not None:
             record["preference"] = self.preference.to_json()
         if self.labels is not None:
-            labels = self.labels
-            record |= {"base_precision": labels.base_precision, "run_accuracy": labels.run_accuracy}
-            record["run_loss"] = labels.run_loss
+            record["base_precision"] = self.labels.base_precision
+            record["run_accuracy"] = self.labels.run_accuracy
+            record["run_loss"] = self.labels.run_loss
         return record
 
 
