@@ -1,4 +1,4 @@
-"""A comparison measured by hand (`evaluate.probing.Measured`): two stages, two probes, no model
+"""A comparison measured by hand (`store.scores.Measured`): two stages, two probes, no model
 loaded, for the tests of what is written and rendered from it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from recipe_engine.store.records import Manifest, StageMetrics
-from recipe_engine.store.scores import Measured
+from recipe_engine.store.scores import Generation, Measured, ModelMetrics, Probe, TaskMetrics
 
 RECIPE = "r3-two-stage"
 
@@ -26,9 +26,9 @@ def measured(run_dir: Path) -> Measured:
         ("vision", run_dir / "vision", stage_manifest("vision")),
         ("llm", run_dir / "llm", stage_manifest("llm", parent="vision", bits="4bit")),
     ]
-    rows = [
-        {"input": "What is it?", "image": "a.png", "reference": "red circle"},
-        {"input": "And this | one?", "image": "b.png", "reference": "blue square"},
+    probes = [
+        Probe({}, "red circle", "What is it?", "a.png"),
+        Probe({}, "blue square", "And this | one?", "b.png"),
     ]
     outputs = {
         "base": ["green", "blue"],
@@ -36,12 +36,12 @@ def measured(run_dir: Path) -> Measured:
         "llm": ["red circle", "a blue square"],
     }
     metrics = {
-        "base": {"n": 2, "exact_match": 0.0, "contains": 0.0, "eval_loss": 3.0},
-        "vision": {"n": 2, "exact_match": 0.5, "contains": 0.5, "eval_loss": 2.0},
-        "llm": {"n": 2, "exact_match": 0.5, "contains": 1.0, "eval_loss": 1.0},
+        "base": ModelMetrics(2, TaskMetrics(0.0, 0.0), 3.0, loss_measured=True),
+        "vision": ModelMetrics(2, TaskMetrics(0.5, 0.5), 2.0, loss_measured=True),
+        "llm": ModelMetrics(2, TaskMetrics(0.5, 1.0), 1.0, loss_measured=True),
     }
-    generation = {"max_new_tokens": 8}
+    generation = Generation(max_new_tokens=8, seed=0)
     return Measured(
-        run_dir, RECIPE, stages, rows, "held-out split of data `shapes`", outputs, metrics,
-        0, generation,
+        run_dir, RECIPE, stages, probes, "held-out split of data `shapes`", outputs, metrics,
+        generation,
     )  # fmt: skip

@@ -50,7 +50,7 @@ def test_the_final_stage_scores_pictures_from_an_independent_generator(default_r
     assert _accuracy(stages["llm"]) >= 0.85  # the embedded generator's held-out split
     probes = write_probes(tmp_path / "independent", per_class=10, seed=7)
     compared = compare_run(run_dir, probes=probes)
-    assert compared["probes"] == 120
-    metrics = compared["metrics"]
-    assert metrics["base"]["exact_match"] < 3 * CHANCE
-    assert metrics["llm"]["exact_match"] >= 0.85, metrics
+    assert len(compared.measured.probes) == 120
+    metrics = compared.metrics
+    assert metrics["base"].task.exact_match < 3 * CHANCE
+    assert metrics["llm"].task.exact_match >= 0.85, metrics

@@ -14,7 +14,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.evaluate.harness import check_tasks, harness_pass, write_harness
 from recipe_engine.evaluate.probing import RunOverrides, model_loaders
 from recipe_engine.evaluate.scoring import score_run
-from recipe_engine.report.compare import newest_run, render_compare
+from recipe_engine.report.compare import CompareOutputs, newest_run, render_compare
 from recipe_engine.store.scores import DEFAULT_LIMIT, HarnessSettings
 
 USAGE = """\
@@ -112,18 +112,18 @@ def main(args: list[str], multirun: bool) -> int:
     return 0
 
 
-def _print(result: dict[str, Any]) -> None:
-    print(result["table"])
-    if "harness_table" in result:
+def _print(result: CompareOutputs) -> None:
+    print(result.table)
+    if result.harness is not None:
         print()
-        print(result["harness_table"])
-    for line in result["platform_warning"]:
+        print(result.harness_table)
+    for line in result.platform_warning:
         print(line)
-    print(f"report:    {result['report']}")
-    print(f"table:     {result['csv']}")
-    if "harness_csv" in result:
-        print(f"harness:   {result['harness_csv']}")
-    print(f"loss plot: {result['loss_plot'] or '(no stage metrics)'}")
+    print(f"report:    {result.report}")
+    print(f"table:     {result.scored.csv}")
+    if result.harness is not None:
+        print(f"harness:   {result.harness.csv}")
+    print(f"loss plot: {result.loss_plot or '(no stage metrics)'}")
 
 
 def compare_run(
@@ -132,13 +132,12 @@ def compare_run(
     probes: str | Path | None = None,
     harness: HarnessSettings | None = None,
     settings: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> CompareOutputs:
     """Compare base and every stage of a finished run on one probe set: measured and written
     as records on the run side (`evaluate.scoring.score_run`; `settings` are eval settings
     over the run's own), rendered by `report.compare`. With `harness`, the same models on
     lm-evaluation-harness tasks too, in the same pass (`evaluate.harness.harness_pass`): each
-    model loads once. Returns the written paths, the per-model metrics and the printed
-    table(s)."""
+    model loads once."""
     overrides = RunOverrides(settings=settings)
     if harness is None:
         return render_compare(score_run(run_dir, probes=probes, overrides=overrides))

@@ -40,6 +40,7 @@ from recipe_engine.report.plots import MISSING
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import stages_to_run
 from recipe_engine.store.records import Manifest, RunSummary
+from recipe_engine.store.scores import ModelMetrics
 from recipe_engine.store.store import Store, check_output_root
 
 # The experiment's own keys; every other override goes to each recipe.
@@ -335,7 +336,8 @@ def judge_preference(jobs: list[Job], runs: list[RecipeRun]) -> None:
     for job, run in zip(jobs, runs, strict=True):
         print(f"experiment: judging `{job.recipe}` on {len(rows)} {kind}")
         final = final_stage(job.plan)
-        judged = judge_on_rows(job.run_dir, [final], rows, settings, job.seed)
+        scores = judge_on_rows(job.run_dir, [final], rows, settings, job.seed)
+        judged = {name: values.to_json() for name, values in scores.items()}
         run.preference, run.base_preference = judged.get(final), next(iter(judged.values()))
 
 
@@ -408,14 +410,15 @@ def _measure(
     return {name: _score(metrics.get(name)) for name in models}
 
 
-def _score(values: dict[str, Any] | None) -> Score | None:
+def _score(values: ModelMetrics | None) -> Score | None:
     if values is None:
         return None
+    task = values.task
     return Score(
-        values.get("exact_match"),
-        values.get("contains"),
-        values.get("eval_loss"),
-        values.get("n"),
+        task.exact_match if task else None,
+        task.contains if task else None,
+        values.eval_loss,
+        values.n,
         source="evaluated",
     )
 

@@ -41,8 +41,8 @@ def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> l
     except Exception as error:  # the stages are committed: a failed report loses nothing
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         return [f"the compare report failed ({first}); try: compare run={run_dir}"]
-    print(compared["table"])
-    print(f"compare report: {compared['report']}")
+    print(compared.table)
+    print(f"compare report: {compared.report}")
     return []
 
 

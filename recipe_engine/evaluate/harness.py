@@ -38,6 +38,9 @@ SHIPPED_DIR = Path(__file__).resolve().parents[1] / "harness_tasks"
 INSTALL = "pip install 'recipe-engine[eval]'"
 # A vision-language model answers the text tasks through its language model, with no image.
 TEXT_ONLY = "text only (a VLM's language model, no image)"
+# What `lm_eval.simple_evaluate` returns (results, configs, n-samples by task): the harness' edge,
+# read only by `_scores`.
+HarnessResults = dict[str, Any]
 
 
 def score_harness(run_dir: Path, settings: HarnessSettings, stem: str) -> HarnessScored:
@@ -200,7 +203,7 @@ def harness_pass(settings: HarnessSettings, kind: str) -> Iterator[HarnessPass]:
 
 def _evaluate(
     model: Any, tokenizer: Any, settings: HarnessSettings, manager: Any, chat: bool
-) -> dict[str, Any]:
+) -> HarnessResults:
     """One model through simple_evaluate: greedy, fixed limit, no bootstrap, the tokenizer's
     chat template applied where it has one (as the engine's own generation does)."""
     import lm_eval

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from recipe_engine.plan.trainer_settings import choose_loss
+from recipe_engine.resolve.converters import TrlRow
 from recipe_engine.resolve.data import quietly
 from recipe_engine.resolve.row_shapes import LOSS_FLAGS, RowShape, row_shape
 from recipe_engine.resolve.templates import support_of
@@ -46,9 +47,11 @@ LOSS_KEYS = (
 )
 # The columns of a row TRL reads; a probe's own columns (reference, input) are left out.
 TRL_COLUMNS = ("messages", "prompt", "completion", "images")
+# SFTConfig's arguments for a held-out loss (LOSS_KEYS), handed to it as they are: TRL's edge.
+LossSettings = dict[str, Any]
 
 
-def loss_settings(trainer: Mapping[str, Any]) -> dict[str, Any]:
+def loss_settings(trainer: Mapping[str, Any]) -> LossSettings:
     """The stage's SFTConfig arguments that decide its held-out loss."""
     return {key: trainer[key] for key in LOSS_KEYS if key in trainer}
 
@@ -99,7 +102,7 @@ def _evaluate(
         return float(trainer.evaluate()["eval_loss"])
 
 
-def _flags_for_rows(settings: Mapping[str, Any], shape: RowShape, processor: Any) -> dict[str, Any]:
+def _flags_for_rows(settings: Mapping[str, Any], shape: RowShape, processor: Any) -> LossSettings:
     """The stage's loss flags, unless the rows are of a kind they cannot apply to (a probe
     file of prompt/completion rows for a stage trained with assistant-only loss, or
     conversations for one trained with completion-only loss: TRL refuses both); then the flags
@@ -117,6 +120,6 @@ def _with_images(rows: Sequence[Mapping[str, Any]]) -> bool:
     return any(row.get("images") for row in rows)
 
 
-def _trl_row(row: Mapping[str, Any], images: bool) -> dict[str, Any]:
+def _trl_row(row: Mapping[str, Any], images: bool) -> TrlRow:
     keep = TRL_COLUMNS if images else TRL_COLUMNS[:-1]
     return {key: row[key] for key in keep if key in row}

@@ -13,9 +13,10 @@ from typing import Any
 
 from recipe_engine.evaluate.preference_probes import PreferenceJudge, preference_rows
 from recipe_engine.evaluate.probing import model_loaders, run_stages
-from recipe_engine.run.evaluation import GENERATION_KEYS, Generation
+from recipe_engine.resolve.converters import TrlRow
+from recipe_engine.store.scores import Generation, JudgedScores
 
-Rows = list[dict[str, Any]]
+Rows = list[TrlRow]
 
 
 def run_judged_rows(run_dir: Path, seed: int, limit: int | None) -> Rows | None:
@@ -25,19 +26,16 @@ def run_judged_rows(run_dir: Path, seed: int, limit: int | None) -> Rows | None:
 
 def judge_on_rows(
     run_dir: Path, models: Sequence[str], rows: Rows, settings: Mapping[str, Any], seed: int
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, JudgedScores]:
     """Preference metrics of some models of a run (the base first: rewards are judged against
     it) on `rows` (judged rows: preference pairs or unpaired feedback), generated with the eval
     `settings`; one model in memory at a time."""
     kind, loaders = model_loaders(run_dir)
-    generation = {k: settings[k] for k in GENERATION_KEYS if k in settings}
-    judge = PreferenceJudge(rows, kind, Generation(seed=seed, **generation))
+    judge = PreferenceJudge(rows, kind, Generation.from_settings(settings, seed))
     for index, (name, load, _) in enumerate(loaders):
         if index == 0 or name in models:
             model, processor = load()
             judge.measure(name, model, processor)
             del model, processor
             gc.collect()
-    metrics: dict[str, dict[str, Any]] = {name: {} for name in judge.logps}
-    judge.judge(metrics)
-    return {name: values["preference"] for name, values in metrics.items()}
+    return judge.scores()

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.trainers import TRAINERS
-from recipe_engine.run.evaluation import Generation, generate_answers
+from recipe_engine.resolve.converters import TrlRow
+from recipe_engine.run.evaluation import generate_answers
 from recipe_engine.run.preference_scores import LogPs, answer_logps, judging
 from recipe_engine.store.records import Manifest
+from recipe_engine.store.scores import Generation, JudgedScores, ModelMetrics, Stage
 
 log = logging.getLogger("recipe_engine")
-
-Stage = tuple[str, Path, Manifest]
 
 
 def is_judged_row(row: Mapping[str, Any]) -> bool:
@@ -35,9 +34,7 @@ def is_preference_stage(manifest: Manifest) -> bool:
     return trainer in TRAINERS and TRAINERS[trainer].judged
 
 
-def preference_rows(
-    stages: Sequence[Stage], seed: int, limit: int | None
-) -> list[dict[str, Any]] | None:
+def preference_rows(stages: Sequence[Stage], seed: int, limit: int | None) -> list[TrlRow] | None:
     """The held-out rows of the run's last preference stage (at most `limit`); None when no
     stage trains on judged rows, or it holds none out."""
     from recipe_engine.resolve.data import data_config, load_splits
@@ -57,9 +54,7 @@ class PreferenceJudge:
     """Measures each model on the judged rows as it comes (`measure`), then adds every model's
     preference metrics to the comparison's (`judge`), rewards against the first (the base)."""
 
-    def __init__(
-        self, rows: list[dict[str, Any]] | None, kind: str, generation: Generation
-    ) -> None:
+    def __init__(self, rows: list[TrlRow] | None, kind: str, generation: Generation) -> None:
         self.rows, self.kind, self.generation = rows, kind, generation
         self.rule = judging(rows or [])
         self.logps: dict[str, LogPs] = {}
@@ -73,15 +68,21 @@ class PreferenceJudge:
         answers = generate_answers(model, processor, self.rows, self.kind, self.generation)
         self.greedy[name] = self.rule.greedy(answers, self.rows)
 
-    def judge(self, metrics: dict[str, dict[str, Any]]) -> None:
-        if not self.logps or self.rule is None or self.rows is None:
-            return
+    def scores(self) -> dict[str, JudgedScores]:
+        """Every model measured, judged: rewards against the first (the base)."""
+        rule, rows = self.rule, self.rows
+        if not self.logps or rule is None or rows is None:
+            return {}
         base = next(iter(self.logps))
+        judged = {}
         for name, logps in self.logps.items():
             reference = None if name == base else self.logps[base]
-            values: dict[str, Any] = self.rule.rewards(logps, reference, self.rows)
-            values |= self.greedy[name]
-            values[self.rule.count] = len(logps)
-            values["judged"] = self.rule.rows
+            values = rule.rewards(logps, reference, rows) | self.greedy[name]
+            judged[name] = JudgedScores(rule.rows, values, len(logps), rule.count)
+        return judged
+
+    def judge(self, metrics: Mapping[str, ModelMetrics]) -> None:
+        """Each model's judged rows' metrics added to its comparison metrics."""
+        for name, scores in self.scores().items():
             if name in metrics:
-                metrics[name]["preference"] = values
+                metrics[name].preference = scores

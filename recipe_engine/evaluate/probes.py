@@ -1,5 +1,5 @@
 """The probes a comparison asks: the root stage's held-out split (or the rows the run already
-read), a probe file read and checked like training data, or a `.txt` of prompts. Each probe
+read), a probe file read and checked like training data, or a `.txt` of prompts. Each `Probe`
 keeps its row's shape and carries its reference and the `input` / `image` text the records show.
 """
 
@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.resolve.converters import TrlRow
 from recipe_engine.resolve.row_shapes import row_shape
 from recipe_engine.run.evaluation import expects_its_answer, message_text, reference_text
 from recipe_engine.store.records import Manifest
+from recipe_engine.store.scores import Probe
 
 
 def probe_set(
@@ -21,8 +23,8 @@ def probe_set(
     seed: int,
     held_out: Any,
     limit: int | None,
-) -> tuple[list[dict[str, Any]], str]:
-    """The probe rows (at most `limit`) and their source; an empty set is a user error.
+) -> tuple[list[Probe], str]:
+    """The probes (at most `limit`) and their source; an empty set is a user error.
     `root` is the root stage's output folder and manifest."""
     rows, source = _probe_rows(probes, root, seed, held_out)
     if limit is not None:
@@ -34,8 +36,8 @@ def probe_set(
 
 def _probe_rows(
     probes: str | Path | None, root: tuple[Path, Manifest], seed: int, held_out: Any
-) -> tuple[list[dict[str, Any]], str]:
-    """Probe rows {messages, images, reference, input, image} and a description of the source."""
+) -> tuple[list[Probe], str]:
+    """The probes and a description of their source."""
     if probes is None:
         return _held_out_rows(root[1], seed, held_out)
     path = Path(probes).expanduser().resolve()
@@ -47,9 +49,7 @@ def _probe_rows(
     return probe_file_rows(path, root[1].kind, seed, chat_template), f"rows of {path}"
 
 
-def _held_out_rows(
-    root_manifest: Manifest, seed: int, held_out: Any
-) -> tuple[list[dict[str, Any]], str]:
+def _held_out_rows(root_manifest: Manifest, seed: int, held_out: Any) -> tuple[list[Probe], str]:
     """The root stage's held-out split: the rows given (the run just read them), else read."""
     from recipe_engine.resolve.data import data_config, load_splits
 
@@ -68,7 +68,7 @@ def _held_out_rows(
     return _probes(splits.eval), f"held-out split of data `{data.get('name')}`"
 
 
-def _prompt_rows(path: Path) -> list[dict[str, Any]]:
+def _prompt_rows(path: Path) -> list[Probe]:
     """A `.txt` file's prompts, one a line: asked without references (no task metrics)."""
     prompts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
     rows = [
@@ -78,16 +78,13 @@ def _prompt_rows(path: Path) -> list[dict[str, Any]]:
                 {"role": "assistant", "content": ""},  # dropped: generation sees the prompt
             ],
             "images": [],
-            "reference": None,
         }
         for p in prompts
     ]
-    return [_describe(r) for r in rows]
+    return [_described(row, reference=None) for row in rows]
 
 
-def probe_file_rows(
-    path: Path, kind: str, seed: int, chat_template: str = "auto"
-) -> list[dict[str, Any]]:
+def probe_file_rows(path: Path, kind: str, seed: int, chat_template: str = "auto") -> list[Probe]:
     """A probe file's rows, read and checked like training data (`data.chat_template`: how
     plain prompt/completion rows are asked)."""
     from recipe_engine.config.schema import DataConfig
@@ -113,32 +110,31 @@ def probe_chat_template(folder: Path, manifest: Manifest) -> str:
     return "true" if read_chat_template(str(folder)) else "false"
 
 
-def _probes(rows: Any) -> list[dict[str, Any]]:
+def _probes(rows: Any) -> list[Probe]:
     """The rows as probes; of unpaired feedback only the desirable rows, whose completion is an
     answer to give (the undesirable ones are judged with the rest: `evaluate.preference_probes`)."""
     return [_probe(row) for row in rows if expects_its_answer(row)]
 
 
-def _probe(row: Mapping[str, Any]) -> dict[str, Any]:
+def _probe(row: Mapping[str, Any]) -> Probe:
     """A probe keeps its row's own shape (conversation, prompt and completion, a pair, a
     labelled completion), so the models are asked exactly what training taught them to
     answer."""
     columns = ("messages", "prompt", "completion", "chosen", "rejected", "label")
-    probe = {key: row[key] for key in columns if key in row}
-    probe["images"] = list(row.get("images") or [])
-    probe["reference"] = reference_text(probe).strip()
-    return _describe(probe)
+    asked: TrlRow = {key: row[key] for key in columns if key in row}
+    asked["images"] = list(row.get("images") or [])
+    return _described(asked, reference=reference_text(asked).strip())
 
 
-def _describe(probe: dict[str, Any]) -> dict[str, Any]:
-    """Adds the CSV's `input` (prompt text) and `image` (file paths) columns."""
-    asked = row_shape(probe).asked.question(probe)
+def _described(row: TrlRow, reference: str | None) -> Probe:
+    """The probe of a row, with the CSV's `input` (prompt text) and `image` (file paths)."""
+    asked = row_shape(row).asked.question(row)
     if isinstance(asked, str):
-        probe["input"] = asked
+        text = asked
     elif len(asked) == 1:
-        probe["input"] = message_text(asked[0])
+        text = message_text(asked[0])
     else:
-        probe["input"] = "\n".join(f"{m['role']}: {message_text(m)}" for m in asked)
+        text = "\n".join(f"{m['role']}: {message_text(m)}" for m in asked)
     # Images from files keep their path; images that came as bytes (hub data) have none.
-    probe["image"] = ";".join(getattr(im, "filename", "") or "(embedded)" for im in probe["images"])
-    return probe
+    image = ";".join(getattr(im, "filename", "") or "(embedded)" for im in row["images"])
+    return Probe(row, reference, text, image)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.evaluate.held_out_loss import held_out_loss, loss_settings
+from recipe_engine.evaluate.held_out_loss import LossSettings, held_out_loss, loss_settings
 from recipe_engine.evaluate.preference_probes import (
     PreferenceJudge,
     is_judged_row,
@@ -26,9 +26,17 @@ from recipe_engine.evaluate.preference_probes import (
     preference_rows,
 )
 from recipe_engine.evaluate.probes import probe_set
-from recipe_engine.run.evaluation import GENERATION_KEYS, Generation, generate_answers, task_metrics
+from recipe_engine.resolve.converters import TrlRow
+from recipe_engine.run.evaluation import generate_answers, task_metrics
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
-from recipe_engine.store.scores import Measured, Stage, root_stage
+from recipe_engine.store.scores import (
+    Generation,
+    Measured,
+    ModelMetrics,
+    Probe,
+    Stage,
+    root_stage,
+)
 
 log = logging.getLogger("recipe_engine")
 
@@ -63,18 +71,15 @@ def measure_run(
     summary = _read_summary(run_dir)
     stages = _stage_outputs(summary, run_dir)
     run_cfg = _run_config(run_dir, summary.recipe)
-    evaluation = {**run_cfg["eval"], **dict(settings or {})}
-    seed = run_cfg["seed"] if seed is None else seed
+    evaluation = {**run_cfg.eval, **dict(settings or {})}
+    seed = run_cfg.seed if seed is None else seed
     root = root_stage(stages)
     limit = evaluation.get("max_samples")
-    rows, source = probe_set(probes, root[1:], seed, held_out, limit)
-    asked = Asked(rows, preference_rows(stages, seed, limit))
-    generation = {k: evaluation[k] for k in GENERATION_KEYS if k in evaluation}
-    asking = Generation(seed=seed, **generation)
-    outputs, metrics = _answer_all(_loaders(stages, root), asked, root[2].kind, asking, also)
-    return Measured(
-        run_dir, summary.recipe, stages, rows, source, outputs, metrics, seed, generation
-    )
+    probed, source = probe_set(probes, root[1:], seed, held_out, limit)
+    asked = Asked(probed, preference_rows(stages, seed, limit))
+    generation = Generation.from_settings(evaluation, seed)
+    outputs, metrics = _answer_all(_loaders(stages, root), asked, root[2].kind, generation, also)
+    return Measured(run_dir, summary.recipe, stages, probed, source, outputs, metrics, generation)
 
 
 def evaluate_models(
@@ -84,7 +89,7 @@ def evaluate_models(
     settings: Mapping[str, Any],
     seed: int,
     probes: str | Path | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, ModelMetrics]:
     """Metrics of some models of a finished run (`BASE` and/or stage names) on the run's
     held-out probes (or `probes`, a file), measured as `measure_run` measures them
     (full-precision base), writing nothing: for a caller that has the others' metrics stored
@@ -92,21 +97,21 @@ def evaluate_models(
     stages = _stage_outputs(_read_summary(Path(run_dir)), Path(run_dir))
     root = root_stage(stages)
     limit = settings.get("max_samples")
-    rows, _ = probe_set(probes, root[1:], seed, None, limit)
-    generation = {k: settings[k] for k in GENERATION_KEYS if k in settings}
+    probed, _ = probe_set(probes, root[1:], seed, None, limit)
     loaders = _loaders(stages, root)
     # Rewards are judged against the base, so it is measured on judged rows whenever they are.
     judged = preference_rows(stages, seed, limit)
     wanted = [
         loader for loader in loaders if loader[0] in models or (judged and loader is loaders[0])
     ]
-    asked = Asked(rows, judged)
-    metrics = _answer_all(wanted, asked, root[2].kind, Generation(seed=seed, **generation))[1]
+    asked = Asked(probed, judged)
+    generation = Generation.from_settings(settings, seed)
+    metrics = _answer_all(wanted, asked, root[2].kind, generation)[1]
     return {name: values for name, values in metrics.items() if name in models}
 
 
 # Model name, what loads it (model, processor), and the loss settings it is measured with.
-Loader = tuple[str, Callable[[], tuple[Any, Any]], dict[str, Any]]
+Loader = tuple[str, Callable[[], tuple[Any, Any]], LossSettings]
 # Another measurement shown each loaded model: (name, model, processor).
 ModelVisitor = Callable[[str, Any, Any], None]
 
@@ -144,13 +149,13 @@ def _loaders(stages: list[Stage], root: Stage) -> list[Loader]:
     return loaders
 
 
-def _loss_settings(manifest: Manifest) -> dict[str, Any]:
+def _loss_settings(manifest: Manifest) -> LossSettings:
     """The stage's held-out loss settings; a manifest written before they were recorded gives
     its `train` keys and the engine's defaults of then."""
     if manifest.trainer:
         return loss_settings(manifest.trainer)
     train = dict(manifest.config.get("train") or {})
-    defaults: dict[str, Any] = {
+    defaults: LossSettings = {
         "per_device_eval_batch_size": train.get("per_device_train_batch_size", 8)
     }
     if manifest.kind == "vlm":
@@ -163,8 +168,8 @@ class Asked:
     """What every model is asked: the probes, and the held-out judged rows (preference pairs
     or unpaired feedback) of the run's preference stage (None: it has none)."""
 
-    rows: list[dict[str, Any]]
-    judged: list[dict[str, Any]] | None = None
+    probes: list[Probe]
+    judged: list[TrlRow] | None = None
 
 
 def _answer_all(
@@ -173,27 +178,29 @@ def _answer_all(
     kind: str,
     generation: Generation,
     also: ModelVisitor | None = None,
-) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
+) -> tuple[dict[str, list[str]], dict[str, ModelMetrics]]:
     """Every model's answers to the probes and its metrics (task metrics need references),
     with the preference metrics on the judged rows where the run has them (rewards against the
     base, the first model)."""
-    rows = asked.rows
-    has_reference = all(r["reference"] is not None for r in rows)
+    rows = [probe.row for probe in asked.probes]
+    references = [probe.reference for probe in asked.probes if probe.reference is not None]
+    has_reference = len(references) == len(rows)  # task metrics and loss need every one
     sft_rows = not is_judged_row(rows[0])  # SFT's held-out loss: instruction rows only
     outputs: dict[str, list[str]] = {}
-    metrics: dict[str, dict[str, Any]] = {}
+    metrics: dict[str, ModelMetrics] = {}
     on_judged = PreferenceJudge(asked.judged, kind, generation)
     for name, load, settings in loaders:
         log.info("compare: %s on %d probe(s)", name, len(rows))
         model, processor = load()
         answers = generate_answers(model, processor, rows, kind, generation)
         outputs[name] = answers
-        metrics[name] = {"n": len(rows)}
+        values = metrics[name] = ModelMetrics(n=len(rows))
         if has_reference:
-            metrics[name] |= task_metrics(answers, [r["reference"] for r in rows])
+            values.task = task_metrics(answers, references)
         if has_reference and sft_rows:
             loss = held_out_loss(model, processor, rows, settings)
-            metrics[name]["eval_loss"] = None if math.isnan(loss) else loss
+            values.eval_loss = None if math.isnan(loss) else loss
+            values.loss_measured = True
         on_judged.measure(name, model, processor)
         if also is not None:
             also(name, model, processor)
@@ -235,7 +242,16 @@ def _stage_manifest(name: str, folder: Path) -> Manifest:
     return Manifest.load(folder, stage=name)
 
 
-def _run_config(run_dir: Path, recipe: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunSettings:
+    """What a finished run was asked to evaluate with: its eval settings (EvalConfig's keys, as
+    its config holds them) and its seed."""
+
+    eval: Mapping[str, Any]
+    seed: int
+
+
+def _run_config(run_dir: Path, recipe: str) -> RunSettings:
     """The run's eval settings and seed: Hydra's saved config, else the recipe recomposed."""
     from omegaconf import OmegaConf
 
@@ -257,10 +273,10 @@ def _run_config(run_dir: Path, recipe: str) -> dict[str, Any]:
             cfg = {}
     from dataclasses import asdict
 
-    return {
-        "eval": {**asdict(EvalConfig()), **(cfg.get("eval") or {})},
-        "seed": cfg.get("seed", EngineConfig.seed),
-    }
+    return RunSettings(
+        eval={**asdict(EvalConfig()), **(cfg.get("eval") or {})},
+        seed=cfg.get("seed", EngineConfig.seed),
+    )
 
 
 def _device_map(manifest: Manifest) -> Any:

@@ -34,7 +34,15 @@ from recipe_engine.report.harness import harness_section, harness_table
 from recipe_engine.report.plots import PlotStage, write_loss_plot, write_metric_bars
 from recipe_engine.report.preference import judged_table, table_for
 from recipe_engine.store.records import platform_lines
-from recipe_engine.store.scores import HarnessScored, Measured, Scored, Stage
+from recipe_engine.store.scores import (
+    HarnessScored,
+    Measured,
+    ModelMetrics,
+    Probe,
+    Scored,
+    Stage,
+    metrics_json,
+)
 from recipe_engine.tables import markdown_table, text_table
 
 log = logging.getLogger("recipe_engine")
@@ -68,41 +76,56 @@ def newest_run(output_root: Path, recipe: str) -> Path:
 # --------------------------------------------------------------------------- the report
 
 
-def render_compare(scored: Scored, harness: HarnessScored | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CompareOutputs:
+    """A comparison rendered: what was measured and the records written (`scored`; with
+    `tasks=`, the harness' scores and records), the printed table, the report and its figures."""
+
+    scored: Scored
+    table: str  # the metrics (and the judged rows') table, as printed
+    report: Path  # <stem>.md
+    plots: dict[str, Path]  # metric -> its bar chart
+    loss_plot: Path | None
+    platform_warning: list[str]  # stages trained on different platforms, as printed
+    harness: HarnessScored | None = None
+
+    @property
+    def measured(self) -> Measured:
+        return self.scored.measured
+
+    @property
+    def run_dir(self) -> Path:
+        return self.scored.measured.run_dir
+
+    @property
+    def models(self) -> list[str]:
+        """The models compared, the base first."""
+        return list(self.scored.measured.outputs)
+
+    @property
+    def metrics(self) -> dict[str, ModelMetrics]:
+        return self.scored.measured.metrics
+
+    @property
+    def harness_table(self) -> str | None:
+        """The harness' scores as printed under the metrics (None: no `tasks=`)."""
+        return harness_table(self.harness.result) if self.harness else None
+
+
+def render_compare(scored: Scored, harness: HarnessScored | None = None) -> CompareOutputs:
     """The comparison's report beside its records (`evaluate.scoring` wrote them;
     `evaluate.harness` the harness scores, with `tasks=`): the Markdown report, a bar chart per
-    metric and the loss plot. Returns the records' and the report's paths, the per-model metrics
-    and the printed table (and the harness table)."""
+    metric and the loss plot."""
     measured, stem = scored.measured, scored.stem
-    metrics, stages, run_dir = measured.metrics, measured.stages, measured.run_dir
+    stages, run_dir = measured.stages, measured.run_dir
+    records = metrics_json(measured.metrics)
     loss_plot = _loss_plot(run_dir, stages)
-    bars = _metric_bars(run_dir, stem, metrics)
-    table = metrics_table(metrics) + _judged_text(metrics)
+    bars = _metric_bars(run_dir, stem, records)
+    table = metrics_table(records) + _judged_text(records)
     section = harness_section(harness) if harness else []
     report = _write_report(measured, stem, Figures(table, bars, loss_plot, section))
-    return {
-        "run_dir": run_dir,
-        "probes": len(measured.rows),
-        "probe_source": measured.source,
-        "models": list(measured.outputs),
-        "metrics": metrics,
-        "table": table,
-        "platform_warning": platform_warning_lines(stages),
-        "report": report,
-        "loss_plot": loss_plot,
-        "plots": bars,
-        **scored.paths(),
-        **(_harness_outputs(harness) if harness else {}),
-    }
-
-
-def _harness_outputs(harness: HarnessScored) -> dict[str, Any]:
-    return {
-        "harness": harness.result,
-        "harness_table": harness_table(harness.result),
-        "harness_csv": harness.csv,
-        "harness_json": harness.json,
-    }
+    warning = platform_warning_lines(stages)
+    return CompareOutputs(scored, table, report, bars, loss_plot, warning, harness)
 
 
 @dataclass(frozen=True)
@@ -147,7 +170,8 @@ LABELS = {
 
 
 def metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
-    """A plain-text table, one row per model (also used in the Markdown report)."""
+    """A plain-text table, one row per model (also used in the Markdown report), from each
+    model's metrics as its record holds them (`ModelMetrics.to_json`: a column per key)."""
     present = [*METRICS, *LABELS]
     columns = ["n", *(m for m in present if any(m in v for v in metrics.values()))]
     rows = [[name, *(_fmt(values.get(c)) for c in columns)] for name, values in metrics.items()]
@@ -194,14 +218,15 @@ def _cell(value: Any, limit: int = 120) -> str:
 
 
 def _write_report(measured: Measured, stem: str, figures: Figures) -> Path:
-    run_dir, recipe, rows, outputs = (
+    run_dir, recipe, probes, outputs = (
         measured.run_dir,
         measured.recipe,
-        measured.rows,
+        measured.probes,
         measured.outputs,
     )
     table, bars, loss_plot = figures.table, figures.bars, figures.loss_plot
-    settings = {"probes": measured.source, "seed": measured.seed, **measured.generation}
+    generation = measured.generation
+    settings = {"probes": measured.source, "seed": generation.seed, **dict(generation.settings())}
     warning = platform_warning_lines(measured.stages, bullet="- ")
     lines = [
         f"# Compare: recipe `{recipe}`",
@@ -231,24 +256,30 @@ def _write_report(measured: Measured, stem: str, figures: Figures) -> Path:
         lines += ["", *figures.harness]
     if loss_plot is not None:
         lines += ["", "## Loss over the run", "", f"![loss]({loss_plot.name})"]
-    lines += ["", "## Side by side", "", *_side_by_side(rows, outputs)]
-    if len(rows) > MD_ROWS:
-        lines += ["", f"First {MD_ROWS} of {len(rows)} probes; all are in {stem}.csv."]
+    lines += ["", "## Side by side", "", *_side_by_side(probes, outputs)]
+    if len(probes) > MD_ROWS:
+        lines += ["", f"First {MD_ROWS} of {len(probes)} probes; all are in {stem}.csv."]
     path = run_dir / f"{stem}.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
 
 
-def _side_by_side(rows: list[dict[str, Any]], outputs: dict[str, list[str]]) -> list[str]:
+def _side_by_side(probes: list[Probe], outputs: dict[str, list[str]]) -> list[str]:
     """The first MD_ROWS probes as a Markdown table: input, reference, each model's answer."""
-    has_images = any(r["image"] for r in rows)
+    has_images = any(probe.image for probe in probes)
     header = ["#", "input", *(["image"] if has_images else []), "reference", *outputs]
     table = []
-    for i, row in enumerate(rows[:MD_ROWS]):
-        image = [_cell(Path(row["image"].split(";")[0]).name)] if has_images else []
-        cells = [str(i), _cell(row["input"]), *image, _cell(row["reference"] or "-")]
+    for i, probe in enumerate(probes[:MD_ROWS]):
+        image = [_cell(Path(probe.image.split(";")[0]).name)] if has_images else []
+        cells = [str(i), _cell(probe.input), *image, _cell(probe.reference or "-")]
         table.append(cells + [_cell(answers[i]) for answers in outputs.values()])
     return markdown_table(table, header=header)
 
 
-__all__ = ["metrics_table", "newest_run", "platform_warning_lines", "render_compare"]
+__all__ = [
+    "CompareOutputs",
+    "metrics_table",
+    "newest_run",
+    "platform_warning_lines",
+    "render_compare",
+]

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from recipe_engine.config.schema import EvalConfig
+from recipe_engine.resolve.converters import Message, TrlRow
 from recipe_engine.resolve.row_shapes import row_shape
-
-# The EvalConfig fields that decide how answers are generated (and so an evaluation's key).
-GENERATION_KEYS = ("max_new_tokens", "batch_size", "do_sample", "temperature", "top_p")
+from recipe_engine.store.scores import Generation, TaskMetrics
 
 
 def is_exact_match(answer: str, reference: str) -> bool:
@@ -33,18 +32,19 @@ def contains_reference(answer: str, reference: str) -> bool:
     return reference.strip().lower() in answer.strip().lower()
 
 
-def task_metrics(answers: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+def task_metrics(answers: Sequence[str], references: Sequence[str]) -> TaskMetrics:
     """Exact match (after stripping) and "contains" (reference inside the answer, any case)."""
     pairs = list(zip(answers, references, strict=True))
     n = max(len(pairs), 1)
-    return {
-        "exact_match": sum(is_exact_match(a, r) for a, r in pairs) / n,
-        "contains": sum(contains_reference(a, r) for a, r in pairs) / n,
-    }
+    return TaskMetrics(
+        exact_match=sum(is_exact_match(a, r) for a, r in pairs) / n,
+        contains=sum(contains_reference(a, r) for a, r in pairs) / n,
+    )
 
 
-def generation_settings(settings: EvalConfig) -> dict[str, Any]:
-    return {key: getattr(settings, key) for key in GENERATION_KEYS}
+def generation_settings(settings: EvalConfig, seed: int) -> Generation:
+    """How a run's eval settings generate answers, sampling (where asked) from `seed`."""
+    return Generation.from_settings(asdict(settings), seed)
 
 
 def capped(rows: Any, limit: int | None) -> Any:
@@ -52,14 +52,14 @@ def capped(rows: Any, limit: int | None) -> Any:
     return rows if limit is None or len(rows) <= limit else rows.select(range(limit))
 
 
-def message_text(message: dict[str, Any]) -> str:
+def message_text(message: Message) -> str:
     content = message["content"]
     if isinstance(content, str):
         return content
     return "".join(part.get("text") or "" for part in content if part.get("type") == "text")
 
 
-def prompt_text(processor: Any, row: dict[str, Any]) -> str:
+def prompt_text(processor: Any, row: TrlRow) -> str:
     """What the model is asked, as TRL trains it (`row_shapes.SHAPES`: its `asked`): a
     conversation's messages but the last, or a conversational prompt, through the chat
     template; a plain prompt as it is."""
@@ -69,24 +69,12 @@ def prompt_text(processor: Any, row: dict[str, Any]) -> str:
     return processor.apply_chat_template(question, tokenize=False, add_generation_prompt=True)
 
 
-def reference_text(row: dict[str, Any]) -> str:
+def reference_text(row: TrlRow) -> str:
     """The answer a row expects: its last message, or its completion."""
     answer = row_shape(row).asked.answer(row)
     if isinstance(answer, str):
         return answer
     return "".join(message_text(m) for m in answer)
-
-
-@dataclass(frozen=True)
-class Generation:
-    """How answers are generated (the `eval.*` generation keys, and the sampling seed)."""
-
-    max_new_tokens: int = 8
-    batch_size: int = 16
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
 
 
 def generate_answers(
@@ -138,25 +126,43 @@ def _sampling(generation: Generation) -> dict[str, float]:
     return {"temperature": generation.temperature, "top_p": generation.top_p}
 
 
-def exact_match(model: Any, processor: Any, rows: Any, kind: str, **kwargs: Any) -> dict[str, Any]:
-    """Share of held-out rows whose answer equals the reference exactly (kwargs: generation).
-    Every row is answered (the predictions); the scores count the rows whose answer is one to
-    give (`expects_its_answer`: on unpaired feedback, the desirable rows)."""
-    answers = generate_answers(model, processor, rows, kind, Generation(**kwargs))
+@dataclass(frozen=True)
+class Prediction:
+    """A held-out row's expected answer and the model's, as predictions.jsonl holds them."""
+
+    reference: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class HeldOutAnswers:
+    """A stage's held-out evaluation: the share of exact answers (`accuracy`), of answers
+    containing the reference, and every row's prediction."""
+
+    accuracy: float
+    contains: float
+    predictions: list[Prediction]
+
+
+def exact_match(
+    model: Any, processor: Any, rows: Any, kind: str, generation: Generation
+) -> HeldOutAnswers:
+    """Share of held-out rows whose answer equals the reference exactly. Every row is answered
+    (the predictions); the scores count the rows whose answer is one to give
+    (`expects_its_answer`: on unpaired feedback, the desirable rows)."""
+    answers = generate_answers(model, processor, rows, kind, generation)
     references = [reference_text(rows[i]).strip() for i in range(len(rows))]
     pairs = list(zip(answers, references, strict=True))
     scored = [pair for i, pair in enumerate(pairs) if expects_its_answer(rows[i])]
     hits = [is_exact_match(a, r) for a, r in scored]
     contained = [contains_reference(a, r) for a, r in scored]
-    return {
-        "accuracy": sum(hits) / len(hits) if hits else 0.0,
-        "contains": sum(contained) / len(contained) if contained else 0.0,
-        "predictions": [
-            {"reference": r, "answer": a} for a, r in zip(answers, references, strict=True)
-        ],
-    }
+    return HeldOutAnswers(
+        accuracy=sum(hits) / len(hits) if hits else 0.0,
+        contains=sum(contained) / len(contained) if contained else 0.0,
+        predictions=[Prediction(r, a) for a, r in pairs],
+    )
 
 
-def write_predictions(folder: Path, predictions: list[dict[str, Any]]) -> None:
+def write_predictions(folder: Path, predictions: Sequence[Prediction]) -> None:
     with (folder / "predictions.jsonl").open("w") as handle:
-        handle.writelines(json.dumps(p) + "\n" for p in predictions)
+        handle.writelines(json.dumps(asdict(p)) + "\n" for p in predictions)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import asdict
-from typing import Any
 
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.resolve.machine import is_main_process
@@ -43,18 +42,20 @@ class EvaluationRecipe:
         final = self.store.make_work_dir(self.stage.fingerprint) / "final"
         shutil.rmtree(final, ignore_errors=True)
         final.mkdir(parents=True)
-        evaluation.write_predictions(final, result["predictions"])
+        evaluation.write_predictions(final, result.predictions)
         manifest = self._manifest(weights, result, time.time() - started)
         manifest.save(final)
         self.store.commit(self.stage.fingerprint, final)
         shutil.rmtree(self.store.work_dir(self.stage.fingerprint), ignore_errors=True)
         return manifest
 
-    def _manifest(self, weights: Weights, result: dict[str, Any], seconds: float) -> Manifest:
+    def _manifest(
+        self, weights: Weights, result: evaluation.HeldOutAnswers, seconds: float
+    ) -> Manifest:
         metrics = StageMetrics(
-            eval_accuracy=result["accuracy"],
-            eval_contains=result["contains"],
-            eval_samples=len(result["predictions"]),
+            eval_accuracy=result.accuracy,
+            eval_contains=result.contains,
+            eval_samples=len(result.predictions),
         )
         here = stage_platform(self.stage)
         return Manifest(

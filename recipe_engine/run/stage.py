@@ -371,9 +371,9 @@ class StageRecipe:
             rows = evaluation.capped(
                 self.stage.data.splits().eval, self.plan.config.eval.max_samples
             )
-            answers = [p["answer"] for p in result["predictions"]]
+            answers = [p.answer for p in result.predictions]
             self.metrics.preference |= preference_scores.greedy_metrics(answers, rows)
-        return result["accuracy"], result["contains"]
+        return result.accuracy, result.contains
 
     def _manifest(self) -> Manifest:
         stage, policy = self.stage, self.policy
@@ -416,13 +416,14 @@ def model_entry(stage: StagePlan) -> dict[str, Any]:
     return asdict(stage.model)
 
 
-def exact_match_on_held_out(plan: RecipePlan, stage: StagePlan, model: Any, processor: Any) -> dict:
+def exact_match_on_held_out(
+    plan: RecipePlan, stage: StagePlan, model: Any, processor: Any
+) -> evaluation.HeldOutAnswers:
     """Exact match on the stage's held-out rows, generated with the run's eval settings."""
     settings = plan.config.eval
     rows = evaluation.capped(stage.data.splits().eval, settings.max_samples)
-    generation = evaluation.generation_settings(settings)
-    kind, seed = stage.model.kind, plan.config.seed
-    return evaluation.exact_match(model, processor, rows, kind, seed=seed, **generation)
+    generation = evaluation.generation_settings(settings, plan.config.seed)
+    return evaluation.exact_match(model, processor, rows, stage.model.kind, generation)
 
 
 def load_stage_model(stage: StagePlan, weights: Weights, quantization_config: Any) -> Any:

@@ -1,19 +1,127 @@
-"""What `evaluate` writes and `report` renders, as data: a comparison's measurements and
-records (`Measured`, `Scored`), the lm-evaluation-harness' settings and scores. No torch, model
-or data library is imported here, so `report` reads these without loading any."""
+"""What `evaluate` writes and `report` renders, as data: a comparison's probes, measurements and
+records (`Probe`, `ModelMetrics`, `Measured`, `Scored`), the lm-evaluation-harness' settings and
+scores. No torch, model or data library is imported here, so `report` reads these without
+loading any. Each record converts to its JSON (`to_json`) only where it is written."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.resolve.converters import TrlRow
 from recipe_engine.store.records import Manifest
 
 DEFAULT_LIMIT = 50  # documents per task: a fixed limit keeps runs comparable and short
 BATCH_SIZE = 8
 
 Stage = tuple[str, Path, Manifest]  # name, output folder, manifest
+# A JSON object as a record file holds it (written with json.dumps): the edge to the disk.
+JsonRecord = dict[str, Any]
+
+# The EvalConfig fields that decide how answers are generated (and so an evaluation's key).
+GENERATION_KEYS = ("max_new_tokens", "batch_size", "do_sample", "temperature", "top_p")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """How answers are generated (the `eval.*` generation keys, and the sampling seed)."""
+
+    max_new_tokens: int = 8
+    batch_size: int = 16
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], seed: int) -> Generation:
+        """The generation keys of eval settings (EvalConfig's keys; the absent ones default)."""
+        return cls(**{key: settings[key] for key in GENERATION_KEYS if key in settings}, seed=seed)
+
+    def settings(self) -> list[tuple[str, Any]]:
+        """The generation keys and their values, in EvalConfig's order (as reports list them)."""
+        return [(key, getattr(self, key)) for key in GENERATION_KEYS]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One question a comparison asks every model: its data row in the shape training saw (the
+    TRL columns: a conversation, prompt and completion, a pair, a labelled completion; and its
+    `images`), the answer expected (None: a bare prompt), and what the records show of it."""
+
+    row: TrlRow
+    reference: str | None
+    input: str  # the prompt as text
+    image: str  # the image files, `;`-separated ("(embedded)": an image given as bytes)
+
+
+@dataclass(frozen=True)
+class TaskMetrics:
+    """Answers against references: the share equal after stripping (`exact_match`) and the share
+    containing the reference in any case (`contains`)."""
+
+    exact_match: float
+    contains: float
+
+
+@dataclass(frozen=True)
+class JudgedScores:
+    """One model's metrics on held-out judged rows (`run.preference_scores`' rule for their
+    kind): the reward and greedy-answer metrics, and how many rows were judged."""
+
+    judged: str  # the kind of rows: PREFERENCE_ROWS | UNPAIRED_ROWS (config.trainers)
+    values: dict[str, float]  # metric name -> value (which ones: the kind's rule)
+    count: int
+    count_key: str  # what the records call the count: "pairs" | "rows"
+
+    def to_json(self) -> JsonRecord:
+        return {**self.values, self.count_key: self.count, "judged": self.judged}
+
+
+@dataclass(frozen=True)
+class RunLabels:
+    """What a model was measured on in a comparison (always the full-precision base) beside the
+    accuracy and loss the run measured itself, as text labelled with that run's base."""
+
+    run_accuracy: str | None
+    run_loss: str | None
+    base_precision: str = "full"
+
+
+@dataclass
+class ModelMetrics:
+    """One model's metrics in a comparison: `n` probes; task metrics where they have references;
+    the stage's own held-out loss where they are instruction rows with references; its judged
+    rows' metrics where the run has a preference stage; the labels `evaluate.scoring` adds."""
+
+    n: int
+    task: TaskMetrics | None = None
+    eval_loss: float | None = None  # None with loss_measured: TRL's loss was not a number
+    loss_measured: bool = False
+    preference: JudgedScores | None = None
+    labels: RunLabels | None = None
+
+    def to_json(self) -> JsonRecord:
+        """As `<stem>_metrics.json` holds it (a key only where it was measured)."""
+        record: JsonRecord = {"n": self.n}
+        if self.task is not None:
+            record |= asdict(self.task)
+        if self.loss_measured:
+            record["eval_loss"] = self.eval_loss
+        if self.preference is not None:
+            record["preference"] = self.preference.to_json()
+        if self.labels is not None:
+            record["base_precision"] = self.labels.base_precision
+            record["run_accuracy"] = self.labels.run_accuracy
+            record["run_loss"] = self.labels.run_loss
+        return record
+
+
+def metrics_json(metrics: Mapping[str, ModelMetrics]) -> dict[str, JsonRecord]:
+    """Every model's metrics as the metrics file holds them: model -> its record."""
+    return {name: values.to_json() for name, values in metrics.items()}
 
 
 @dataclass
@@ -23,12 +131,11 @@ class Measured:
     run_dir: Path
     recipe: str
     stages: list[Stage]
-    rows: list[dict[str, Any]]  # the probes: input, image, reference
+    probes: list[Probe]
     source: str  # where the probes come from, in words
     outputs: dict[str, list[str]]  # model -> its answers
-    metrics: dict[str, dict[str, Any]]  # model -> n, exact_match, contains, eval_loss
-    seed: int
-    generation: dict[str, Any]
+    metrics: dict[str, ModelMetrics]  # model -> its metrics
+    generation: Generation  # how every model answered (with the seed)
 
     @property
     def root(self) -> Stage:
@@ -51,6 +158,7 @@ class Scored:
     metrics_path: Path
 
     def paths(self) -> dict[str, Path]:
+        """The records by their name here: csv, jsonl, metrics_path."""
         return {"csv": self.csv, "jsonl": self.jsonl, "metrics_path": self.metrics_path}
 
 
@@ -87,7 +195,7 @@ class HarnessResult:
     scores: tuple[TaskScore, ...]
     chat_template: dict[str, bool] = field(default_factory=dict)  # model -> template applied
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonRecord:
         settings = asdict(self.settings)
         settings["include_path"] = self.settings.include_path and str(self.settings.include_path)
         return {

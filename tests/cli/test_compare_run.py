@@ -19,6 +19,7 @@ from recipe_engine.cli.compare import compare_run
 from recipe_engine.cli.main import main
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
+from recipe_engine.report.compare import CompareOutputs
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import run_recipe
 from recipe_engine.store.records import Manifest, RunSummary
@@ -49,7 +50,7 @@ def outputs(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def compared(outputs) -> dict:
+def compared(outputs) -> CompareOutputs:
     return compare_run(outputs / "runs" / RECIPE / "t1", settings={"max_samples": 4})
 
 
@@ -66,13 +67,13 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def test_writes_table_report_and_plots(compared):
-    run_dir = compared["run_dir"]
-    assert compared["models"] == ["base", "vision", "llm"] and compared["probes"] == 4
+    run_dir = compared.run_dir
+    assert compared.models == ["base", "vision", "llm"] and len(compared.measured.probes) == 4
     for name in ("compare.csv", "compare.jsonl", "compare.md", "compare_metrics.json"):
         assert (run_dir / name).is_file(), name
-    for png in (compared["loss_plot"], *compared["plots"].values()):
+    for png in (compared.loss_plot, *compared.plots.values()):
         assert is_png(png), png
-    assert set(compared["plots"]) == {"exact_match", "contains", "eval_loss"}
+    assert set(compared.plots) == {"exact_match", "contains", "eval_loss"}
     rows = read_csv(run_dir / "compare.csv")
     assert len(rows) == 4 and all(Path(r["image"]).is_file() for r in rows)
     assert list(rows[0])[-3:] == ["output_base", "output_vision", "output_llm"]
@@ -91,29 +92,29 @@ def test_each_accuracy_says_which_base_precision_it_was_measured_on(compared, ou
     run_dir = outputs / "runs" / RECIPE / "t1"
     llm = Manifest.load(RunSummary.load(run_dir).stages[1].output_path(run_dir))
     assert llm.bits == "4bit" and llm.metrics.eval_accuracy is not None
-    header = compared["table"].splitlines()[0]
+    header = compared.table.splitlines()[0]
     assert "base precision" in header and "run's own acc" in header
-    assert {m["base_precision"] for m in compared["metrics"].values()} == {"full"}
-    own = compared["metrics"]["llm"]["run_accuracy"]
-    assert own == f"{llm.metrics.eval_accuracy:.0%} (4-bit base)" and own in compared["table"]
-    assert not compared["metrics"]["vision"]["run_accuracy"].endswith("base)")  # full stage
+    assert {m.labels.base_precision for m in compared.metrics.values()} == {"full"}
+    own = compared.metrics["llm"].labels.run_accuracy
+    assert own == f"{llm.metrics.eval_accuracy:.0%} (4-bit base)" and own in compared.table
+    assert not compared.metrics["vision"].labels.run_accuracy.endswith("base)")  # full stage
     # The run's own held-out loss sits beside compare's, labelled the same way.
     assert "run's own loss" in header
-    own_loss = compared["metrics"]["llm"]["run_loss"]
-    assert own_loss == f"{llm.metrics.eval_loss:.4f} (4-bit base)" and own_loss in compared["table"]
+    own_loss = compared.metrics["llm"].labels.run_loss
+    assert own_loss == f"{llm.metrics.eval_loss:.4f} (4-bit base)" and own_loss in compared.table
 
 
 def test_metrics_match_a_recomputation_from_the_csv(compared):
-    rows = read_csv(compared["run_dir"] / "compare.csv")
-    saved = json.loads((compared["run_dir"] / "compare_metrics.json").read_text())
-    report = (compared["run_dir"] / "compare.md").read_text()
-    for model in compared["models"]:
+    rows = read_csv(compared.run_dir / "compare.csv")
+    saved = json.loads((compared.run_dir / "compare_metrics.json").read_text())
+    report = (compared.run_dir / "compare.md").read_text()
+    for model in compared.models:
         answers, refs = [r[f"output_{model}"] for r in rows], [r["reference"] for r in rows]
         exact = sum(a == r for a, r in zip(answers, refs, strict=True)) / len(rows)
         contains = sum(r.lower() in a.lower() for a, r in zip(answers, refs, strict=True)) / len(
             rows
         )
-        for metrics in (compared["metrics"][model], saved[model]):
+        for metrics in (compared.metrics[model].to_json(), saved[model]):
             assert metrics["exact_match"] == pytest.approx(exact)
             assert metrics["contains"] == pytest.approx(contains)
         assert f"{exact:.4f}" in report and f"{saved[model]['eval_loss']:.4f}" in report
@@ -124,7 +125,7 @@ def test_eval_loss_matches_the_stage_evaluation(compared, outputs):
     run_dir = outputs / "runs" / RECIPE / "t1"
     vision = RunSummary.load(run_dir).stages[0].output_path(run_dir)
     recorded = Manifest.load(vision).metrics.eval_loss
-    assert compared["metrics"]["vision"]["eval_loss"] == pytest.approx(recorded, rel=1e-3)
+    assert compared.metrics["vision"].eval_loss == pytest.approx(recorded, rel=1e-3)
 
 
 def test_cli_newest_run_with_a_probe_file(outputs, compared, capsys):
@@ -132,7 +133,7 @@ def test_cli_newest_run_with_a_probe_file(outputs, compared, capsys):
     own_report = {n: f"the run's own {n}\n" for n in ("compare.md", "compare.csv", "compare.jsonl")}
     for name, text in own_report.items():
         (run_dir / name).write_text(text)
-    image = Path(read_csv(compared["run_dir"] / "compare.csv")[0]["image"])
+    image = Path(read_csv(compared.run_dir / "compare.csv")[0]["image"])
     shutil.copy(image, outputs / "probe.png")
     probes = outputs / "probes.jsonl"
     row = {
@@ -171,10 +172,11 @@ def test_prompt_file_without_references(outputs):
     prompts = outputs / "prompts.txt"
     prompts.write_text("Say hello.\n\nName a colour.\n")
     result = compare_run(run_dir, probes=prompts, settings={"max_new_tokens": 2})
-    assert result["probes"] == 2 and result["plots"] == {}
-    assert result["metrics"]["llm"]["n"] == 2
-    assert "exact_match" not in result["metrics"]["llm"]  # no references: no task metrics
-    assert result["report"] == run_dir / "compare-prompts.md"
+    assert len(result.measured.probes) == 2 and result.plots == {}
+    assert result.metrics["llm"].n == 2
+    assert result.metrics["llm"].task is None  # no references: no task metrics
+    assert "exact_match" not in result.metrics["llm"].to_json()
+    assert result.report == run_dir / "compare-prompts.md"
     assert [r["reference"] for r in read_csv(run_dir / "compare-prompts.csv")] == ["", ""]
     assert not (run_dir / "compare.csv").exists()
 

@@ -26,7 +26,7 @@ def test_plain_probe_rows_are_asked_as_the_runs_rows_were(tmp_path):
     }
     assert decided == {"true": "true", "false": "false", "auto": "true"}
     [chat] = probe_file_rows(probes, "causal_lm", 0, "true")
-    assert chat["prompt"] == [{"role": "user", "content": "2 + 2?"}] and chat["reference"] == "4"
-    assert chat["input"] == "2 + 2?"  # the report shows the question, not the template
+    assert chat.row["prompt"] == [{"role": "user", "content": "2 + 2?"}] and chat.reference == "4"
+    assert chat.input == "2 + 2?"  # the report shows the question, not the template
     [plain] = probe_file_rows(probes, "causal_lm", 0, "false")
-    assert plain["prompt"] == "2 + 2?"
+    assert plain.row["prompt"] == "2 + 2?"

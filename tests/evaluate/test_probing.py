@@ -32,5 +32,5 @@ def test_eval_loss_is_the_runs_own_where_a_template_writes_past_the_answer(tmp_p
         run_dir, overrides=RunOverrides(settings={"max_samples": 4})
     ).measured.metrics
     recorded = stage.manifest.metrics.eval_loss
-    assert metrics["llm"]["eval_loss"] == pytest.approx(recorded, rel=1e-4)
-    assert metrics["llm"]["run_loss"] == f"{recorded:.4f}"  # full precision
+    assert metrics["llm"].eval_loss == pytest.approx(recorded, rel=1e-4)
+    assert metrics["llm"].labels.run_loss == f"{recorded:.4f}"  # full precision

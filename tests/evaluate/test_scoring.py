@@ -9,6 +9,7 @@ import json
 from measured import measured
 
 from recipe_engine.evaluate.scoring import file_stem, write_scores
+from recipe_engine.store.scores import metrics_json
 
 
 def test_a_probe_file_names_its_own_records():
@@ -33,7 +34,7 @@ def test_records_hold_every_answer_and_each_models_labelled_metrics(tmp_path):
     lines = [json.loads(line) for line in scored.jsonl.read_text().splitlines()]
     assert lines[1]["outputs"] == {"base": "blue", "vision": "blue", "llm": "a blue square"}
     saved = json.loads(scored.metrics_path.read_text())
-    assert saved == scored.measured.metrics
+    assert saved == metrics_json(scored.measured.metrics)
     # Every model measured on the full-precision base; the run's own numbers beside, labelled.
     assert {m["base_precision"] for m in saved.values()} == {"full"}
     assert saved["base"]["run_accuracy"] == "25%" and saved["base"]["run_loss"] is None

@@ -17,17 +17,17 @@ from recipe_engine.store.records import Manifest
 def test_the_report_renders_the_records(tmp_path):
     scored = write_scores(measured(tmp_path / "run"))
     compared = render_compare(scored)
-    assert compared["report"] == tmp_path / "run" / "compare.md"
-    assert compared["models"] == ["base", "vision", "llm"] and compared["probes"] == 2
-    assert {k: compared[k] for k in ("csv", "jsonl", "metrics_path")} == scored.paths()
-    assert compared["loss_plot"] is None  # no stage folder holds metrics.jsonl
-    header = compared["table"].splitlines()[0]
+    assert compared.report == tmp_path / "run" / "compare.md"
+    assert compared.models == ["base", "vision", "llm"] and len(compared.measured.probes) == 2
+    assert compared.scored.paths() == scored.paths()
+    assert compared.loss_plot is None  # no stage folder holds metrics.jsonl
+    header = compared.table.splitlines()[0]
     assert "base precision" in header and "run's own acc" in header
-    assert "50% (4-bit base)" in compared["table"]
-    report = compared["report"].read_text()
+    assert "50% (4-bit base)" in compared.table
+    report = compared.report.read_text()
     assert report.startswith(f"# Compare: recipe `{RECIPE}`")
     assert "Settings: probes=held-out split of data `shapes`, seed=0, max_new_tokens=8" in report
-    assert compared["table"] in report and "## Side by side" in report
+    assert compared.table in report and "## Side by side" in report
     assert "And this \\| one?" in report  # a pipe in a probe does not break the table
     assert "## Loss over the run" not in report
 

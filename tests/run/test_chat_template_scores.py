@@ -16,9 +16,10 @@ from pathlib import Path
 from machines import CPU_ONLY
 
 from recipe_engine.config.compose import compose_config
-from recipe_engine.run.evaluation import exact_match
+from recipe_engine.run.evaluation import HeldOutAnswers, exact_match
 from recipe_engine.run.loading import load_pretrained, load_processor
 from recipe_engine.run.planning import plan_from_config
+from recipe_engine.store.scores import Generation
 
 CAPITALS = {"France": "Paris", "Italy": "Rome", "Germany": "Berlin", "Spain": "Madrid"}
 
@@ -35,7 +36,7 @@ def capitals(folder: Path) -> Path:
     return folder
 
 
-def held_out_scores(data: Path, *more: str) -> dict:
+def held_out_scores(data: Path, *more: str) -> HeldOutAnswers:
     """The untrained base's scores on the held-out rows as the plan prepared them."""
     stage = plan_from_config(
         compose_config(
@@ -54,13 +55,15 @@ def held_out_scores(data: Path, *more: str) -> dict:
     model = load_pretrained(stage.init.location, entry, dtype="float32", device_map={"": "cpu"})
     processor = load_processor(stage.init.location, "causal_lm", entry)
     rows = stage.data.splits().eval
-    return exact_match(model, processor, rows, "causal_lm", max_new_tokens=8, batch_size=4)
+    return exact_match(
+        model, processor, rows, "causal_lm", Generation(max_new_tokens=8, batch_size=4)
+    )
 
 
 def test_the_instruct_base_answers_when_asked_through_its_chat_template(tmp_path):
     data = capitals(tmp_path / "capitals")
     chat = held_out_scores(data)
-    answers = [p["answer"] for p in chat["predictions"]]
-    assert chat["contains"] == 1.0, answers  # "The capital of France is Paris."
+    answers = [p.answer for p in chat.predictions]
+    assert chat.contains == 1.0, answers  # "The capital of France is Paris."
     plain = held_out_scores(data, "data.chat_template=false")  # the raw prompt, as before
-    assert plain["contains"] < chat["contains"], [p["answer"] for p in plain["predictions"]]
+    assert plain.contains < chat.contains, [p.answer for p in plain.predictions]
