@@ -10,6 +10,10 @@ from typing import Any
 
 from filelock import FileLock
 
+# A JSON object as the engine reads or writes it (a record's file, a recorded config): the
+# edge where typed records become JSON and back. Inside the engine, records are dataclasses.
+JsonObject = dict[str, Any]
+
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write aside, then rename into place: readers see the old file or the new, never half."""

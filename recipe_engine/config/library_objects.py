@@ -16,6 +16,10 @@ from typing import Any
 
 from recipe_engine.config.trainers import TRAINERS
 
+# Keyword arguments handed as they are to a library's settings class (SFTConfig, LoraConfig,
+# BitsAndBytesConfig): the library defines their keys, the engine checks them (library_keys).
+LibraryKwargs = dict[str, Any]
+
 # bitsandbytes arguments that name a torch dtype: plans keep the name, the library wants it.
 DTYPE_KEYS = ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage")
 # What a child process checks: the class name -> how to build it from plain arguments.

@@ -21,6 +21,7 @@ from recipe_engine.config.components import (
 )
 from recipe_engine.errors import RecipeError
 from recipe_engine.store.records import Manifest
+from recipe_engine.store.stage_records import ComponentCensus
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -209,14 +210,14 @@ def measure(
             continue
         row = Row()
         if component in report:
-            row.params = report[component]["params"]
-            row.requires_grad = report[component]["trainable"]
-        cell = cells.get(component, {})
-        row.dtypes = {k.removeprefix("torch."): v for k, v in cell.get("dtype", {}).items()}
-        row.devices = sorted(cell.get("device", {}))
+            row.params = report[component].params
+            row.requires_grad = report[component].trainable
+        cell = cells.get(component, ComponentCensus())
+        row.dtypes = {k.removeprefix("torch."): v for k, v in cell.dtype.items()}
+        row.devices = sorted(cell.device)
         if component in stage_report:
-            row.stage_trainable = stage_report[component]["trainable"]
-            row.stage_params = stage_report[component]["params"]
+            row.stage_trainable = stage_report[component].trainable
+            row.stage_params = stage_report[component].params
         rows[component] = row
     for name in quantized_modules(model):
         rows[component_of(name, layout)].quantized.append(canonical_name(name))
