@@ -20,6 +20,7 @@ from recipe_engine.config.components import (
     report_layout,
 )
 from recipe_engine.errors import RecipeError
+from recipe_engine.files import JsonObject
 from recipe_engine.store.records import Manifest
 from recipe_engine.store.stage_records import ComponentCensus
 
@@ -33,7 +34,7 @@ class Target:
     label: str  # as the user wrote it
     kind: str  # stage | folder | adapter | entry
     path: Path | None
-    entry: dict[str, Any]  # model entry (kind, source, id, ...)
+    entry: JsonObject  # model entry (kind, source, id, ...), as a manifest records it
     manifest: Manifest | None = None
 
 
