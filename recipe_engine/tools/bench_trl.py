@@ -23,9 +23,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from recipe_engine.config.compose import compose_config
+from recipe_engine.files import JsonObject
 from recipe_engine.resolve.tiny import build_dataset, build_tiny_model
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.tables import text_table
@@ -70,8 +70,9 @@ def bench_engine_against_plain_trl(root: Path, device: str) -> None:
     print(f"the engine around training: {around:+.1f} s against the plain script")
 
 
-def plain_trl_job(overrides: list[str], output_dir: Path) -> dict[str, Any]:
-    """What the plain script needs, taken from the engine's plan of the same stage."""
+def plain_trl_job(overrides: list[str], output_dir: Path) -> JsonObject:
+    """What the plain script needs (handed to it as JSON), from the engine's plan of the
+    same stage."""
     stage = plan_from_config(compose_config(overrides)).stages["llm"]
     trainer = {
         k: v

@@ -38,6 +38,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.files import JsonObject
+from recipe_engine.store.records import Manifest
 from recipe_engine.tables import markdown_table, text_table
 from recipe_engine.versions import package_version
 
@@ -108,21 +110,18 @@ def require_success(done: subprocess.CompletedProcess) -> None:
         raise CheckFailed(f"the run exited {done.returncode}: {' / '.join(tail)}")
 
 
-def probes(root: Path) -> list[dict[str, Any]]:
+def probes(root: Path) -> list[JsonObject]:  # what `probe_run` wrote: a line per stage
     path = root / "probe.jsonl"
     if not path.is_file():
         raise CheckFailed("the run never reached a stage's guard (no probe record)")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def manifests(root: Path) -> dict[str, dict[str, Any]]:
+def manifests(root: Path) -> dict[str, Manifest]:
     """Committed store entries by stage name."""
-    found = {}
-    for path in (root / "store").glob("*/manifest.json"):
-        if (path.parent / "COMPLETE").is_file():
-            record = json.loads(path.read_text())
-            found[record["stage"]] = record
-    return found
+    found = (root / "store").glob("*/manifest.json")
+    entries = [path.parent for path in found if (path.parent / "COMPLETE").is_file()]
+    return {manifest.stage: manifest for manifest in map(Manifest.load, entries)}
 
 
 def probe_run(out: str, plant: str, args: list[str]) -> int:
@@ -136,7 +135,7 @@ def probe_run(out: str, plant: str, args: list[str]) -> int:
     build = StageRecipe.build_trainer
 
     def observed_guard(self: StageRecipe) -> None:
-        seen: dict[str, Any] = {"stage": self.stage.name}
+        seen: JsonObject = {"stage": self.stage.name}
         hook = self.trainer.model.register_forward_hook(autocast_hook(seen))
         try:
             guard(self)  # the preflight's forward fires the hook
@@ -159,7 +158,7 @@ def probe_run(out: str, plant: str, args: list[str]) -> int:
     return main(args)
 
 
-def autocast_hook(seen: dict[str, Any]) -> Callable[..., None]:
+def autocast_hook(seen: JsonObject) -> Callable[..., None]:
     """A forward hook recording, once, whether CUDA autocast was on in the model's forward."""
     import torch
 
@@ -173,8 +172,8 @@ def autocast_hook(seen: dict[str, Any]) -> Callable[..., None]:
     return hook
 
 
-def trainer_facts(trainer: Any, placement: Any) -> dict[str, Any]:
-    """What the placement guard promises, read off the real trainer."""
+def trainer_facts(trainer: Any, placement: Any) -> JsonObject:
+    """What the placement guard promises, read off the real trainer (for the probe line)."""
     import torch
 
     wrapped = trainer._wrap_model(trainer.model, training=True)
@@ -210,7 +209,7 @@ def check_default_bf16(root: Path) -> str:
     return "; ".join(f"{r['stage']}: {_autocast(r)}" for r in seen)
 
 
-def _autocast(record: dict[str, Any]) -> str:
+def _autocast(record: JsonObject) -> str:
     return f"autocast={record.get('autocast')} ({record.get('autocast_dtype')})"
 
 
@@ -257,7 +256,7 @@ def check_fsdp(root: Path) -> str:
     vision = manifests(root).get("vision")
     if vision is None:
         raise CheckFailed("the run exited 0 but committed no vision stage")
-    return f"fsdp, world size {placement.world_size}, {vision['metrics'].get('steps')} steps"
+    return f"fsdp, world size {placement.world_size}, {vision.metrics.steps} steps"
 
 
 def check_preflight_dtype(root: Path) -> str:
@@ -292,7 +291,7 @@ def check_resume_after_kill(root: Path) -> str:
     resumed = [line.split(marker, 1)[1] for line in output if marker in line]
     if not resumed:
         raise CheckFailed(f"the rerun did not resume (killed at {killed_at})")
-    steps = manifests(root)["llm"]["metrics"].get("steps")
+    steps = manifests(root)["llm"].metrics.steps
     if steps != RESUME_STEPS:
         raise CheckFailed(f"the resumed stage ended at step {steps}, not {RESUME_STEPS}")
     return f"killed after {killed_at}; resumed from {Path(resumed[0].strip()).name}; {steps} steps"
@@ -325,10 +324,10 @@ def kill_after_first_checkpoint(root: Path, args: Sequence[str], fingerprint: st
 def check_memory_estimate(root: Path) -> str:
     done = engine(root, *QLORA_STAGE)
     require_success(done)
-    metrics = manifests(root)["llm"]["metrics"]
-    estimated, measured = metrics["estimated_peak_gib"], metrics["measured_peak_gib"]
-    if metrics.get("memory_measure") != "cuda max_memory_allocated":
-        raise CheckFailed(f"measured with {metrics.get('memory_measure')!r}")
+    metrics = manifests(root)["llm"].metrics
+    estimated, measured = metrics.estimated_peak_gib, metrics.measured_peak_gib
+    if metrics.memory_measure != "cuda max_memory_allocated":
+        raise CheckFailed(f"measured with {metrics.memory_measure!r}")
     if not estimated or not measured:
         raise CheckFailed(f"estimate {estimated} GiB, measured {measured} GiB")
     error = 100 * (estimated - measured) / measured
