@@ -12,7 +12,7 @@ from tiny_configs import tiny_model
 from recipe_engine.config.components import component_of
 from recipe_engine.run.census import census, format_report, trainable_report
 from recipe_engine.run.policies import apply_freeze
-from recipe_engine.store.stage_records import TrainableCount
+from recipe_engine.store.stage_records import ComponentCensus, TrainableCount
 
 
 def sizes(model: Any, layout: str) -> dict[str, int]:
@@ -70,10 +70,10 @@ def test_census_dtype_and_device() -> None:
     model.lm_head.float()
     cells = census(model, layout="llava")
     expected = sizes(model, "llava")
-    assert cells["vision_tower"] == {
-        "dtype": {"torch.bfloat16": expected["vision_tower"]},
-        "device": {"cpu": expected["vision_tower"]},
-    }
+    assert cells["vision_tower"] == ComponentCensus(
+        dtype={"torch.bfloat16": expected["vision_tower"]},
+        device={"cpu": expected["vision_tower"]},
+    )
     assert cells["lm_head"].dtype == {"torch.float32": expected["lm_head"]}
     meta = census(tiny_model("llama", device="meta"), layout="causal_lm")
     assert set(meta["language_model"].device) == {"meta"}
