@@ -228,8 +228,9 @@ def stage_names(jobs: Sequence[SweepJob]) -> list[str]:
     return names
 
 
-def table_rows(jobs: Sequence[SweepJob]) -> tuple[list[str], list[dict[str, str]]]:
-    """Headers and text rows of the markdown table (also what is printed)."""
+def table_rows(jobs: Sequence[SweepJob]) -> tuple[list[str], list[list[str]]]:
+    """Headers and text rows of the markdown table (also what is printed): job, overrides,
+    status, each stage's status and key, then each stage's evaluation."""
     names = stage_names(jobs)
     _, varying = varying_overrides(jobs)
     headers = ["job", "overrides", "status"]
@@ -237,12 +238,12 @@ def table_rows(jobs: Sequence[SweepJob]) -> tuple[list[str], list[dict[str, str]
     rows = []
     for job, overrides in zip(jobs, varying, strict=True):
         by_stage = {s.stage: s for s in job.stages}
-        row = {"job": str(job.job), "overrides": " ".join(overrides) or "-", "status": job.status}
-        for name in names:
-            stage = by_stage.get(name)
-            row[name] = f"{stage.status} `{stage.key}`" if stage else "-"
-            row[f"{name} eval"] = stage.eval_text() if stage else "-"
-        rows.append(row)
+        stages = [by_stage.get(name) for name in names]
+        rows.append(
+            [str(job.job), " ".join(overrides) or "-", job.status]
+            + [f"{s.status} `{s.key}`" if s else "-" for s in stages]
+            + [s.eval_text() if s else "-" for s in stages]
+        )
     return headers, rows
 
 
@@ -252,7 +253,7 @@ def render_markdown(jobs: Sequence[SweepJob], title: str = "") -> str:
     lines = [f"# {title}", ""] if title else []
     if shared:
         lines += [f"Common overrides: `{' '.join(shared)}`", ""]
-    lines += markdown_table([[r[h] for h in headers] for r in rows], header=headers)
+    lines += markdown_table(rows, header=headers)
     return "\n".join(lines)
 
 
