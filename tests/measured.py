@@ -7,6 +7,7 @@ from pathlib import Path
 
 from recipe_engine.store.records import Manifest, StageMetrics
 from recipe_engine.store.scores import Generation, Measured, ModelMetrics, Probe, TaskMetrics
+from recipe_engine.store.stage_records import QuantizationFacts
 
 RECIPE = "r3-two-stage"
 
@@ -15,7 +16,7 @@ def stage_manifest(name: str, *, parent: str | None = None, **quantization) -> M
     metrics = StageMetrics(eval_accuracy=0.5, eval_loss=1.25, base_accuracy=0.25)
     return Manifest(
         name, RECIPE, "f" * 64, "full", {"kind": "vlm"}, "float32", parent=parent,
-        quantization=quantization, metrics=metrics,
+        quantization=QuantizationFacts(**quantization), metrics=metrics,
     )  # fmt: skip
 
 

@@ -283,7 +283,7 @@ def _device_map(manifest: Manifest) -> Any:
     """The stage's recorded device map where this machine can honour it, else the CPU."""
     import torch
 
-    planned = manifest.placement.get("device_map")
+    planned = manifest.placement.device_map if manifest.placement else None
     if planned and torch.cuda.is_available():
         return planned
     return {"": "cpu"}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recipe_engine.config.schema import without_empty_sections
+from recipe_engine.files import JsonObject
 from recipe_engine.plan.dag import NON_WEIGHT_STAGE_KEYS, build_graph
 
 USAGE = """\
@@ -111,7 +112,8 @@ def diff_recipes(
     return RecipeDiff(a, b, list(overrides), general, pairs, labels)
 
 
-def _composed(overrides: Sequence[str], extra_dirs: Sequence[str]) -> dict[str, Any]:
+def _composed(overrides: Sequence[str], extra_dirs: Sequence[str]) -> JsonObject:
+    """The composed config as plain values: what `diff` compares, key by key."""
     from recipe_engine.config.compose import compose_config, to_plain
 
     cfg = to_plain(compose_config(overrides, extra_dirs=extra_dirs))

@@ -22,14 +22,13 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from recipe_engine.config.schema import EngineConfig, StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.hardware import profile_gpus
 from recipe_engine.report.known_failures import diagnose, diagnosis_lines
 from recipe_engine.resolve.machine import Machine, detect_machine
-from recipe_engine.run.machine import torch_view
+from recipe_engine.run.machine import TorchView, torch_view
 from recipe_engine.versions import LIBRARIES, package_version
 
 # deepspeed is optional (only parallel=deepspeed needs it), so no manifest records it.
@@ -46,6 +45,8 @@ DISTRIBUTED_VARS = (
     "MASTER_PORT",
     "TORCHELASTIC_RUN_ID",
 )
+# What the report goes on with where torch is not installed: no CUDA, no MPS.
+NO_TORCH = TorchView(cuda_build=None, cuda=False, device_count=0, mps=False)
 # A model this small fits any GPU: shows where `auto` puts a model that fits one GPU.
 SMALL_MODEL_GIB = 1.0
 
@@ -186,10 +187,12 @@ def _gpus(report: Report, machine: Machine | None, env: Mapping[str, str]) -> No
     report.section("devices", lines)
 
 
-def _torch(report: Report, machine: Machine | None, versions: Mapping[str, str | None]) -> dict:
+def _torch(
+    report: Report, machine: Machine | None, versions: Mapping[str, str | None]
+) -> TorchView:
     """What torch itself sees; imported after planning, as a real run would."""
     if versions["torch"] is None:
-        return {"cuda_build": None, "cuda": False}
+        return NO_TORCH
     seen = torch_view()
     cuda_build, cuda = seen.cuda_build, seen.cuda
     lines = [
@@ -213,7 +216,7 @@ def _torch(report: Report, machine: Machine | None, versions: Mapping[str, str |
                 "CUDA_VISIBLE_DEVICES does not hide them."
             )
     report.section("torch", lines)
-    return {"cuda_build": cuda_build, "cuda": cuda}
+    return seen
 
 
 def _bnb_files() -> tuple[Path | None, list[str], list[str]]:
@@ -256,7 +259,7 @@ class Here:
     """What the report learned of this machine before bitsandbytes' section."""
 
     versions: Mapping[str, str | None]
-    torch_info: Mapping[str, Any]
+    torch_info: TorchView
     machine: Machine | None
     env: Mapping[str, str]
 
@@ -279,7 +282,7 @@ def _bitsandbytes(report: Report, here: Here, cfg: EngineConfig) -> None:
         f"CPU backend: {'yes' if cpu_lib and 'cpu' in backends else 'no'}"
         + (" (slow, but 4-bit/8-bit load and train on CPU)" if cpu_lib else ""),
     ]
-    cuda_build = torch_info.get("cuda_build")
+    cuda_build = torch_info.cuda_build
     gpus = machine.gpus if machine is not None else ()
     if cuda_build:
         lib = _cuda_library(libs, cuda_build, env)
@@ -287,7 +290,7 @@ def _bitsandbytes(report: Report, here: Here, cfg: EngineConfig) -> None:
             f"CUDA backend for torch CUDA {cuda_build}: {lib or 'NO matching library'}"
             + (" (BNB_CUDA_VERSION override)" if env.get("BNB_CUDA_VERSION") else "")
         )
-        if lib is None and torch_info.get("cuda"):
+        if lib is None and torch_info.cuda:
             report.advice.append(
                 f"bitsandbytes {versions['bitsandbytes']} ships no library for CUDA {cuda_build}: "
                 "upgrade bitsandbytes, or set BNB_CUDA_VERSION to a shipped version."

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
+from recipe_engine.files import JsonObject
 from recipe_engine.resolve.model_files import adapter_base_location, check_stage_weights
-from recipe_engine.run.inspecting import DTYPES, Inspection, Row, Target
+from recipe_engine.run.inspecting import DTYPES, Inspection, InspectOptions, Row, Target
 from recipe_engine.store.records import ADAPTER, MANIFEST_FILE, SUMMARY_FILE, Manifest, RunSummary
 from recipe_engine.tables import text_table
 
@@ -51,14 +51,15 @@ _TRUE = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no":
 # --------------------------------------------------------------------------- CLI
 
 
-def parse_args(words: Sequence[str]) -> tuple[list[str], list[dict[str, Any]]]:
+def parse_args(words: Sequence[str]) -> tuple[list[str], list[InspectOptions]]:
     """(targets, per-target options) from the words after `inspect`."""
     targets = [w for w in words if "=" not in w]
     if not 1 <= len(targets) <= 2:
         got = f"{len(targets)} ({', '.join(targets)})" if targets else "none"
         raise RecipeError(f"`inspect` takes one or two targets, got {got}.\n{USAGE}")
-    shared: dict[str, Any] = {}
-    own: list[dict[str, Any]] = [{}, {}]
+    # The words as InspectOptions' keyword arguments: for both targets, for A, for B.
+    shared: dict[str, str | bool] = {}
+    own: list[dict[str, str | bool]] = [{}, {}]
     for word in words:
         if "=" not in word:
             continue
@@ -70,14 +71,14 @@ def parse_args(words: Sequence[str]) -> tuple[list[str], list[dict[str, Any]]]:
             if len(targets) == 1 and which is own[1]:
                 raise RecipeError(f"`{word}` names the second target, but there is only one.")
         which[key] = _option(key, value)
-    options = [{**shared, **own[i]} for i in range(len(targets))]
+    options = [InspectOptions(**{**shared, **own[i]}) for i in range(len(targets))]
     for opts in options:
-        if opts.get("load_in_4bit") and opts.get("load_in_8bit"):
+        if opts.load_in_4bit and opts.load_in_8bit:
             raise RecipeError("Choose one of load_in_4bit=true and load_in_8bit=true, not both.")
     return targets, options
 
 
-def _option(key: str, value: str) -> Any:
+def _option(key: str, value: str) -> str | bool:
     if key not in OPTIONS:
         raise unknown_key(key, OPTIONS, "`inspect` options")
     if key == "dtype":
@@ -195,7 +196,7 @@ def _folder_target(path: Path, label: str) -> Target:
     )
 
 
-def _local_entry(location: Path, folder: Path) -> dict[str, Any]:
+def _local_entry(location: Path, folder: Path) -> JsonObject:
     """A model entry for a folder found on disk: its kind follows its config's model type."""
     config_file = location / "config.json"
     source = "local" if location.is_dir() else "hub"  # an adapter's base may be a hub id

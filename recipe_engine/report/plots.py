@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.files import atomic_write_bytes
+from recipe_engine.files import JsonObject, atomic_write_bytes
 
 LOSS_PLOT = "loss.png"
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The JSON records of a stage's metrics.jsonl; a missing file or a bad line is skipped."""
+def read_metrics(path: Path) -> list[JsonObject]:
+    """The JSON records of a stage's metrics.jsonl (what the Trainer logged, by step); a
+    missing file or a bad line is skipped."""
     if not path.is_file():
         return []
     records = []
@@ -104,7 +105,7 @@ def loss_series(stages: Sequence[PlotStage]) -> list[StageSeries]:
     return series
 
 
-def _points(records: list[dict[str, Any]], key: str, offset: float) -> list[tuple[float, float]]:
+def _points(records: list[JsonObject], key: str, offset: float) -> list[tuple[float, float]]:
     return [(offset + r["step"], r[key]) for r in records if _number(r.get(key))]
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.plots import PlotStage
 from recipe_engine.run.recipe import StageResult, run_summary
 from recipe_engine.store.metric_text import accuracy_text
-from recipe_engine.store.records import differences_text
+from recipe_engine.store.records import StageRow, differences_text
 from recipe_engine.tables import text_table
 
 # The summary's columns the table prints (the store paths are in summary.json).
@@ -29,7 +28,7 @@ def print_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> No
 
 
 def run_table(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> str:
-    rows = [dataclasses.asdict(row) for row in run_summary(plan, results, run_dir).stages]
+    rows = run_summary(plan, results, run_dir).stages
     lines = [f"recipe {plan.recipe}: run folder {run_dir}"]
     if rows:
         cells = [[_cell(row, c) for c in COLUMNS] for row in rows]
@@ -49,11 +48,12 @@ def platform_notes(results: list[StageResult]) -> list[str]:
     ]
 
 
-def _cell(row: dict[str, Any], column: str) -> str:
+def _cell(row: StageRow, column: str) -> str:
     """A cached stage's time is the one recorded when it trained, not this run's: labelled."""
-    if column == "time_s" and str(row["status"]).startswith("cached"):
-        return f"{row[column]} (cached)"
-    return str(row[column])
+    value = getattr(row, column)  # COLUMNS are StageRow's fields, as summary.json names them
+    if column == "time_s" and row.status.startswith("cached"):
+        return f"{value} (cached)"
+    return str(value)
 
 
 def plot_stages(plan: RecipePlan, results: list[StageResult]) -> list[PlotStage]:

@@ -10,12 +10,14 @@ are relative to the sweep folder, like those of `summary.json`, so outputs/ can 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import logging
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from recipe_engine.files import atomic_write_text, file_lock
+from recipe_engine.files import JsonObject, atomic_write_text, file_lock
 from recipe_engine.store.metric_text import metrics_text
 from recipe_engine.store.records import (
     MANIFEST_FILE,
@@ -36,6 +38,7 @@ from recipe_engine.store.records import (
     StageRow,
     relative_to,
 )
+from recipe_engine.store.stage_records import known_fields
 from recipe_engine.tables import markdown_table
 
 log = logging.getLogger("recipe_engine")
@@ -53,8 +56,8 @@ class SweepTable(Callback):
             return  # single runs have their own summary.json; nothing to tabulate
         # A broken table must never turn a trained job into a failed one: warn and go on.
         try:
-            record = job_record(config, job_return)
-            append_line(sweep_dir_of(config) / JOBS_FILE, json.dumps(record, default=str))
+            line = json.dumps(job_record(config, job_return).to_json(), default=str)
+            append_line(sweep_dir_of(config) / JOBS_FILE, line)
         except Exception as error:  # noqa: BLE001
             log.warning("sweep table: could not record job: %s", error)
 
@@ -84,32 +87,77 @@ def sweep_dir_of(config: DictConfig) -> Path:
     return output_dir.parents[depth - 1] if depth else output_dir
 
 
-def job_record(config: DictConfig, job_return: JobReturn) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SweepStage:
+    """One stage of a sweep job: its summary row and the numbers of its store manifest."""
+
+    stage: str
+    status: str  # trained | evaluated | cached
+    key: str
+    entry: str | None = None  # its store folder's name
+    output: str | None = None  # its store folder, relative to the sweep folder
+    steps: int | None = None
+    train_loss: float | None = None  # the last logged
+    eval_loss: float | None = None
+    eval_accuracy: float | None = None
+    base_accuracy: float | None = None
+    base_precision: str | None = None  # what eval_accuracy was measured on
+
+    def eval_text(self) -> str:
+        """As the run table writes it: "acc 93% (4-bit base), loss 0.092"."""
+        metrics = StageMetrics(eval_loss=self.eval_loss, eval_accuracy=self.eval_accuracy)
+        return metrics_text(metrics, self.base_precision)
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """One job of a sweep, as a line of `jobs.jsonl` holds it."""
+
+    job: int  # Hydra's job number
+    overrides: list[str] = field(default_factory=list)
+    status: str = "?"  # completed | failed
+    output_dir: str | None = None  # the job's run folder, relative to the sweep folder
+    finished: str | None = None
+    pid: int | None = None  # the process that ran it
+    stages: list[SweepStage] = field(default_factory=list)
+    error: str | None = None  # a failed job's exception
+    recipe: str | None = None  # from its summary.json (None: the job wrote none)
+
+    def to_json(self) -> JsonObject:
+        """The line `jobs.jsonl` holds: a job's error and recipe only where there are any."""
+        data = dataclasses.asdict(self)
+        return {k: v for k, v in data.items() if v is not None or k not in ("error", "recipe")}
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> SweepJob:
+        stages = [SweepStage(**known_fields(SweepStage, s)) for s in data.get("stages", [])]
+        fields = known_fields(cls, data) | {"job": int(data["job"]), "stages": stages}
+        return cls(**fields)
+
+
+def job_record(config: DictConfig, job_return: JobReturn) -> SweepJob:
     """One job: number, overrides, status and each stage's status, key and metrics."""
     output_dir = Path(str(config.hydra.runtime.output_dir))
     sweep_dir = sweep_dir_of(config)
     failed = job_return.status == JobStatus.FAILED
-    record: dict[str, Any] = {
-        "job": int(config.hydra.job.num),
-        "overrides": list(job_return.overrides or []),
-        "status": "failed" if failed else "completed",
-        "output_dir": relative_to(output_dir, sweep_dir),
-        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "pid": os.getpid(),
-        "stages": [],
-    }
-    if failed:
+    job = SweepJob(
+        job=int(config.hydra.job.num),
+        overrides=list(job_return.overrides or []),
+        status="failed" if failed else "completed",
+        output_dir=relative_to(output_dir, sweep_dir),
+        finished=time.strftime("%Y-%m-%d %H:%M:%S"),
+        pid=os.getpid(),
         # `return_value` re-raises for failed jobs; the exception itself is in `_return_value`.
-        record["error"] = repr(job_return._return_value)
+        error=repr(job_return._return_value) if failed else None,
+    )
     if not (output_dir / SUMMARY_FILE).is_file():
-        return record
+        return job
     summary = RunSummary.load(output_dir)
-    record["recipe"] = summary.recipe
-    record["stages"] = [stage_record(row, output_dir, sweep_dir) for row in summary.stages]
-    return record
+    stages = [stage_record(row, output_dir, sweep_dir) for row in summary.stages]
+    return dataclasses.replace(job, recipe=summary.recipe, stages=stages)
 
 
-def stage_record(row: StageRow, run_dir: Path, sweep_dir: Path) -> dict[str, Any]:
+def stage_record(row: StageRow, run_dir: Path, sweep_dir: Path) -> SweepStage:
     """A summary.json stage row plus the numeric metrics of its store manifest; its store
     entry relative to `sweep_dir`, where jobs.jsonl lives."""
     output = row.output_path(run_dir)
@@ -118,19 +166,19 @@ def stage_record(row: StageRow, run_dir: Path, sweep_dir: Path) -> dict[str, Any
         manifest = Manifest.load(output, stage=row.stage)
         metrics, precision = manifest.metrics, manifest.base_precision
     losses = metrics.train_losses
-    return {
-        "stage": row.stage,
-        "status": row.status,
-        "key": row.key,
-        "entry": output.name,
-        "output": relative_to(output, sweep_dir),
-        "steps": metrics.steps,
-        "train_loss": losses[-1] if losses else None,
-        "eval_loss": metrics.eval_loss,
-        "eval_accuracy": metrics.eval_accuracy,
-        "base_accuracy": metrics.base_accuracy,
-        "base_precision": precision,  # what eval_accuracy was measured on
-    }
+    return SweepStage(
+        stage=row.stage,
+        status=row.status,
+        key=row.key,
+        entry=output.name,
+        output=relative_to(output, sweep_dir),
+        steps=metrics.steps,
+        train_loss=losses[-1] if losses else None,
+        eval_loss=metrics.eval_loss,
+        eval_accuracy=metrics.eval_accuracy,
+        base_accuracy=metrics.base_accuracy,
+        base_precision=precision,
+    )
 
 
 def _lock(path: Path) -> FileLock:
@@ -145,116 +193,107 @@ def append_line(path: Path, line: str) -> None:
         os.fsync(handle.fileno())
 
 
-def read_jobs(path: Path) -> list[dict[str, Any]]:
+def read_jobs(path: Path) -> list[SweepJob]:
     """The recorded jobs by number; a job recorded twice (a re-launched sweep) keeps its last."""
     if not path.is_file():
         return []
     with _lock(path):
         lines = path.read_text(encoding="utf-8").splitlines()
-    jobs: dict[int, dict[str, Any]] = {}
+    jobs: dict[int, SweepJob] = {}
     for line in lines:
         try:
-            record = json.loads(line)
+            job = SweepJob.from_json(json.loads(line))
         except json.JSONDecodeError:
             continue  # a line cut by a crash; the other jobs still count
-        jobs[int(record["job"])] = record
+        jobs[job.job] = job
     return [jobs[n] for n in sorted(jobs)]
 
 
-def varying_overrides(jobs: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def varying_overrides(jobs: Sequence[SweepJob]) -> tuple[list[str], list[list[str]]]:
     """(overrides every job shares, per job the overrides that differ): the table shows the
     second so a sweep's columns are what was swept."""
     if len(jobs) < 2:
-        return [], [list(j.get("overrides", [])) for j in jobs]
-    sets = [set(j.get("overrides", [])) for j in jobs]
-    common = set.intersection(*sets)
-    shared = [o for o in jobs[0].get("overrides", []) if o in common]
-    return shared, [[o for o in j.get("overrides", []) if o not in common] for j in jobs]
+        return [], [list(j.overrides) for j in jobs]
+    common = set.intersection(*(set(j.overrides) for j in jobs))
+    shared = [o for o in jobs[0].overrides if o in common]
+    return shared, [[o for o in j.overrides if o not in common] for j in jobs]
 
 
-def stage_names(jobs: Sequence[dict[str, Any]]) -> list[str]:
+def stage_names(jobs: Sequence[SweepJob]) -> list[str]:
     names: list[str] = []
     for job in jobs:
-        for stage in job.get("stages", []):
-            if stage["stage"] not in names:
-                names.append(stage["stage"])
+        for stage in job.stages:
+            if stage.stage not in names:
+                names.append(stage.stage)
     return names
 
 
-def table_rows(jobs: Sequence[dict[str, Any]]) -> tuple[list[str], list[dict[str, str]]]:
-    """Headers and text rows of the markdown table (also what is printed)."""
+def table_rows(jobs: Sequence[SweepJob]) -> tuple[list[str], list[list[str]]]:
+    """Headers and text rows of the markdown table (also what is printed): job, overrides,
+    status, each stage's status and key, then each stage's evaluation."""
     names = stage_names(jobs)
     _, varying = varying_overrides(jobs)
     headers = ["job", "overrides", "status"]
     headers += [f"{n}" for n in names] + [f"{n} eval" for n in names]
     rows = []
     for job, overrides in zip(jobs, varying, strict=True):
-        by_stage = {s["stage"]: s for s in job.get("stages", [])}
-        row = {
-            "job": str(job["job"]),
-            "overrides": " ".join(overrides) or "-",
-            "status": job.get("status", "?"),
-        }
-        for name in names:
-            stage = by_stage.get(name)
-            row[name] = f"{stage['status']} `{stage['key']}`" if stage else "-"
-            row[f"{name} eval"] = _eval_text(stage or {})
-        rows.append(row)
+        by_stage = {s.stage: s for s in job.stages}
+        stages = [by_stage.get(name) for name in names]
+        rows.append(
+            [str(job.job), " ".join(overrides) or "-", job.status]
+            + [f"{s.status} `{s.key}`" if s else "-" for s in stages]
+            + [s.eval_text() if s else "-" for s in stages]
+        )
     return headers, rows
 
 
-def render_markdown(jobs: Sequence[dict[str, Any]], title: str = "") -> str:
+def render_markdown(jobs: Sequence[SweepJob], title: str = "") -> str:
     headers, rows = table_rows(jobs)
     shared, _ = varying_overrides(jobs)
     lines = [f"# {title}", ""] if title else []
     if shared:
         lines += [f"Common overrides: `{' '.join(shared)}`", ""]
-    lines += markdown_table([[r[h] for h in headers] for r in rows], header=headers)
+    lines += markdown_table(rows, header=headers)
     return "\n".join(lines)
 
 
-def _eval_text(stage: dict[str, Any]) -> str:
-    """As the run table writes it: "acc 93% (4-bit base), loss 0.092"."""
-    metrics = StageMetrics(
-        eval_loss=stage.get("eval_loss"), eval_accuracy=stage.get("eval_accuracy")
-    )
-    return metrics_text(metrics, stage.get("base_precision"))
+# What sweep.csv shows of each stage, in its columns' order.
+CSV_FIELDS = (
+    "status",
+    "key",
+    "entry",
+    "steps",
+    "train_loss",
+    "eval_loss",
+    "eval_accuracy",
+    "base_precision",
+)
 
 
-def write_csv(path: Path, jobs: Sequence[dict[str, Any]]) -> None:
+def write_csv(path: Path, jobs: Sequence[SweepJob]) -> None:
     """One row per job: overrides, and per stage status, key, store entry and raw metrics."""
     names = stage_names(jobs)
-    fields = [
-        "status",
-        "key",
-        "entry",
-        "steps",
-        "train_loss",
-        "eval_loss",
-        "eval_accuracy",
-        "base_precision",
-    ]
-    headers = ["job", "status", "overrides"] + [f"{n}.{f}" for n in names for f in fields]
+    headers = ["job", "status", "overrides"] + [f"{n}.{f}" for n in names for f in CSV_FIELDS]
     _, varying = varying_overrides(jobs)
     handle = io.StringIO(newline="")
     writer = csv.DictWriter(handle, fieldnames=headers)
     writer.writeheader()
     for job, overrides in zip(jobs, varying, strict=True):
-        row: dict[str, Any] = {
-            "job": job["job"],
-            "status": job.get("status"),
+        row: dict[str, object] = {
+            "job": job.job,
+            "status": job.status,
             "overrides": " ".join(overrides),
         }
-        for stage in job.get("stages", []):
-            for f in fields:
-                row[f"{stage['stage']}.{f}"] = stage.get(f)
+        for stage in job.stages:
+            for f in CSV_FIELDS:
+                row[f"{stage.stage}.{f}"] = getattr(stage, f)
         writer.writerow(row)
     atomic_write_text(path, handle.getvalue())
 
 
-def write_tables(sweep_dir: Path, jobs: Sequence[dict[str, Any]]) -> str:
+def write_tables(sweep_dir: Path, jobs: Sequence[SweepJob]) -> str:
     """Write sweep.md and sweep.csv; return the markdown table."""
-    recipe = next((j["recipe"] for j in jobs if j.get("recipe")), "")
+    recipe = next((j.recipe for j in jobs if j.recipe), "")
     title = f"Sweep {recipe} {sweep_dir.name}: {len(jobs)} jobs"
     table = render_markdown(jobs, title=title)
     atomic_write_text(sweep_dir / TABLE_MD, table + "\n")

@@ -11,6 +11,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from recipe_engine.config.components import Layout, as_layout, component_of, groups
+from recipe_engine.store.stage_records import (
+    Census,
+    ComponentCensus,
+    TrainableCount,
+    TrainableReport,
+)
 
 
 def _logical_numel(param: Any) -> int:
@@ -21,8 +27,8 @@ def _logical_numel(param: Any) -> int:
     return param.numel()
 
 
-def trainable_report(model: Any, *, layout: Layout | str) -> dict[str, dict]:
-    """``{component: {"params", "trainable", "percent"}}`` plus ``"total"``.
+def trainable_report(model: Any, *, layout: Layout | str) -> TrainableReport:
+    """A `TrainableCount` per component, plus ``"total"``.
 
     Rows are the layout's groups: components, or the user's regexes for a model with no map.
 
@@ -39,34 +45,29 @@ def trainable_report(model: Any, *, layout: Layout | str) -> dict[str, dict]:
         row = counts[component_of(name, layout)]
         row[0] += n
         row[1] += n if param.requires_grad else 0
-    report = {c: _row(*counts[c]) for c in rows if counts[c][0]}
-    report["total"] = _row(sum(r[0] for r in counts.values()), sum(r[1] for r in counts.values()))
+    report = {c: TrainableCount.of(*counts[c]) for c in rows if counts[c][0]}
+    params = sum(row[0] for row in counts.values())
+    report["total"] = TrainableCount.of(params, sum(row[1] for row in counts.values()))
     return report
 
 
-def _row(params: int, trainable: int) -> dict:
-    percent = round(100.0 * trainable / params, 4) if params else 0.0
-    return {"params": params, "trainable": trainable, "percent": percent}
+def census(model: Any, *, layout: Layout | str) -> Census:
+    """Per component, element counts by stored dtype ("torch.uint8") and by device ("cpu").
 
-
-def census(model: Any, *, layout: Layout | str) -> dict[str, dict]:
-    """Per component, element counts by stored dtype and by device.
-
-    ``{"language_model": {"dtype": {"torch.uint8": n, "torch.bfloat16": m},
-    "device": {"cpu": k}}}``. Counts storage elements (a 4-bit weight shows as half as
-    many uint8), and includes PEFT's original_module copies since they occupy memory.
+    Counts storage elements (a 4-bit weight shows as half as many uint8), and includes
+    PEFT's original_module copies since they occupy memory.
     """
-    out: dict[str, dict] = {}
+    out: Census = {}
     for name, param in model.named_parameters():
-        entry = out.setdefault(component_of(name, layout), {"dtype": {}, "device": {}})
+        entry = out.setdefault(component_of(name, layout), ComponentCensus())
         n = param.numel()
         dtype, device = str(param.dtype), str(param.device)
-        entry["dtype"][dtype] = entry["dtype"].get(dtype, 0) + n
-        entry["device"][device] = entry["device"].get(device, 0) + n
+        entry.dtype[dtype] = entry.dtype.get(dtype, 0) + n
+        entry.device[device] = entry.device.get(device, 0) + n
     return {c: out[c] for c in groups(as_layout(layout)) if c in out}
 
 
-def format_report(report: Mapping[str, Mapping], census: Mapping[str, Mapping]) -> str:
+def format_report(report: TrainableReport, census: Census) -> str:
     """A fixed-width table of both reports, one line per component, for logs."""
 
     def counts(entry: Mapping[str, int]) -> str:
@@ -75,15 +76,15 @@ def format_report(report: Mapping[str, Mapping], census: Mapping[str, Mapping]) 
     header = ("component", "params", "trainable", "%", "dtypes (elements)", "devices")
     rows = [header]
     for comp, row in report.items():
-        cell = census.get(comp, {})
+        cell = census.get(comp, ComponentCensus())
         rows.append(
             (
                 comp,
-                f"{row['params']:,}",
-                f"{row['trainable']:,}",
-                f"{row['percent']:.2f}",
-                counts(cell.get("dtype", {})) if comp != "total" else "",
-                ", ".join(sorted(cell.get("device", {}))) if comp != "total" else "",
+                f"{row.params:,}",
+                f"{row.trainable:,}",
+                f"{row.percent:.2f}",
+                counts(cell.dtype) if comp != "total" else "",
+                ", ".join(sorted(cell.device)) if comp != "total" else "",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

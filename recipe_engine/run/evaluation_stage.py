@@ -22,6 +22,7 @@ from recipe_engine.run.stage import (
     stage_platform,
 )
 from recipe_engine.store.records import EVALUATION, Manifest, StageMetrics
+from recipe_engine.store.stage_records import Handoff
 from recipe_engine.store.store import Store, relative_in_store
 
 
@@ -59,7 +60,7 @@ class EvaluationRecipe:
         )
         here = stage_platform(self.stage)
         return Manifest(
-            **stage_identity(self.plan, self.stage),
+            **asdict(stage_identity(self.plan, self.stage)),
             format=EVALUATION,
             model_entry=model_entry(self.stage),
             dtype=self.stage.dtype,
@@ -67,7 +68,7 @@ class EvaluationRecipe:
             config=asdict(self.stage.config),
             data=asdict(self.stage.data.config),
             eval_settings=asdict(self.plan.config.eval),
-            handoff={"merge_check": weights.merge_check} if weights.merge_check else {},
+            handoff=Handoff(merge_check=weights.merge_check),
             metrics=metrics,
             timings={"total_s": seconds},
             platform=here,

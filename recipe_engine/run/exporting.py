@@ -15,13 +15,14 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.files import atomic_write_text
+from recipe_engine.files import JsonObject, atomic_write_text
 from recipe_engine.store.records import EVALUATION, Manifest
+from recipe_engine.store.stage_records import HandoffCounts, MergeCheck
 from recipe_engine.store.store import (
     COMPLETE,
     ENGINE_MARKER,
@@ -151,6 +152,35 @@ def _check_destination(to: Path, source: Path) -> None:
         )
 
 
+@dataclass(frozen=True)
+class LoadedBack:
+    """The export loaded back as a user would: the class that loaded it and, for full
+    weights, the stage's trained parameters found in it with their values."""
+
+    loaded_with: str
+    trained_parameters_checked: HandoffCounts | None
+
+
+@dataclass(frozen=True)
+class ExportRecord:
+    """What `export.json` says: the form, the stage, how its merge checked, how it loaded."""
+
+    form: str
+    stage: str
+    check: MergeCheck | None  # a merged adapter's
+    loaded: LoadedBack
+
+    def to_json(self) -> JsonObject:
+        counts = self.loaded.trained_parameters_checked
+        return {
+            "form": self.form,
+            "stage": self.stage,
+            "check": self.check.to_json() if self.check else {},
+            "loaded_with": self.loaded.loaded_with,
+            "trained_parameters_checked": asdict(counts) if counts else {},
+        }
+
+
 def write_export(plan: ExportPlan, card: str) -> Path:
     """Build the folder aside, load it back with the stock Auto class, then put it in place."""
     to = plan.to
@@ -161,9 +191,8 @@ def write_export(plan: ExportPlan, card: str) -> Path:
         make_engine_folder(tmp)
         check = _write_weights(plan, tmp)
         atomic_write_text(tmp / "README.md", card)
-        loaded = load_back(tmp, plan)
-        record = {"form": plan.form, "stage": plan.manifest.stage, "check": check, **loaded}
-        atomic_write_text(tmp / EXPORT_RECORD, json.dumps(record, indent=2) + "\n")
+        record = ExportRecord(plan.form, plan.manifest.stage, check, load_back(tmp, plan))
+        atomic_write_text(tmp / EXPORT_RECORD, json.dumps(record.to_json(), indent=2) + "\n")
         _replace(tmp, to)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -171,7 +200,8 @@ def write_export(plan: ExportPlan, card: str) -> Path:
     return to
 
 
-def _write_weights(plan: ExportPlan, into: Path) -> dict[str, Any]:
+def _write_weights(plan: ExportPlan, into: Path) -> MergeCheck | None:
+    """The export's weights written into `into`; a merged adapter's merge check."""
     source, final = plan.request.source, plan.manifest
     if plan.form == "merged":
         from recipe_engine.run.loading import merge_adapter_parent
@@ -186,7 +216,7 @@ def _write_weights(plan: ExportPlan, into: Path) -> dict[str, Any]:
         from recipe_engine.run.loading import name_adapter_base
 
         name_adapter_base(into, str(plan.adapter_base), plan.base_revision)
-    return {}
+    return None
 
 
 def _copy_model_files(source: Path, into: Path) -> None:
@@ -195,7 +225,7 @@ def _copy_model_files(source: Path, into: Path) -> None:
             shutil.copy2(item, into / item.name)
 
 
-def load_back(folder: Path, plan: ExportPlan) -> dict[str, Any]:
+def load_back(folder: Path, plan: ExportPlan) -> LoadedBack:
     """Load the export as a user would (stock Auto classes, from the folder alone) and run one
     forward; for full weights, every parameter the stage trained must carry its values."""
     import torch
@@ -207,10 +237,10 @@ def load_back(folder: Path, plan: ExportPlan) -> dict[str, Any]:
     logits = probe_logits(model, probe_ids(model.config))
     if not torch.isfinite(logits).all():
         raise RecipeError(f"The exported model in {folder} gives non-finite logits.")
-    counts = {}
+    counts = None
     if plan.form == "full" and plan.manifest.trained_checksums:
         counts = check_handoff(model, plan.manifest.trained_checksums, plan.manifest.stage)
-    return {"loaded_with": type(model).__name__, "trained_parameters_checked": counts}
+    return LoadedBack(type(model).__name__, counts)
 
 
 def _auto_load(folder: Path, plan: ExportPlan) -> Any:

@@ -6,7 +6,6 @@ renders what this measures.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,9 @@ from recipe_engine.config.components import (
     report_layout,
 )
 from recipe_engine.errors import RecipeError
+from recipe_engine.files import JsonObject
 from recipe_engine.store.records import Manifest
+from recipe_engine.store.stage_records import ComponentCensus
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -32,8 +33,24 @@ class Target:
     label: str  # as the user wrote it
     kind: str  # stage | folder | adapter | entry
     path: Path | None
-    entry: dict[str, Any]  # model entry (kind, source, id, ...)
+    entry: JsonObject  # model entry (kind, source, id, ...), as a manifest records it
     manifest: Manifest | None = None
+
+
+@dataclass(frozen=True)
+class InspectOptions:
+    """How the user asked `inspect` to load a target (its `key=value` words)."""
+
+    dtype: str | None = None  # None: the stage's / model entry's / config's
+    load_in_4bit: bool = False
+    load_in_8bit: bool = False
+    weights: bool = False  # a model entry's real weights instead of the meta model
+    device: str = "cpu"
+
+    @property
+    def bits(self) -> int | None:
+        """Quantization on load: 4, 8, or None for none."""
+        return 4 if self.load_in_4bit else 8 if self.load_in_8bit else None
 
 
 @dataclass
@@ -60,7 +77,7 @@ class Inspection:
     adapters: list[str] = field(default_factory=list)  # e.g. "default r=16"
 
 
-def inspect_target(target: Target, options: Mapping[str, Any]) -> Inspection:
+def inspect_target(target: Target, options: InspectOptions) -> Inspection:
     """Load (or build on meta) the target as asked, and measure it per component."""
     from recipe_engine.resolve.models import load_config, meta_model, model_location
 
@@ -79,21 +96,19 @@ def inspect_target(target: Target, options: Mapping[str, Any]) -> Inspection:
     layout = layout_for(config.model_type, entry.get("layout"), entry.get("components"))
     if target.manifest:
         layout = report_layout(layout, target.manifest.config["freeze"]["patterns"])
-    dtype = options.get("dtype") or _default_dtype(target, config)
-    bits = 4 if options.get("load_in_4bit") else 8 if options.get("load_in_8bit") else None
-    meta_only = target.kind == "entry" and not (bits or options.get("weights"))
+    dtype = options.dtype or _default_dtype(target, config)
+    bits = options.bits
+    meta_only = target.kind == "entry" and not (bits or options.weights)
     meta = meta_model(config, target.entry["kind"], dtype=dtype)
     description = [_describe(target)]
     if meta_only:
         model = meta
         description.append(f"built from its config on the meta device (no weights), {dtype}")
     else:
-        how = LoadAs(dtype, bits, options.get("device", "cpu"))
+        how = LoadAs(dtype, bits, options.device)
         model = _load(target, meta, layout, how)
         quant = f"{bits}-bit (bitsandbytes, language model)" if bits else "none"
-        description.append(
-            f"loaded: dtype {dtype}, device {options.get('device', 'cpu')}, quantization {quant}"
-        )
+        description.append(f"loaded: dtype {dtype}, device {options.device}, quantization {quant}")
     if target.manifest:
         description.append(_stage_summary(target.manifest))
         trained_bits = target.manifest.bits
@@ -209,14 +224,14 @@ def measure(
             continue
         row = Row()
         if component in report:
-            row.params = report[component]["params"]
-            row.requires_grad = report[component]["trainable"]
-        cell = cells.get(component, {})
-        row.dtypes = {k.removeprefix("torch."): v for k, v in cell.get("dtype", {}).items()}
-        row.devices = sorted(cell.get("device", {}))
+            row.params = report[component].params
+            row.requires_grad = report[component].trainable
+        cell = cells.get(component, ComponentCensus())
+        row.dtypes = {k.removeprefix("torch."): v for k, v in cell.dtype.items()}
+        row.devices = sorted(cell.device)
         if component in stage_report:
-            row.stage_trainable = stage_report[component]["trainable"]
-            row.stage_params = stage_report[component]["params"]
+            row.stage_trainable = stage_report[component].trainable
+            row.stage_params = stage_report[component].params
         rows[component] = row
     for name in quantized_modules(model):
         rows[component_of(name, layout)].quantized.append(canonical_name(name))

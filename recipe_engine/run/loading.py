@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from recipe_engine.errors import RecipeError, StageFailed
-from recipe_engine.files import atomic_write_text, share_as_umask
+from recipe_engine.files import JsonObject, atomic_write_text, share_as_umask
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.resolve.hub_models import download_model
@@ -29,6 +29,7 @@ from recipe_engine.resolve.models import auto_model_class
 from recipe_engine.resolve.sources import PARENT
 from recipe_engine.run.merge_check import MERGE_CHECK, check_merge, reference, tensor_bytes_hash
 from recipe_engine.store.records import Manifest
+from recipe_engine.store.stage_records import Checksums, HandoffCounts, MergeCheck, known_fields
 from recipe_engine.store.store import Store, make_engine_folder
 
 log = logging.getLogger("recipe_engine")
@@ -77,7 +78,7 @@ def name_adapter_base(folder: Path, base: str, revision: str | None) -> None:
         atomic_write_text(card, card.read_text().replace(recorded, base))
 
 
-def load_processor(location: str, kind: str, model_entry: dict[str, Any]) -> Any:
+def load_processor(location: str, kind: str, model_entry: JsonObject) -> Any:
     """The processor (VLM) or tokenizer (causal LM), with a pad token for batching."""
     from transformers import AutoProcessor, AutoTokenizer
 
@@ -103,7 +104,7 @@ def pad_token_fallback(processor: Any) -> None:
 
 def load_pretrained(
     location: str,
-    model_entry: dict[str, Any],
+    model_entry: JsonObject,
     *,
     dtype: str,
     device_map: Any,
@@ -145,8 +146,8 @@ class MergedParent:
     """An adapter merged into its base: the folder, what it trained, how the merge checked."""
 
     folder: Path
-    expected: dict[str, dict[str, str]]  # checksums of every weight the adapter changed
-    check: dict[str, Any]  # `MergeCheck` fields, as `merge_check.json` records them
+    expected: Checksums  # of every weight the adapter changed
+    check: MergeCheck  # as `merge_check.json` records it
 
 
 def merge_adapter_parent(
@@ -209,12 +210,12 @@ def _merge(parent: Path, dtype: str, into: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _verified(parent: Path, dtype: str, into: Path, stage: str) -> dict[str, Any]:
+def _verified(parent: Path, dtype: str, into: Path, stage: str) -> MergeCheck:
     """The merge check of `into`, run once and recorded in the folder; a failing merge is
     set aside (never reused as if valid) and refused. The parent's adapter is untouched."""
     record = into / MERGE_CHECK
     if record.is_file():
-        return json.loads(record.read_text())
+        return MergeCheck(**known_fields(MergeCheck, json.loads(record.read_text())))
     from peft import PeftModel
 
     manifest = Manifest.load(parent)
@@ -232,7 +233,7 @@ def _verified(parent: Path, dtype: str, into: Path, stage: str) -> dict[str, Any
         raise
     atomic_write_text(record, json.dumps(check.to_json(), indent=2) + "\n")
     log.info("merge of %s verified: %s", stage, check)
-    return check.to_json()
+    return check
 
 
 def _set_aside(folder: Path) -> None:
@@ -257,7 +258,7 @@ def tensor_checksum(tensor: torch.Tensor, dtype: torch.dtype) -> str:
     return tensor_bytes_hash(tensor.detach().to("cpu", dtype))
 
 
-def handoff_checksums(model: Any, names: list[str]) -> dict[str, dict[str, str]]:
+def handoff_checksums(model: Any, names: list[str]) -> Checksums:
     """Checksums of the named parameters as a child will load them, in each float dtype.
 
     Recorded by runtime parameter name: transformers may rename keys on save, so the
@@ -271,11 +272,11 @@ def handoff_checksums(model: Any, names: list[str]) -> dict[str, dict[str, str]]
     }
 
 
-def check_handoff(model: Any, expected: dict[str, dict[str, str]], parent: str) -> dict[str, int]:
+def check_handoff(model: Any, expected: Checksums, parent: str) -> HandoffCounts:
     """Every parameter the parent trained arrived here with the parent's values.
 
     Parameters the child quantizes on load are checked for presence only (4/8-bit storage
-    changes their bytes by design). Returns counts for the manifest.
+    changes their bytes by design). Returns the counts the manifest records.
     """
     params = dict(model.named_parameters())
     missing = [name for name in expected if name not in params]
@@ -297,7 +298,7 @@ def check_handoff(model: Any, expected: dict[str, dict[str, str]], parent: str) 
             f"{len(changed)} parameter(s) trained in stage `{parent}` did not arrive with the "
             f"values it saved, e.g. {changed[:3]}. The handoff lost the parent's training."
         )
-    return {"checked": len(expected) - quantized, "quantized_on_load": quantized}
+    return HandoffCounts(checked=len(expected) - quantized, quantized_on_load=quantized)
 
 
 @dataclass(frozen=True)
@@ -306,8 +307,8 @@ class Weights:
 
     location: str
     parent: str | None = None
-    expected: dict[str, dict[str, str]] | None = None  # checksums of the parent's training
-    merge_check: dict[str, Any] | None = None  # an adapter parent's merge, as verified
+    expected: Checksums | None = None  # of the parent's training
+    merge_check: MergeCheck | None = None  # an adapter parent's merge, as verified
 
 
 def merge_parent(plan: RecipePlan, stage: StagePlan, store: Store) -> Weights:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from recipe_engine.errors import StageFailed
+from recipe_engine.store.stage_records import MergeCheck
 
 MERGE_CHECK = "merge_check.json"
 PEFT_PREFIX = "base_model.model."
@@ -37,21 +38,6 @@ PROBE_SHAPE = (2, 24)  # batch x tokens: a few hundred positions, milliseconds o
 # adapter moves the logits less than a half-precision bound, the tensor check still refuses a
 # merge that changed none of the LoRA-targeted weights.
 RELATIVE_TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 5e-3}
-
-
-@dataclass(frozen=True)
-class MergeCheck:
-    """What the merge check measured; recorded in the child's manifest (`handoff.merge_check`)."""
-
-    max_abs_logit_diff: float  # merged vs adapter model
-    adapter_effect: float  # adapter vs its base: what a merge that drops the adapter would show
-    tolerance: float  # absolute: RELATIVE_TOLERANCE[dtype] x the largest |adapter logit|
-    tensors_checked: int  # base tensors found in the merged model
-    changed_as_expected: int  # LoRA-targeted weights the merge changed (W + B A)
-    probe: str
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ import re
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from recipe_engine.config.trainers import TRAINERS
 from recipe_engine.errors import RecipeError
+from recipe_engine.files import JsonObject
 from recipe_engine.plan.recipe_plan import StagePlan
 from recipe_engine.resolve import cache
 
@@ -60,8 +60,9 @@ def _check_device_settings(stage: StagePlan) -> None:
         )
 
 
-def library_arguments(stage: StagePlan) -> dict[str, Any]:
-    """The arguments the stage's run will pass to each library class."""
+def library_arguments(stage: StagePlan) -> JsonObject:
+    """The arguments the stage's run will pass to each library class, as the child process
+    reads them (`library_objects.judge`): one JSON object per stage."""
     trainer = {k: v for k, v in stage.trainer.items() if k not in DEVICE_KEYS}
     policy = stage.policy
     return {
@@ -72,14 +73,14 @@ def library_arguments(stage: StagePlan) -> dict[str, Any]:
     }
 
 
-def _judge(payload: list[dict[str, Any]]) -> dict[str, Any]:
+def _judge(payload: list[JsonObject]) -> JsonObject:
     verdict = _ask_child(payload)
     if verdict:
         raise _refusal(verdict, payload)
     return {"accepted": True}
 
 
-def _ask_child(payload: list[dict[str, Any]]) -> dict[str, str]:
+def _ask_child(payload: list[JsonObject]) -> dict[str, str]:
     """`library_objects.judge(payload)`, run in a clean child process."""
     env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARIABLES.match(k)}
     child = subprocess.run(
@@ -99,7 +100,7 @@ def _ask_child(payload: list[dict[str, Any]]) -> dict[str, str]:
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
-def _refusal(verdict: dict[str, str], payload: list[dict[str, Any]]) -> RecipeError:
+def _refusal(verdict: dict[str, str], payload: list[JsonObject]) -> RecipeError:
     name, class_name = verdict["stage"], verdict["class"]
     if "message" in verdict:  # the engine's own words, naming the key and the fix
         return RecipeError(

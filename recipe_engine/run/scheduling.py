@@ -23,9 +23,11 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.recipe_plan import RecipePlan, StageJob
 from recipe_engine.store.jobs import SubmittedJob, save_jobs
@@ -97,12 +99,13 @@ REFUSED_BY = (
 
 
 def sbatch_refusal(
-    stage: str, error: str, cancelled: list[str], extra: dict[str, object]
+    stage: str, error: str, cancelled: list[str], extra: Iterable[str]
 ) -> RecipeError:
     """sbatch's own words, one line, with the key whose value it refused (an option of
     `slurm.additional_parameters` first: it overrides the engine's)."""
     said = next((line.strip() for line in error.splitlines() if "error" in line.lower()), "")
     said = said or (error.strip().splitlines() or ["(no message)"])[-1]
+    # `extra`: the names of slurm.additional_parameters' options
     words = [(name.replace("_", " "), f"slurm.additional_parameters.{name}") for name in extra]
     key = next((k for word, k in [*words, *REFUSED_BY] if word in said.lower()), "slurm")
     undone = (
@@ -134,9 +137,10 @@ def _cancel(job_ids: list[str]) -> None:
 
 def _sbatch_options(
     plan: RecipePlan, job: StageJob, submitted: dict[str, SubmittedJob]
-) -> dict[str, object]:
+) -> LibraryKwargs:
+    """submitit's `SlurmExecutor.update_parameters` arguments for the stage's job."""
     slurm = plan.config.slurm
-    options: dict[str, object] = {
+    options: LibraryKwargs = {
         "job_name": f"{plan.recipe}-{job.stage}",
         "partition": job.partition,
         "nodes": job.nodes,

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.components import report_layout
 from recipe_engine.config.trainers import TRAINERS, TrainerKind
+from recipe_engine.files import JsonObject
 from recipe_engine.plan.policy import decide_policy
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.trainer_settings import zero_stage
@@ -63,6 +64,14 @@ from recipe_engine.store.records import (
     Platform,
     StageMetrics,
 )
+from recipe_engine.store.stage_records import (
+    Census,
+    Handoff,
+    QuantizationFacts,
+    RecordedDeterminism,
+    RecordedPlacement,
+    TrainableReport,
+)
 from recipe_engine.store.store import Store, relative_in_store
 
 log = logging.getLogger("recipe_engine")
@@ -89,10 +98,10 @@ class StageRecipe:
         self.policy: PolicyPlan = stage.policy
         self.model: Any = None
         self.processor: Any = None
-        self.handoff: dict[str, Any] = {}
+        self.handoff = Handoff()
         # apply_policies
-        self.report: dict[str, dict] = {}  # trainable parameters by component
-        self.census: dict[str, dict] = {}
+        self.report: TrainableReport = {}  # trainable parameters by component
+        self.census: Census = {}
         # build_trainer
         self.args: Any = None
         self.metrics_log: MetricsLogger | None = None
@@ -137,12 +146,13 @@ class StageRecipe:
         )
         self.processor = load_stage_processor(self.stage, self.weights)
         self.timings["load_s"] = time.time() - started
+        counts = None
         if self.weights.parent is not None:
             expected = self.weights.expected or {}
-            self.handoff = check_handoff(self.model, expected, self.weights.parent)
-            log.info("stage %s: handoff verified %s", self.stage.name, self.handoff)
-        if self.weights.merge_check is not None:  # the adapter parent's merge, as verified
-            self.handoff["merge_check"] = self.weights.merge_check
+            counts = check_handoff(self.model, expected, self.weights.parent)
+            log.info("stage %s: handoff verified %s", self.stage.name, counts)
+        # with the adapter parent's merge, as verified
+        self.handoff = Handoff(counts, self.weights.merge_check)
 
     def apply_policies(self) -> None:
         """Freeze, LoRA, gradient checkpointing; then every parameter where the plan put it."""
@@ -380,7 +390,7 @@ class StageRecipe:
         trained = _trained_parameter_names(self.model)
         here = stage_platform(stage)
         return Manifest(
-            **stage_identity(self.plan, stage),
+            **asdict(stage_identity(self.plan, stage)),
             format=ADAPTER if policy.lora is not None else FULL,
             model_entry=model_entry(self.stage),
             dtype=stage.dtype,
@@ -389,12 +399,12 @@ class StageRecipe:
             config=asdict(stage.config),
             trainer=dict(stage.trainer),
             data=asdict(stage.data.config),
-            placement=asdict(stage.placement),
-            quantization={
-                "bits": policy.bits,
-                "settings": stage.config.quantization,
-                "fallback": stage.placement.quantization_fallback,
-            },
+            placement=RecordedPlacement(**asdict(stage.placement)),
+            quantization=QuantizationFacts(
+                bits=policy.bits,
+                settings=stage.config.quantization,
+                fallback=stage.placement.quantization_fallback,
+            ),
             trained_components=policy.trained_components,
             frozen_components=policy.frozen,
             lora_components=policy.lora.components if policy.lora else [],
@@ -406,13 +416,14 @@ class StageRecipe:
             metrics=self.metrics,
             eval_settings=asdict(self.plan.config.eval),
             world_size=self.args.world_size,
-            determinism=asdict(stage.determinism),
+            determinism=RecordedDeterminism(**asdict(stage.determinism)),
             platform=here,
             versions=manifest_versions(here),
         )
 
 
-def model_entry(stage: StagePlan) -> dict[str, Any]:
+def model_entry(stage: StagePlan) -> JsonObject:
+    """The stage's model entry as loaders and manifests take it."""
     return asdict(stage.model)
 
 
@@ -440,16 +451,26 @@ def load_stage_processor(stage: StagePlan, weights: Weights) -> Any:
     return load_processor(weights.location, stage.model.kind, model_entry(stage))
 
 
-def stage_identity(plan: RecipePlan, stage: StagePlan) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StageIdentity:
     """The manifest fields that place a stage output in its recipe and graph."""
+
+    stage: str
+    recipe: str
+    fingerprint: str
+    parent: str | None
+    parent_fingerprint: str | None
+
+
+def stage_identity(plan: RecipePlan, stage: StagePlan) -> StageIdentity:
     parent = plan.parent_of(stage)
-    return {
-        "stage": stage.name,
-        "recipe": plan.recipe,
-        "fingerprint": stage.fingerprint,
-        "parent": stage.parent,
-        "parent_fingerprint": parent.fingerprint if parent else None,
-    }
+    return StageIdentity(
+        stage=stage.name,
+        recipe=plan.recipe,
+        fingerprint=stage.fingerprint,
+        parent=stage.parent,
+        parent_fingerprint=parent.fingerprint if parent else None,
+    )
 
 
 def _trained_parameter_names(model: Any) -> list[str]:

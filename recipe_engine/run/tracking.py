@@ -14,12 +14,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.config.library_objects import LibraryKwargs
+
 # transformers' TensorBoardCallback reads this when the Trainer builds it (SFTConfig has no
 # logging_dir in transformers 5); unset, it writes under output_dir.
 TENSORBOARD_VARIABLE = "TENSORBOARD_LOGGING_DIR"
 
 
-def with_run_name(settings: Mapping[str, Any], recipe: str, stage: str) -> dict[str, Any]:
+def with_run_name(settings: Mapping[str, Any], recipe: str, stage: str) -> LibraryKwargs:
     """The stage's SFTConfig arguments with `run_name` defaulting to `<recipe>/<stage>`, so
     W&B, MLflow and the others name runs by what they trained, not by a checkpoint path."""
     if settings.get("run_name"):

@@ -22,8 +22,10 @@ import torch
 from transformers import TrainerCallback
 
 from recipe_engine.config import library_objects
+from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.config.trainers import SFT, TRAINERS, TrainerKind
 from recipe_engine.errors import RecipeError, StageFailed
+from recipe_engine.files import JsonObject
 from recipe_engine.plan.placement import PlacementPlan
 
 SFT_KIND = TRAINERS[SFT]
@@ -41,7 +43,7 @@ class PreflightError(StageFailed):
     """The one-batch forward/backward failed: a dtype or device mismatch, named clearly."""
 
 
-def build_args(settings: dict[str, Any], *, output_dir: Path, kind: TrainerKind = SFT_KIND) -> Any:
+def build_args(settings: LibraryKwargs, *, output_dir: Path, kind: TrainerKind = SFT_KIND) -> Any:
     """The planned settings object (SFTConfig, DPOConfig ...: `StagePlan.trainer`) writing its
     checkpoints to `output_dir`."""
     if (settings.get("accelerator_config") or {}).get("use_configured_state"):
@@ -136,7 +138,7 @@ def reference_is_the_disabled_adapter(model: Any) -> None:
         model.delete_adapter("ref")
 
 
-def cpu_deepspeed_state(settings: dict[str, Any]) -> None:
+def cpu_deepspeed_state(settings: LibraryKwargs) -> None:
     """The process group a DeepSpeed stage on CPU trains in, made before the Trainer's.
 
     accelerate starts DeepSpeed only for a state made without `cpu=True`, and on a machine
@@ -288,7 +290,7 @@ class MetricsLogger(TrainerCallback):
     def __init__(self, path: Path, stage: str) -> None:
         self.path = path
         self.stage = stage
-        self.records: list[dict[str, Any]] = []
+        self.records: list[JsonObject] = []  # the Trainer's log records, as written
 
     def resume_from(self, step: int) -> None:
         """Keep what was logged up to the checkpoint; the resumed run logs the rest again."""
@@ -317,7 +319,7 @@ class MetricsLogger(TrainerCallback):
         return [r["loss"] for r in self.records if "loss" in r]
 
 
-def _stop_if_not_finite(stage: str, record: dict[str, Any], learning_rate: float) -> None:
+def _stop_if_not_finite(stage: str, record: JsonObject, learning_rate: float) -> None:
     for key in ("loss", "grad_norm"):
         value = record.get(key)
         if isinstance(value, int | float) and not math.isfinite(value):

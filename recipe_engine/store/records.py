@@ -24,8 +24,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.errors import RecipeError
-from recipe_engine.files import atomic_write_json
+from recipe_engine.files import JsonObject, atomic_write_json
+from recipe_engine.store.stage_records import (
+    Census,
+    Checksums,
+    Handoff,
+    QuantizationFacts,
+    RecordedDeterminism,
+    RecordedPlacement,
+    TrainableReport,
+    known_fields,
+    read_census,
+    read_record,
+    read_trainable_report,
+)
 
 MANIFEST_FILE = "manifest.json"
 SUMMARY_FILE = "summary.json"
@@ -105,7 +119,7 @@ class Platform:
     @classmethod
     def from_record(cls, data: Any) -> Platform | None:
         """The platform a manifest holds; None in one written before platforms were recorded."""
-        return cls(**_known(cls, data)) if isinstance(data, dict) else None
+        return cls(**known_fields(cls, data)) if isinstance(data, dict) else None
 
 
 def platform_differences(platforms: Sequence[Platform]) -> list[Difference]:
@@ -214,39 +228,41 @@ class Manifest:
     recipe: str
     fingerprint: str
     format: str  # FULL | ADAPTER | EVALUATION
-    model_entry: dict[str, Any]  # the model entry (config.schema.ModelConfig) it descends from
+    model_entry: JsonObject  # the model entry (config.schema.ModelConfig) it descends from
     dtype: str
     parent: str | None = None
     parent_fingerprint: str | None = None
     base_location: str | None = None  # what the weights were loaded from (see `base_path`)
     architecture: str | None = None
-    config: dict[str, Any] = field(default_factory=dict)  # the stage's resolved settings
+    # The stage's resolved settings (config.schema.StageConfig) and its data settings
+    # (config.schema.DataConfig), as recorded: `resolve.data.data_config` reads the latter back.
+    config: JsonObject = field(default_factory=dict)
     # The SFTConfig arguments it trained with (all but output_dir): `compare` measures the
     # held-out loss with the same ones (evaluate.held_out_loss).
-    trainer: dict[str, Any] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)
-    placement: dict[str, Any] = field(default_factory=dict)
-    quantization: dict[str, Any] = field(default_factory=dict)  # bits, settings, fallback
+    trainer: LibraryKwargs = field(default_factory=dict)
+    data: JsonObject = field(default_factory=dict)
+    placement: RecordedPlacement | None = None  # None: an evaluation stage, an old manifest
+    quantization: QuantizationFacts = field(default_factory=QuantizationFacts)
     trained_components: list[str] = field(default_factory=list)
     frozen_components: list[str] = field(default_factory=list)
     lora_components: list[str] = field(default_factory=list)  # trained through adapters
-    trainable_report: dict[str, Any] = field(default_factory=dict)
-    census: dict[str, Any] = field(default_factory=dict)
+    trainable_report: TrainableReport = field(default_factory=dict)
+    census: Census = field(default_factory=dict)
     trained_parameters: list[str] = field(default_factory=list)
-    trained_checksums: dict[str, dict[str, str]] = field(default_factory=dict)
-    handoff: dict[str, Any] = field(default_factory=dict)
+    trained_checksums: Checksums = field(default_factory=dict)
+    handoff: Handoff = field(default_factory=Handoff)
     metrics: StageMetrics = field(default_factory=StageMetrics)
-    # How the held-out evaluation generated (EvalConfig): a stage's key leaves these out, so a
-    # reused stage's numbers are comparable with another's only when these match.
-    eval_settings: dict[str, Any] | None = None
+    # How the held-out evaluation generated (config.schema.EvalConfig, as recorded): a stage's
+    # key leaves these out, so a reused stage's numbers are comparable with another's only
+    # when these match.
+    eval_settings: JsonObject | None = None
     world_size: int = 1
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str | None] = field(default_factory=dict)
     # Where it ran (rank 0's, in a distributed run); None in manifests written before.
     platform: Platform | None = None
-    # What its weights can be trusted to repeat (plan.determinism.Determinism, as plan printed
-    # it): repeatable or not, the kernels asked for, what no switch covers.
-    determinism: dict[str, Any] | None = None
+    # What its weights can be trusted to repeat; None in manifests written before.
+    determinism: RecordedDeterminism | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -255,7 +271,7 @@ class Manifest:
 
     @property
     def bits(self) -> str:
-        return str(self.quantization.get("bits") or "none")
+        return self.quantization.bits or "none"
 
     @property
     def base_precision(self) -> str:
@@ -272,12 +288,12 @@ class Manifest:
             return ", ".join(self.trained_components) or "-"
         parts = []
         for component, row in report.items():
-            if not row.get("trainable"):
+            if not row.trainable:
                 continue
             if component in self.lora_components:
                 parts.append(f"{component} (LoRA)")
-            elif row["trainable"] < row["params"]:
-                parts.append(f"{component} ({row['trainable'] / row['params']:.1%})")
+            elif row.trainable < row.params:
+                parts.append(f"{component} ({row.trainable / row.params:.1%})")
             else:
                 parts.append(component)
         return ", ".join(parts) or "-"
@@ -312,7 +328,18 @@ class Manifest:
         return self.parent is None and not init.get("path") and built
 
     def save(self, folder: Path) -> None:
-        atomic_write_json(folder / MANIFEST_FILE, dataclasses.asdict(self))
+        atomic_write_json(folder / MANIFEST_FILE, self.to_json())
+
+    def to_json(self) -> JsonObject:
+        """The manifest as `manifest.json` holds it: a record that was not made (an
+        evaluation stage's placement and quantization, a handoff with nothing to verify)
+        is written as `{}`, as it always was."""
+        data = dataclasses.asdict(self)
+        data["placement"] = data["placement"] or {}
+        data["handoff"] = self.handoff.to_json()
+        if self.quantization == QuantizationFacts():
+            data["quantization"] = {}
+        return data
 
     @classmethod
     def load(cls, folder: Path, *, stage: str | None = None) -> Manifest:
@@ -322,12 +349,27 @@ class Manifest:
         what = f"{who}{folder} is not a completed stage output"
         data = _read_json(folder / MANIFEST_FILE, what, fix)
         try:
-            metrics = StageMetrics(**_known(StageMetrics, data.pop("metrics", None) or {}))
-            platform = Platform.from_record(data.pop("platform", None))
-            return cls(**_known(cls, data), metrics=metrics, platform=platform)
+            records = _records(data)  # taken out first: the rest are plain fields
+            return cls(**known_fields(cls, data), **records)
         except TypeError as error:  # a required field is missing
             what = f"{who}{folder}/{MANIFEST_FILE} is incomplete ({error})"
             raise RecipeError(f"{what}. {fix}") from None
+
+
+def _records(data: JsonObject) -> dict[str, object]:
+    """The manifest's fields that are records, read from their JSON (taken out of `data`)."""
+    take = data.pop
+    return {
+        "metrics": StageMetrics(**known_fields(StageMetrics, take("metrics", None) or {})),
+        "platform": Platform.from_record(take("platform", None)),
+        "placement": read_record(RecordedPlacement, take("placement", None)),
+        "quantization": read_record(QuantizationFacts, take("quantization", None))
+        or QuantizationFacts(),
+        "trainable_report": read_trainable_report(take("trainable_report", None)),
+        "census": read_census(take("census", None)),
+        "handoff": Handoff.from_json(take("handoff", None)),
+        "determinism": read_record(RecordedDeterminism, take("determinism", None)),
+    }
 
 
 @dataclass
@@ -366,8 +408,9 @@ class RunSummary:
         fix = "Point at a folder that a finished `run` wrote (outputs/runs/<recipe>/<time>)."
         data = _read_json(run_dir / SUMMARY_FILE, f"{run_dir} is not a finished run folder", fix)
         try:
-            rows = [StageRow(**_known(StageRow, row)) for row in data.pop("stages", None) or []]
-            return cls(**_known(cls, data), stages=rows)
+            stages = data.pop("stages", None) or []
+            rows = [StageRow(**known_fields(StageRow, row)) for row in stages]
+            return cls(**known_fields(cls, data), stages=rows)
         except TypeError as error:
             raise RecipeError(f"{run_dir}/{SUMMARY_FILE} is incomplete ({error}). {fix}") from None
 
@@ -388,7 +431,7 @@ def _looks_local(path: str, folder: Path) -> bool:
     return path.startswith(".") or (folder / path).exists()
 
 
-def _read_json(path: Path, what: str, fix: str) -> dict[str, Any]:
+def _read_json(path: Path, what: str, fix: str) -> JsonObject:
     if not path.is_file():
         raise RecipeError(f"{what} (no {path.name}). {fix}")
     try:
@@ -399,9 +442,3 @@ def _read_json(path: Path, what: str, fix: str) -> dict[str, Any]:
         raise RecipeError(f"{path} is corrupt (not a JSON object). {fix}")
     data.setdefault("schema_version", 0)
     return data
-
-
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """The fields `cls` has: records written by a newer engine may carry more."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in data.items() if k in names}

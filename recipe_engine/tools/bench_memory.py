@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from recipe_engine.store.records import Manifest
 from recipe_engine.tables import text_table
 
 STEPS = 2  # the first step creates the optimizer state; the second runs with it in place
@@ -143,7 +144,28 @@ def long_feedback(folder: Path, rows: int = 32) -> Path:
     return path
 
 
-def run_case(case: Case, data: dict[str, Path], device: str) -> dict:
+class CaseFailed(Exception):
+    """The configuration's run failed: the message is its last error line."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One configuration's run: the plan's peak estimate and the measured peak (GiB, from its
+    manifest), the seconds memory tracking and training took, and the run's wall time."""
+
+    estimated_peak_gib: float
+    measured_peak_gib: float
+    tracking_s: float
+    train_s: float
+    wall_s: float
+
+    @property
+    def error_pct(self) -> float:
+        return 100 * (self.estimated_peak_gib - self.measured_peak_gib) / self.measured_peak_gib
+
+
+def run_case(case: Case, data: dict[str, Path], device: str) -> Measured:
+    """CaseFailed where the run fails or records no peak."""
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         stage = f"stage.{case.stage}.train"
         args = [
@@ -169,10 +191,16 @@ def run_case(case: Case, data: dict[str, Path], device: str) -> dict:
         wall = time.perf_counter() - started
         if done.returncode != 0:
             error = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-            return {"failed": (error or done.stderr.strip().splitlines() or ["?"])[-1]}
-        manifest = next(Path(tmp).rglob("manifest.json"))
-        record = json.loads(manifest.read_text())
-        return {**record["metrics"], "timings": record.get("timings", {}), "wall_s": wall}
+            raise CaseFailed((error or done.stderr.strip().splitlines() or ["?"])[-1])
+        manifest = Manifest.load(next(Path(tmp).rglob("manifest.json")).parent)
+    estimated, measured = manifest.metrics.estimated_peak_gib, manifest.metrics.measured_peak_gib
+    if estimated is None or not measured:
+        raise CaseFailed(
+            f"the manifest records no peak (estimated {estimated}, measured {measured})"
+        )
+    timings = manifest.timings
+    tracking, train = timings.get("memory_tracking_s", 0.0), timings.get("train_s", 0.0)
+    return Measured(estimated, measured, tracking, train, wall)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,32 +219,27 @@ def main(argv: list[str] | None = None) -> int:
         }
         wanted = options.only.split(",")
         for case in (c for c in CASES if any(w in c.name for w in wanted)):
-            result = run_case(case, data, options.device)
-            if "failed" in result:
-                rows.append([case.name, "-", "-", "-", f"failed: {result['failed'][:120]}"])
+            try:
+                result = run_case(case, data, options.device)
+            except CaseFailed as why:
+                rows.append([case.name, "-", "-", "-", f"failed: {str(why)[:120]}"])
                 failed += 1
                 continue
-            errors.append(_error(result))
+            errors.append(result.error_pct)
             rows.append(_row(case, result))
-            print(f"  {case.name}: done in {result['wall_s']:.0f} s", file=sys.stderr)
+            print(f"  {case.name}: done in {result.wall_s:.0f} s", file=sys.stderr)
     header = ["configuration", "estimated MiB", "measured MiB", "error", "tracking / train s"]
     print("\n".join(text_table(rows, header)))
     return _verdict(errors, failed)
 
 
-def _error(result: dict) -> float:
-    estimated, measured = result["estimated_peak_gib"], result["measured_peak_gib"]
-    return 100 * (estimated - measured) / measured
-
-
-def _row(case: Case, result: dict) -> list[str]:
-    timings = result["timings"]
+def _row(case: Case, result: Measured) -> list[str]:
     return [
         case.name,
-        f"{result['estimated_peak_gib'] * 1024:.1f}",
-        f"{result['measured_peak_gib'] * 1024:.1f}",
-        f"{_error(result):+.1f}%",
-        f"{timings.get('memory_tracking_s', 0):.2f} / {timings.get('train_s', 0):.1f}",
+        f"{result.estimated_peak_gib * 1024:.1f}",
+        f"{result.measured_peak_gib * 1024:.1f}",
+        f"{result.error_pct:+.1f}%",
+        f"{result.tracking_s:.2f} / {result.train_s:.1f}",
     ]
 
 

@@ -22,10 +22,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from recipe_engine.config.compose import compose_config
+from recipe_engine.files import JsonObject
 from recipe_engine.resolve.tiny import build_dataset, build_tiny_model
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.tables import text_table
@@ -59,19 +60,20 @@ def bench_engine_against_plain_trl(root: Path, device: str) -> None:
     engine = stage_log(engine_root, "llm")
     job = plain_trl_job(overrides, root / "plain")
     plain_wall, printed = timed([sys.executable, "-c", PLAIN_TRL_MAIN, json.dumps(job)])
-    plain = json.loads(printed.strip().splitlines()[-1])
+    plain = TrainingLog(**json.loads(printed.strip().splitlines()[-1]))
     rows = [
-        [name, str(run["steps"]), f"{run['train_runtime']:.1f}", f"{process:.1f}"]
+        [name, str(run.steps), f"{run.train_runtime:.1f}", f"{process:.1f}"]
         for name, run, process in (("engine", engine, wall), ("plain TRL", plain, plain_wall))
     ]
-    around = (wall - engine["train_runtime"]) - (plain_wall - plain["train_runtime"])
+    around = (wall - engine.train_runtime) - (plain_wall - plain.train_runtime)
     print(f"r1-llm-only's QLoRA stage on tiny-qwen2-vl, device={device}")
     print("\n".join(text_table(rows, header=["", "steps", "train_runtime s", "process wall s"])))
     print(f"the engine around training: {around:+.1f} s against the plain script")
 
 
-def plain_trl_job(overrides: list[str], output_dir: Path) -> dict[str, Any]:
-    """What the plain script needs, taken from the engine's plan of the same stage."""
+def plain_trl_job(overrides: list[str], output_dir: Path) -> JsonObject:
+    """What the plain script needs (handed to it as JSON), from the engine's plan of the
+    same stage."""
     stage = plan_from_config(compose_config(overrides)).stages["llm"]
     trainer = {
         k: v
@@ -134,15 +136,25 @@ def bench_smollm2_tokens_per_second(root: Path, device: str, steps: int) -> None
     ]
     wall, _ = timed([sys.executable, "-m", "recipe_engine", *overrides])
     log = stage_log(root / "smollm2", "llm")
-    rate = log["num_tokens"] / log["train_runtime"]
-    print(f"text-lora on SmolLM2-135M-Instruct, device={device}, {log['steps']} steps")
-    tokens, seconds = log["num_tokens"], log["train_runtime"]
+    rate = log.num_tokens / log.train_runtime
+    print(f"text-lora on SmolLM2-135M-Instruct, device={device}, {log.steps} steps")
+    tokens, seconds = log.num_tokens, log.train_runtime
     print(f"  {rate:,.0f} training tokens/s ({tokens:,.0f} tokens in {seconds:.1f} s)")
     print(f"  process wall time {wall:.1f} s (plan, conversion and loading included)")
 
 
-def stage_log(output_root: Path, stage: str) -> dict[str, float]:
-    """steps, train_runtime and num_tokens of the one stored `stage` (its metrics.jsonl)."""
+@dataclass(frozen=True)
+class TrainingLog:
+    """How a training went, as its log's last records say (the plain script prints the same
+    JSON object, without num_tokens)."""
+
+    steps: int
+    train_runtime: float  # seconds, as the Trainer measures them
+    num_tokens: float = float("nan")  # training tokens seen; nan where the log has none
+
+
+def stage_log(output_root: Path, stage: str) -> TrainingLog:
+    """The training log of the one stored `stage` (its metrics.jsonl)."""
     (folder,) = [
         m.parent
         for m in (output_root / "store").glob("*/manifest.json")
@@ -151,11 +163,7 @@ def stage_log(output_root: Path, stage: str) -> dict[str, float]:
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     final = next(r for r in reversed(records) if "train_runtime" in r)
     tokens = next((r["num_tokens"] for r in reversed(records) if "num_tokens" in r), float("nan"))
-    return {
-        "steps": final.get("step", 0),
-        "train_runtime": final["train_runtime"],
-        "num_tokens": tokens,
-    }
+    return TrainingLog(final.get("step", 0), final["train_runtime"], tokens)
 
 
 def timed(command: list[str]) -> tuple[float, str]:

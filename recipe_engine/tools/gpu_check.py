@@ -16,16 +16,16 @@ folder), offline, on the tiny models `recipe_engine.tiny` builds on the spot:
   resume-after-kill  SIGKILL after the first complete checkpoint; the rerun resumes from it
   memory-estimate    the plan's peak estimate against torch.cuda.max_memory_allocated
 
-Checks that look inside the trainer run the engine through `probe_run`, which wraps the stage's
-guard-and-preflight step and writes what it saw as JSON lines. The report (stdout, and Markdown
-with --out) lists check, result, seconds and detail; exit 0 only when no selected check failed
-(a skip is not a pass, and is shown as one), 1 when one failed, 2 for bad input or no CUDA.
+Checks that look inside the trainer run the engine through `gpu_probe.probe_run`, which wraps
+the stage's guard-and-preflight step and writes what it saw as JSON lines. The report (stdout,
+and Markdown with --out) lists check, result, seconds and detail; exit 0 only when no selected
+check failed (a skip is not a pass, and is shown as one), 1 when one failed, 2 for bad input or
+no CUDA.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -38,7 +38,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.store.records import Manifest
 from recipe_engine.tables import markdown_table, text_table
+from recipe_engine.tools.gpu_probe import (
+    PLANT_BF16_LAYER,
+    PROBE,
+    PROBE_FILE,
+    ForwardFacts,
+    ProbeRecord,
+    read_probes,
+)
 from recipe_engine.versions import package_version
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -77,19 +86,13 @@ class Result:
 # --- running the engine ---------------------------------------------------------------------
 
 
-PROBE = (
-    "import sys; from recipe_engine.tools.gpu_check import probe_run; "
-    "raise SystemExit(probe_run(sys.argv[1], sys.argv[2], sys.argv[3:]))"
-)
-
-
 def engine(root: Path, *args: str, probe: str = "") -> subprocess.CompletedProcess:
     """`python -m recipe_engine ARGS output_root=ROOT`; with `probe`, through `probe_run`
-    writing what the trainer looked like to ROOT/probe.jsonl ("plant-bf16-layer" plants
+    writing what the trainer looked like to ROOT/probe.jsonl (PLANT_BF16_LAYER plants
     the dtype mismatch of the preflight check)."""
     full = [*args, f"output_root={root}"]
     command = (
-        [sys.executable, "-c", PROBE, str(root / "probe.jsonl"), probe or "-", *full]
+        [sys.executable, "-c", PROBE, str(root / PROBE_FILE), probe or "-", *full]
         if probe
         else [sys.executable, "-m", "recipe_engine", *full]
     )
@@ -108,90 +111,18 @@ def require_success(done: subprocess.CompletedProcess) -> None:
         raise CheckFailed(f"the run exited {done.returncode}: {' / '.join(tail)}")
 
 
-def probes(root: Path) -> list[dict[str, Any]]:
-    path = root / "probe.jsonl"
+def probes(root: Path) -> list[ProbeRecord]:  # what `probe_run` wrote: one per stage
+    path = root / PROBE_FILE
     if not path.is_file():
         raise CheckFailed("the run never reached a stage's guard (no probe record)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_probes(path)
 
 
-def manifests(root: Path) -> dict[str, dict[str, Any]]:
+def manifests(root: Path) -> dict[str, Manifest]:
     """Committed store entries by stage name."""
-    found = {}
-    for path in (root / "store").glob("*/manifest.json"):
-        if (path.parent / "COMPLETE").is_file():
-            record = json.loads(path.read_text())
-            found[record["stage"]] = record
-    return found
-
-
-def probe_run(out: str, plant: str, args: list[str]) -> int:
-    """The engine's CLI with the stage's guard-and-preflight step observed (run in a child)."""
-    import torch
-
-    from recipe_engine.cli.main import main
-    from recipe_engine.run.stage import StageRecipe
-
-    guard = StageRecipe.guard_and_preflight
-    build = StageRecipe.build_trainer
-
-    def observed_guard(self: StageRecipe) -> None:
-        seen: dict[str, Any] = {"stage": self.stage.name}
-        hook = self.trainer.model.register_forward_hook(autocast_hook(seen))
-        try:
-            guard(self)  # the preflight's forward fires the hook
-        finally:
-            hook.remove()
-            seen.update(trainer_facts(self.trainer, self.stage.placement))
-            with open(out, "a") as handle:
-                handle.write(json.dumps(seen) + "\n")
-
-    def planted_build(self: StageRecipe) -> None:
-        build(self)
-        # One layer left in bf16 inside a float32 stage (as a checkpoint saved half in bf16
-        # would load): no autocast reconciles it. The first plain nn.Linear the forward meets.
-        linear = next(m for m in self.trainer.model.modules() if type(m) is torch.nn.Linear)
-        linear.to(dtype=torch.bfloat16)
-
-    StageRecipe.guard_and_preflight = observed_guard
-    if plant == "plant-bf16-layer":
-        StageRecipe.build_trainer = planted_build
-    return main(args)
-
-
-def autocast_hook(seen: dict[str, Any]) -> Callable[..., None]:
-    """A forward hook recording, once, whether CUDA autocast was on in the model's forward."""
-    import torch
-
-    def hook(module: Any, inputs: Any, output: Any) -> None:
-        if "autocast" in seen:
-            return
-        seen["autocast"] = torch.is_autocast_enabled("cuda")
-        seen["autocast_dtype"] = str(torch.get_autocast_dtype("cuda")).removeprefix("torch.")
-        seen["output"] = type(output).__name__  # TRL's fused loss returns no logits
-
-    return hook
-
-
-def trainer_facts(trainer: Any, placement: Any) -> dict[str, Any]:
-    """What the placement guard promises, read off the real trainer."""
-    import torch
-
-    wrapped = trainer._wrap_model(trainer.model, training=True)
-    quantized = [p for p in trainer.model.parameters() if type(p).__name__ == "Params4bit"]
-    return {
-        "n_gpu": trainer.args.n_gpu,
-        "bf16": bool(trainer.args.bf16),
-        "mixed_precision": str(trainer.accelerator.mixed_precision),
-        "world_size": trainer.args.world_size,
-        "device_map": placement.device_map,
-        "mode": placement.mode,
-        "data_parallel": isinstance(trainer.model, torch.nn.DataParallel)
-        or isinstance(wrapped, torch.nn.DataParallel),
-        "param_devices": sorted({str(p.device) for p in trainer.model.parameters()}),
-        "params_4bit": len(quantized),
-        "params_4bit_devices": sorted({str(p.device) for p in quantized}),
-    }
+    found = (root / "store").glob("*/manifest.json")
+    entries = [path.parent for path in found if (path.parent / "COMPLETE").is_file()]
+    return {manifest.stage: manifest for manifest in map(Manifest.load, entries)}
 
 
 # --- the checks -----------------------------------------------------------------------------
@@ -202,16 +133,18 @@ def check_default_bf16(root: Path) -> str:
     require_success(done)
     seen = probes(root)
     for record in seen:
-        stage = record["stage"]
-        if not (record["bf16"] and record["mixed_precision"] == "bf16"):
-            raise CheckFailed(f"{stage}: bf16={record['bf16']}, {record['mixed_precision']}")
-        if not record.get("autocast") or record.get("autocast_dtype") != "bfloat16":
-            raise CheckFailed(f"{stage}: autocast in the forward: {_autocast(record)}")
-    return "; ".join(f"{r['stage']}: {_autocast(r)}" for r in seen)
+        stage, trainer, forward = record.stage, record.trainer, record.forward
+        if not (trainer.bf16 and trainer.mixed_precision == "bf16"):
+            raise CheckFailed(f"{stage}: bf16={trainer.bf16}, {trainer.mixed_precision}")
+        if not (forward and forward.autocast and forward.autocast_dtype == "bfloat16"):
+            raise CheckFailed(f"{stage}: autocast in the forward: {_autocast(forward)}")
+    return "; ".join(f"{r.stage}: {_autocast(r.forward)}" for r in seen)
 
 
-def _autocast(record: dict[str, Any]) -> str:
-    return f"autocast={record.get('autocast')} ({record.get('autocast_dtype')})"
+def _autocast(forward: ForwardFacts | None) -> str:
+    if forward is None:
+        return "autocast=None (None)"  # no forward ran
+    return f"autocast={forward.autocast} ({forward.autocast_dtype})"
 
 
 QLORA_STAGE = ("recipe=r1-llm-only", "device=cuda", *SMALL, "stage.llm.train.max_steps=4")
@@ -221,26 +154,28 @@ def check_qlora_4bit(root: Path) -> str:
     done = engine(root, *QLORA_STAGE, probe="observe")
     require_success(done)
     (record,) = probes(root)
-    if record["params_4bit"] == 0:
+    facts = record.trainer
+    if facts.params_4bit == 0:
         raise CheckFailed("no bitsandbytes Params4bit in the model: the stage was not quantized")
-    if any(not d.startswith("cuda") for d in record["params_4bit_devices"]):
-        raise CheckFailed(f"4-bit weights on {record['params_4bit_devices']}")
-    return f"{record['params_4bit']} Params4bit on {', '.join(record['params_4bit_devices'])}"
+    if any(not d.startswith("cuda") for d in facts.params_4bit_devices):
+        raise CheckFailed(f"4-bit weights on {facts.params_4bit_devices}")
+    return f"{facts.params_4bit} Params4bit on {', '.join(facts.params_4bit_devices)}"
 
 
 def check_placement_guard(root: Path) -> str:
     done = engine(root, *QLORA_STAGE, probe="observe")
     require_success(done)
     (record,) = probes(root)
+    trainer = record.trainer
     facts = {
-        "n_gpu == 1": record["n_gpu"] == 1,
-        'device_map == {"": 0}': record["device_map"] == {"": 0},
-        "not nn.DataParallel": not record["data_parallel"],
-        "parameters on cuda:0": record["param_devices"] == ["cuda:0"],
+        "n_gpu == 1": trainer.n_gpu == 1,
+        'device_map == {"": 0}': trainer.device_map == {"": 0},
+        "not nn.DataParallel": not trainer.data_parallel,
+        "parameters on cuda:0": trainer.param_devices == ["cuda:0"],
     }
     broken = [name for name, holds in facts.items() if not holds]
     if broken:
-        raise CheckFailed(f"does not hold: {', '.join(broken)} (trainer: {record})")
+        raise CheckFailed(f"does not hold: {', '.join(broken)} (trainer: {record.to_json()})")
     return ", ".join(facts)
 
 
@@ -257,12 +192,12 @@ def check_fsdp(root: Path) -> str:
     vision = manifests(root).get("vision")
     if vision is None:
         raise CheckFailed("the run exited 0 but committed no vision stage")
-    return f"fsdp, world size {placement.world_size}, {vision['metrics'].get('steps')} steps"
+    return f"fsdp, world size {placement.world_size}, {vision.metrics.steps} steps"
 
 
 def check_preflight_dtype(root: Path) -> str:
     args = ("recipe=r1-llm-only", "device=cuda", "stage.llm.dtype=float32", *SMALL)
-    done = engine(root, *args, *max_steps("llm"), probe="plant-bf16-layer")
+    done = engine(root, *args, *max_steps("llm"), probe=PLANT_BF16_LAYER)
     wanted = "The preflight forward/backward failed before step 0 with a dtype mismatch"
     if done.returncode == 0:
         raise CheckFailed("the planted bf16 layer trained without an error")
@@ -292,7 +227,7 @@ def check_resume_after_kill(root: Path) -> str:
     resumed = [line.split(marker, 1)[1] for line in output if marker in line]
     if not resumed:
         raise CheckFailed(f"the rerun did not resume (killed at {killed_at})")
-    steps = manifests(root)["llm"]["metrics"].get("steps")
+    steps = manifests(root)["llm"].metrics.steps
     if steps != RESUME_STEPS:
         raise CheckFailed(f"the resumed stage ended at step {steps}, not {RESUME_STEPS}")
     return f"killed after {killed_at}; resumed from {Path(resumed[0].strip()).name}; {steps} steps"
@@ -325,10 +260,10 @@ def kill_after_first_checkpoint(root: Path, args: Sequence[str], fingerprint: st
 def check_memory_estimate(root: Path) -> str:
     done = engine(root, *QLORA_STAGE)
     require_success(done)
-    metrics = manifests(root)["llm"]["metrics"]
-    estimated, measured = metrics["estimated_peak_gib"], metrics["measured_peak_gib"]
-    if metrics.get("memory_measure") != "cuda max_memory_allocated":
-        raise CheckFailed(f"measured with {metrics.get('memory_measure')!r}")
+    metrics = manifests(root)["llm"].metrics
+    estimated, measured = metrics.estimated_peak_gib, metrics.measured_peak_gib
+    if metrics.memory_measure != "cuda max_memory_allocated":
+        raise CheckFailed(f"measured with {metrics.memory_measure!r}")
     if not estimated or not measured:
         raise CheckFailed(f"estimate {estimated} GiB, measured {measured} GiB")
     error = 100 * (estimated - measured) / measured

@@ -245,7 +245,7 @@ def test_idefics3_trains_two_stages_from_declared_components_or_regexes_alone(re
     )
     assert_trained_evaluated_compared(run_dir, ["vision", "llm"])
     llm = Manifest.load(max((tmp_path / "out" / "store").glob("*/COMPLETE"), key=_mtime).parent)
-    assert llm.stage == "llm" and llm.handoff["checked"] > 0
+    assert llm.stage == "llm" and llm.handoff.counts.checked > 0
     assert llm.bits == "4bit"
 
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import wait_for_jobs
 from engine_cli import engine, stored_stages
 
-from recipe_engine.report.sweep import JOBS_FILE, read_jobs
+from recipe_engine.report.sweep import JOBS_FILE, SweepJob, read_jobs
 
 pytestmark = pytest.mark.cluster
 
@@ -26,8 +26,8 @@ SWEEP = [
 ]
 
 
-def status_of(job: dict, stage: str) -> str:
-    return next(s["status"] for s in job["stages"] if s["stage"] == stage)
+def status_of(job: SweepJob, stage: str) -> str:
+    return next(s.status for s in job.stages if s.stage == stage)
 
 
 def test_a_slurm_sweep_trains_the_shared_stage_once_and_lists_every_job(slurm, tmp_path):
@@ -44,7 +44,7 @@ def test_a_slurm_sweep_trains_the_shared_stage_once_and_lists_every_job(slurm, t
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (folder,) = (tmp_path / "sweeps" / "r3-two-stage").iterdir()
     jobs = read_jobs(folder / JOBS_FILE)
-    assert len(jobs) == 3 and all(j["status"] == "completed" for j in jobs)
+    assert len(jobs) == 3 and all(j.status == "completed" for j in jobs)
     assert sorted(status_of(j, "vision") for j in jobs) == ["cached", "cached", "trained"]
     assert stored_stages(tmp_path) == ["llm", "llm", "llm", "vision"]
     table = (folder / "sweep.md").read_text()

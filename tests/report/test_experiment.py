@@ -26,6 +26,7 @@ from recipe_engine.report.experiment_report import (
     write_experiment,
 )
 from recipe_engine.store.records import Manifest, StageMetrics
+from recipe_engine.store.stage_records import QuantizationFacts
 
 SETTINGS = {"enabled": True, "compare": True, "max_new_tokens": 8, "max_samples": None}
 
@@ -53,7 +54,7 @@ def manifest(*, bits: str = "4bit", settings: dict | None = None, **metrics) -> 
         format="peft_adapter",
         model_entry={"kind": "vlm"},
         dtype="float32",
-        quantization={"bits": bits},
+        quantization=QuantizationFacts(bits=bits),
         metrics=StageMetrics(**metrics),
         eval_settings=SETTINGS if settings is None else settings,
     )

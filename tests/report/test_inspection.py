@@ -9,7 +9,7 @@ import pytest
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.report.inspection import differences, parse_args, render, render_pair
-from recipe_engine.run.inspecting import Inspection, Row
+from recipe_engine.run.inspecting import Inspection, InspectOptions, Row
 
 
 def inspection(label: str, **language_model) -> Inspection:
@@ -67,4 +67,7 @@ def test_bad_arguments(words, message):
 def test_options_apply_to_both_or_one_target():
     targets, options = parse_args(["x", "y", "dtype=bfloat16", "b.load_in_4bit=true"])
     assert targets == ["x", "y"]
-    assert options == [{"dtype": "bfloat16"}, {"dtype": "bfloat16", "load_in_4bit": True}]
+    assert options == [
+        InspectOptions(dtype="bfloat16"),
+        InspectOptions(dtype="bfloat16", load_in_4bit=True),
+    ]

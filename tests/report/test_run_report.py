@@ -18,6 +18,7 @@ from recipe_engine.report.run_report import plot_stages, run_table, sinks
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import StageResult, run_recipe
 from recipe_engine.store.records import Manifest, StageMetrics
+from recipe_engine.store.stage_records import QuantizationFacts
 
 USER_RECIPES = str(Path(__file__).resolve().parents[1] / "fixtures" / "recipes")
 STEPS = {"vision": 3, "llm": 4, "joint": 2}
@@ -53,7 +54,7 @@ def result(folder: Path, name: str, parent: str | None) -> StageResult:
         model_entry={},
         dtype="float32",
         parent=parent,
-        quantization={"bits": "4bit"} if name == "llm" else {},
+        quantization=QuantizationFacts(bits="4bit") if name == "llm" else QuantizationFacts(),
         metrics=metrics,
     )
     return StageResult(name, "trained", folder, manifest)
@@ -135,8 +136,8 @@ def test_trained_comes_from_what_is_trainable_and_a_reused_time_says_cached(tmp_
 
     first = run_recipe(plan, tmp_path / "runs" / "first")
     report = first[0].manifest.trainable_report
-    assert report["projector"]["trainable"] == 0  # frozen by a pattern, not by its component
-    assert report["vision_tower"]["trainable"] / report["vision_tower"]["params"] == share
+    assert report["projector"].trainable == 0  # frozen by a pattern, not by its component
+    assert report["vision_tower"].trainable / report["vision_tower"].params == share
     [row] = run_table(plan, first, tmp_path).splitlines()[2:3]
     assert f"vision_tower ({share:.1%})" in row and "projector" not in row
     assert "(cached)" not in row

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from recipe_engine.report.sweep import (
     JOBS_FILE,
+    SweepJob,
     SweepTable,
     append_line,
     read_jobs,
@@ -64,12 +65,12 @@ def store_stages(output_root: Path) -> list[str]:
     ]
 
 
-def status_of(job: dict, stage: str) -> str:
-    return next(s["status"] for s in job["stages"] if s["stage"] == stage)
+def status_of(job: SweepJob, stage: str) -> str:
+    return next(s.status for s in job.stages if s.stage == stage)
 
 
-def key_of(job: dict, stage: str) -> str:
-    return next(s["key"] for s in job["stages"] if s["stage"] == stage)
+def key_of(job: SweepJob, stage: str) -> str:
+    return next(s.key for s in job.stages if s.stage == stage)
 
 
 def test_sweep_trains_the_shared_parent_once_and_tabulates_every_job(tmp_path):
@@ -78,15 +79,15 @@ def test_sweep_trains_the_shared_parent_once_and_tabulates_every_job(tmp_path):
     assert store_stages(tmp_path).count("llm") == 3
 
     jobs = read_jobs(folder / JOBS_FILE)
-    assert [j["job"] for j in jobs] == [0, 1, 2]
+    assert [j.job for j in jobs] == [0, 1, 2]
     assert [status_of(j, "vision") for j in jobs] == ["trained", "cached", "cached"]
     assert len({key_of(j, "vision") for j in jobs}) == 1
     assert len({key_of(j, "llm") for j in jobs}) == 3
-    assert all(j["status"] == "completed" for j in jobs)
+    assert all(j.status == "completed" for j in jobs)
     # Only the swept override tells the jobs apart in the table.
-    assert "++stage.llm.train.learning_rate=0.0002" in jobs[1]["overrides"]
-    llm = next(s for s in jobs[2]["stages"] if s["stage"] == "llm")
-    assert llm["eval_accuracy"] is not None and llm["eval_loss"] is not None
+    assert "++stage.llm.train.learning_rate=0.0002" in jobs[1].overrides
+    llm = next(s for s in jobs[2].stages if s.stage == "llm")
+    assert llm.eval_accuracy is not None and llm.eval_loss is not None
 
     table = (folder / "sweep.md").read_text()
     assert table.splitlines()[-3].startswith("| 0 ")
@@ -108,7 +109,7 @@ def test_joblib_jobs_share_an_uncached_parent_through_the_store_lock(tmp_path):
         "eval.enabled=false",  # the lock is the point here; evaluation only costs time
     )
     jobs = read_jobs(folder / JOBS_FILE)
-    assert len(jobs) == 2 and len({j["pid"] for j in jobs}) == 2  # really two processes
+    assert len(jobs) == 2 and len({j.pid for j in jobs}) == 2  # really two processes
     assert store_stages(tmp_path).count("vision") == 1
     assert sorted(status_of(j, "vision") for j in jobs) == ["cached", "trained"]
     assert len({key_of(j, "llm") for j in jobs}) == 2
@@ -126,8 +127,8 @@ def test_submitit_jobs_train_the_shared_parent_once(tmp_path):
         "eval.enabled=false",
     )
     jobs = read_jobs(folder / JOBS_FILE)
-    assert len(jobs) == 3 and len({j["pid"] for j in jobs}) == 3
-    assert all(j["status"] == "completed" for j in jobs)
+    assert len(jobs) == 3 and len({j.pid for j in jobs}) == 3
+    assert all(j.status == "completed" for j in jobs)
     assert store_stages(tmp_path).count("vision") == 1
     assert sorted(status_of(j, "vision") for j in jobs) == ["cached", "cached", "trained"]
     assert len({key_of(j, "llm") for j in jobs}) == 3
@@ -167,8 +168,8 @@ def test_jobs_without_a_summary_and_failed_jobs_are_still_recorded(tmp_path):
         JobReturn(overrides=["seed=1"], status=JobStatus.COMPLETED),
     )
     jobs = read_jobs(sweep_dir_of(config) / JOBS_FILE)
-    assert [(j["job"], j["status"]) for j in jobs] == [(0, "completed"), (1, "failed")]
-    assert "boom" in jobs[1]["error"]
+    assert [(j.job, j.status) for j in jobs] == [(0, "completed"), (1, "failed")]
+    assert "boom" in jobs[1].error
     table.on_multirun_end(config)
     assert "| 1   | seed=2    | failed" in (sweep_dir_of(config) / "sweep.md").read_text()
 
@@ -192,7 +193,7 @@ def test_markdown_table_shows_only_swept_overrides():
         {"job": 0, "overrides": ["x=1", "lr=1"], "status": "completed", "stages": stages},
         {"job": 1, "overrides": ["x=1", "lr=2"], "status": "completed", "stages": []},
     ]
-    text = render_markdown(jobs)
+    text = render_markdown([SweepJob.from_json(job) for job in jobs])
     assert "Common overrides: `x=1`" in text
     assert "| 0   | lr=1      | completed | trained `k1` | acc 50% |" in text
     assert "| 1   | lr=2      | completed | -" in text
@@ -204,8 +205,7 @@ def test_an_accuracy_measured_on_a_quantized_base_says_so():
         {"stage": "vision", "status": "trained", "key": "k2", "eval_accuracy": 0.95},
     ]
     stages[0]["base_precision"], stages[1]["base_precision"] = "4-bit", "full"
-    text = render_markdown(
-        [{"job": 0, "overrides": ["lr=1"], "status": "completed", "stages": stages}]
-    )
+    job = {"job": 0, "overrides": ["lr=1"], "status": "completed", "stages": stages}
+    text = render_markdown([SweepJob.from_json(job)])
     assert "acc 93% (4-bit base)" in text
     assert "| acc 95%     |" in text  # full precision: no label

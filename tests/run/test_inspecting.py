@@ -13,7 +13,7 @@ import pytest
 from recipe_engine.cli.main import main
 from recipe_engine.errors import RecipeError
 from recipe_engine.report.inspection import render, render_pair, resolve_target
-from recipe_engine.run.inspecting import inspect_target
+from recipe_engine.run.inspecting import InspectOptions, inspect_target
 from recipe_engine.store.records import RunSummary
 
 FLOATS = {"float32", "bfloat16", "float16"}
@@ -42,7 +42,7 @@ def r3(tmp_path_factory) -> Path:
 
 
 def _inspect(text: str, **options):
-    return inspect_target(resolve_target(text), options)
+    return inspect_target(resolve_target(text), InspectOptions(**options))
 
 
 def _stage_output(run: Path, stage: str) -> Path:
@@ -68,7 +68,7 @@ def test_vision_stage_shows_vision_trained_language_frozen(r3, capsys):
 
 
 def test_llm_stage_has_lora_on_the_language_model_only(r3):
-    result = inspect_target(resolve_target(str(_stage_output(r3, "llm"))), {})
+    result = inspect_target(resolve_target(str(_stage_output(r3, "llm"))), InspectOptions())
     rows = result.rows
     assert rows["language_model"].lora
     assert all(not rows[p].lora for p in ("vision_tower", "projector", "embeddings", "lm_head"))
@@ -107,11 +107,11 @@ def test_two_targets_side_by_side_with_differences(r3, capsys):
 
 
 def test_save_pretrained_folder(r3, tmp_path):
-    result = inspect_target(resolve_target(str(_stage_output(r3, "vision"))), {})
+    result = inspect_target(resolve_target(str(_stage_output(r3, "vision"))), InspectOptions())
     plain = tmp_path / "plain"  # the stage's files without its manifest
     shutil.copytree(_stage_output(r3, "vision"), plain)
     (plain / "manifest.json").unlink()
-    folder = inspect_target(resolve_target(str(plain)), {})
+    folder = inspect_target(resolve_target(str(plain)), InspectOptions())
     assert folder.description[0].startswith("save_pretrained folder")
     assert folder.rows["total"].params == result.rows["total"].params
     assert folder.rows["total"].stage_trainable is None
@@ -120,7 +120,7 @@ def test_save_pretrained_folder(r3, tmp_path):
 
 def _error(text: str) -> str:
     with pytest.raises(RecipeError) as caught:
-        inspect_target(resolve_target(text), {})
+        inspect_target(resolve_target(text), InspectOptions())
     return str(caught.value)
 
 

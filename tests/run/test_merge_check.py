@@ -40,9 +40,9 @@ def stage_entries(outputs: Path, stage: str) -> list[Path]:
 
 def test_a_chain_records_its_verified_merge_in_the_child_manifest(outputs):
     results = run(RECIPE, outputs)
-    check = Manifest.load(results["second"].output).handoff["merge_check"]
-    assert check["max_abs_logit_diff"] <= check["tolerance"] < check["adapter_effect"]
-    assert check["tensors_checked"] > 0 and check["changed_as_expected"] > 0
+    check = Manifest.load(results["second"].output).handoff.merge_check
+    assert check.max_abs_logit_diff <= check.tolerance < check.adapter_effect
+    assert check.tensors_checked > 0 and check.changed_as_expected > 0
     (merged,) = merged_folders(outputs)
     assert (merged / MERGE_CHECK).is_file(), "verified once, then reused by later children"
 

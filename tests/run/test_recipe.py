@@ -22,6 +22,7 @@ from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import run_recipe
 from recipe_engine.store.metric_text import accuracy_text, eval_text
 from recipe_engine.store.records import Manifest, RunSummary, StageMetrics
+from recipe_engine.store.stage_records import QuantizationFacts
 
 SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1}
 
@@ -70,7 +71,7 @@ def test_recipe_runs_end_to_end_and_outputs_load(recipe, outputs):
         model, manifest = load_output(result.output)
         assert manifest.stage == name and manifest.metrics.steps == 3
         assert (result.output / "COMPLETE").is_file()
-        assert manifest.trainable_report["total"]["trainable"] > 0
+        assert manifest.trainable_report["total"].trainable > 0
         assert any(p.numel() for p in model.parameters())
         if result.status == "trained":  # the plan's memory estimate beside the measured peak
             memory = manifest.metrics
@@ -85,7 +86,7 @@ def test_qlora_recipes_are_quantized_on_cpu_and_say_so(recipe, outputs):
     result = next(iter(run(recipe, outputs).values()))
     manifest = Manifest.load(result.output)
     assert manifest.bits == "4bit"
-    census = manifest.census["language_model"]["dtype"]
+    census = manifest.census["language_model"].dtype
     assert "torch.uint8" in census, census
 
 
@@ -105,7 +106,7 @@ def test_two_stage_llm_starts_from_the_vision_stage_weights(outputs):
     name = "model.visual.blocks.0.attn.qkv.weight"
     assert torch.equal(downstream[name], trained[name])
     assert not torch.equal(trained[name], untouched[name]), "the vision stage changed the tower"
-    assert manifest.handoff["checked"] > 0
+    assert manifest.handoff.counts.checked > 0
 
 
 def test_adapter_parent_is_merged_parameter_by_parameter(outputs, tmp_path):
@@ -137,7 +138,7 @@ def test_adapter_after_adapter_keeps_a_loadable_base(outputs):
     second, manifest = load_output(results["second"].output)
     base = Path(manifest.base_path(results["second"].output.parent))
     assert base.is_dir() and ".merged-" in base.name, "the merged parent outlives the stage"
-    assert manifest.handoff["checked"] > 0
+    assert manifest.handoff.counts.checked > 0
     assert isinstance(second, PeftModel)
 
 
@@ -284,7 +285,7 @@ def test_a_checkpoint_written_after_divergence_is_never_resumed_from(tmp_path, c
 )
 def test_a_stage_accuracy_names_the_base_precision_it_was_measured_on(bits, text):
     metrics = StageMetrics(eval_accuracy=0.96, eval_loss=0.037)
-    quantization = {"bits": bits} if bits else {}
+    quantization = QuantizationFacts(bits=bits) if bits else QuantizationFacts()
     manifest = Manifest("llm", "r", "k", "full", {}, "float32", quantization=quantization)
     manifest.metrics = metrics
     assert accuracy_text(manifest) == text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from recipe_engine.tools.bench_trl import QUIET, plain_trl_job, stage_log
+from recipe_engine.tools.bench_trl import QUIET, TrainingLog, plain_trl_job, stage_log
 
 
 def test_the_plain_script_is_handed_the_engines_resolved_library_arguments(tmp_path):
@@ -25,4 +25,4 @@ def test_the_stage_log_reads_steps_runtime_and_tokens_of_the_stored_stage(tmp_pa
     (entry / "manifest.json").write_text(json.dumps({"stage": "llm"}))
     records = [{"step": 10, "loss": 1.0, "num_tokens": 4000.0}, {"step": 20, "train_runtime": 8.0}]
     (entry / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert stage_log(tmp_path, "llm") == {"steps": 20, "train_runtime": 8.0, "num_tokens": 4000.0}
+    assert stage_log(tmp_path, "llm") == TrainingLog(steps=20, train_runtime=8.0, num_tokens=4000.0)

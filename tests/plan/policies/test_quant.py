@@ -133,7 +133,7 @@ def test_load_4bit_qwen2_vl(saved: dict[str, Path]) -> None:
     # The report counts 4-bit weights unpacked: same totals as the bf16 model.
     reference = trainable_report(tiny_model("qwen2_vl"), layout="qwen2_vl")
     report = trainable_report(model, layout="qwen2_vl")
-    assert report["language_model"]["params"] == reference["language_model"]["params"]
+    assert report["language_model"].params == reference["language_model"].params
 
 
 def test_load_8bit_llama(saved: dict[str, Path]) -> None:
@@ -141,9 +141,9 @@ def test_load_8bit_llama(saved: dict[str, Path]) -> None:
     assert isinstance(model.model.layers[0].mlp.up_proj, bnb.nn.Linear8bitLt)
     assert type(model.lm_head) is torch.nn.Linear
     cells = census(model, layout="causal_lm")
-    assert "torch.int8" in cells["language_model"]["dtype"]
-    assert cells["lm_head"]["dtype"] == {"torch.bfloat16": 128 * 32}
-    assert set(cells["language_model"]["device"]) == {"cpu"}
+    assert "torch.int8" in cells["language_model"].dtype
+    assert cells["lm_head"].dtype == {"torch.bfloat16": 128 * 32}
+    assert set(cells["language_model"].device) == {"cpu"}
 
 
 def test_qlora_trains_on_cpu(saved: dict[str, Path]) -> None:
@@ -161,12 +161,12 @@ def test_qlora_trains_on_cpu(saved: dict[str, Path]) -> None:
     grads = [p.grad for n, p in peft_model.named_parameters() if "lora_A" in n]
     assert len(grads) == 7 and all(g is not None for g in grads)
     report = trainable_report(peft_model, layout="qwen2_vl")
-    assert report["vision_tower"]["trainable"] == 0 and report["lm_head"]["trainable"] == 0
+    assert report["vision_tower"].trainable == 0 and report["lm_head"].trainable == 0
     # prepare_model_for_kbit_training upcasts every non-quantized bf16 parameter to fp32,
     # the frozen vision tower included; the census is where that shows.
     cells = census(peft_model, layout="qwen2_vl")
-    assert set(cells["vision_tower"]["dtype"]) == {"torch.float32"}
-    assert "torch.uint8" in cells["language_model"]["dtype"]
+    assert set(cells["vision_tower"].dtype) == {"torch.float32"}
+    assert "torch.uint8" in cells["language_model"].dtype
 
 
 def test_the_planned_counts_are_what_bitsandbytes_and_peft_make(saved: dict[str, Path]) -> None:
