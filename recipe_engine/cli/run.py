@@ -82,15 +82,15 @@ def main(args: list[str], multirun: bool) -> int:
     use_planned_devices(plan)
     if plan.launcher_processes:
         return relaunch(args, plan)
-    return run_composed(composed, plan, report_run)
+    return run_composed(composed, plan, report_finished_run)
 
 
-def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> list[str]:
+def report_finished_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> list[str]:
     """The end of a run: its table, then its compare (`evaluate.after_run`)."""
     # Imported here: a cached rerun never loads the measuring (nor torch, when it measures).
-    from recipe_engine.evaluate.after_run import report_run as report
+    from recipe_engine.evaluate.after_run import report_run
 
-    return report(plan, results, run_dir)
+    return report_run(plan, results, run_dir)
 
 
 def _submit(composed: DictConfig, plan: RecipePlan, args: list[str]) -> int:
@@ -152,7 +152,7 @@ def run_hydra_app(args: list[str], plans: Plans) -> None:
     sys.argv = [sys.argv[0], *args]
 
     def task(cfg: DictConfig) -> None:
-        code = job_exit_code(cfg, plans, report_run)
+        code = job_exit_code(cfg, plans, report_finished_run)
         if code:
             sys.exit(code)
 
