@@ -17,7 +17,13 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from recipe_engine.config.compose import CONFIG_NAME, compose_config, to_engine_config
+from recipe_engine.config.compose import (
+    CONFIG_NAME,
+    check_overrides,
+    compose_config,
+    to_engine_config,
+    translate_error,
+)
 from recipe_engine.config.schema import EngineConfig, EvalConfig
 from recipe_engine.errors import RecipeError
 
@@ -97,14 +103,19 @@ def compose_compare(overrides: list[str], extra_dirs: list[str]) -> CompareReque
     """compare's command line composed by Hydra (its lists parsed, every key and type
     checked), split into compare's options and the engine's config."""
     register_compare_config()
+    check_overrides(overrides, extra_dirs)  # a missing `=`, an unknown group option
+    keys = override_keys(overrides)
+    # With recipes=, a stage override is for the recipes that have the stage: each recipe's
+    # own composition checks it (evaluate.experiment_jobs), not the default recipe's here.
+    for_recipes = "recipes" in keys
+    here = [o for o, k in zip(overrides, keys, strict=True) if not (for_recipes and _stage(k))]
     try:
-        composed = compose_config(overrides, extra_dirs=extra_dirs, config_name=COMPARE_CONFIG)
+        composed = compose_config(here, extra_dirs=extra_dirs, config_name=COMPARE_CONFIG)
     except RecipeError as error:
         raise _with_example(error) from None
     both = to_engine_config(composed)
     options = CompareOptions(**{f.name: getattr(both, f.name) for f in fields(CompareOptions)})
     config = EngineConfig(**{f.name: getattr(both, f.name) for f in fields(EngineConfig)})
-    keys = override_keys(overrides)
     engine = [o for o, key in zip(overrides, keys, strict=True) if _root(key) not in OWN_KEYS]
     check_together(options, set(keys))
     return CompareRequest(options, config, engine, list(extra_dirs))
@@ -113,7 +124,15 @@ def compose_compare(overrides: list[str], extra_dirs: list[str]) -> CompareReque
 def override_keys(overrides: list[str]) -> list[str]:
     """Each override's key, as Hydra's grammar reads it (`++stage.llm.train.x=1`:
     `stage.llm.train.x`)."""
-    return [parsed.key_or_group for parsed in OverridesParser.create().parse_overrides(overrides)]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as error:  # Hydra's grammar errors carry the offending override
+        raise translate_error(error) from None
+    return [override.key_or_group for override in parsed]
+
+
+def _stage(key: str) -> bool:
+    return key.startswith("stage.")
 
 
 def _root(key: str) -> str:

@@ -29,6 +29,14 @@ def test_recipes_and_seeds_are_typed_lists_and_the_rest_goes_to_every_recipe():
     assert request.eval_settings() == {"max_samples": 4}
 
 
+def test_a_stage_override_is_for_the_recipes_that_have_the_stage():
+    dpo = "++stage.dpo.train.max_steps=4"  # r5 has a dpo stage; the default recipe has not
+    request = compose_compare(["recipes=[r3-two-stage,r5-sft-dpo]", dpo], [])
+    assert request.overrides == [dpo]
+    with pytest.raises(RecipeError, match="names stage `dpo`, which this recipe does not have"):
+        compose_compare(["recipe=r3-two-stage", dpo], [])  # one run's compare composes it
+
+
 def test_one_runs_options_are_typed_and_eval_keys_given_win():
     request = compose_compare(
         ["run=/runs/t1", "probes=p.jsonl", "tasks=[recipe_arith]", "harness.limit=all",
@@ -60,6 +68,8 @@ def test_a_bare_comma_list_reads_as_a_list_outside_multirun():
         (["recipes=[a,b]", "recipe=text-lora"], "drop `recipe=`", "recipe"),
         (["recipes=[a,b]", "seeds=[1]", "seed=3"], "not both", "seed"),
         (["seeds=[1]"], "recipe-vs-recipe", "seeds"),
+        (["probes"], "is not an override: write key=value", "probes"),
+        (["recipes=[a,b"], "Check its brackets", "recipes"),
     ],
 )
 def test_what_compare_refuses_is_one_message_naming_the_key(overrides, named, key):
