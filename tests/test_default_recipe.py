@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from independent_shapes import write_probes
 
-from recipe_engine.cli.compare import compare_run
 from recipe_engine.config.compose import compose_config
+from recipe_engine.evaluate.comparison import compare_run
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import StageResult, run_recipe
 

@@ -42,8 +42,10 @@ INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchp
 # Hydra flags that print and exit: the app never runs, so nothing is planned first.
 PRINT_FLAGS = ("--cfg", "-c", "--info", "-i", "--hydra-help")
 
-# gpus=6,7 is ambiguous to Hydra (a sweep or a list?); outside multirun it means a list.
-_BARE_LIST = re.compile(r"^(gpus|only|force)=([^\[\]{}()'\"]+,[^\[\]{}()'\"]+)$")
+# gpus=6,7 is ambiguous to Hydra (a sweep or a list?); outside multirun it means a list (the
+# list keys of the engine, and compare's).
+_LIST_KEYS = "gpus|only|force|recipes|seeds|tasks"
+_BARE_LIST = re.compile(rf"^({_LIST_KEYS})=([^\[\]{{}}()'\"]+,[^\[\]{{}}()'\"]+)$")
 
 
 def normalise_argv(argv: Sequence[str]) -> tuple[str, list[str], bool]:

@@ -8,38 +8,35 @@ the jobs, each executing the plan made for its config and recomputing none of it
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from recipe_engine.cli.argv import PRINT_FLAGS, config_dirs, expand_sweep, split_hydra_flags
-from recipe_engine.config.compose import (
-    CONFIG_NAME,
-    CONFIG_SOURCE,
-    compose_config,
-    to_engine_config,
-)
-from recipe_engine.config.schema import EngineConfig, HardwareConfig, register_configs
-from recipe_engine.errors import EXIT_INCOMPLETE, EXIT_USER_ERROR, RecipeError, StageFailed
-from recipe_engine.hashing import canonical_hash
-from recipe_engine.plan.hardware import parse_gpus
+from recipe_engine.config.compose import CONFIG_NAME, CONFIG_SOURCE, compose_config
+from recipe_engine.config.schema import register_configs
+from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
 from recipe_engine.plan.jobs import check_request, sweep_job_request
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.jobs import render_submitted
-from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.resolve.scheduler import read_partition, require_slurm
-from recipe_engine.run.gpu_pool import is_scheduler, job_pool, lease_gpu
+from recipe_engine.run.hydra_job import (
+    Plans,
+    config_key,
+    job_exit_code,
+    refuse_before_writing,
+    run_composed,
+    use_planned_devices,
+    without_hydra,
+)
 from recipe_engine.run.planning import plan_from_config
-from recipe_engine.run.recipe import incomplete, run_recipe, stages_to_run
+from recipe_engine.run.recipe import StageResult
 from recipe_engine.run.scheduling import submit_recipe
-from recipe_engine.store.store import Store, check_output_root, mark_engine_folder
-
-Plans = dict[str, RecipePlan]  # by the hash of the job's config
+from recipe_engine.store.store import mark_engine_folder
 
 USAGE = """\
 usage: recipe-engine [run] [key=value ...] [-m] [--config-dir DIR] [--cfg job|all]
@@ -79,21 +76,21 @@ def main(args: list[str], multirun: bool) -> int:
         overrides = [*overrides, "hydra.output_subdir=null"]  # rank 0 writes the run config
     composed = compose_config(overrides, extra_dirs=config_dirs(flags), with_hydra=True)
     plan = plan_from_config(without_hydra(composed))
-    _refuse_before_writing(plan)
+    refuse_before_writing(plan)
     if plan.config.launcher == "slurm":
         return _submit(composed, plan, args)
-    visible = plan.cuda_visible_devices
-    if visible is not None:  # before anything initialises CUDA
-        os.environ["CUDA_VISIBLE_DEVICES"] = visible
-    if any(
-        s.placement.mode == "deepspeed" and s.placement.device == "cpu"
-        for s in plan.stages.values()
-    ):
-        os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed picks its accelerator as it starts
+    use_planned_devices(plan)
     if plan.launcher_processes:
         return relaunch(args, plan)
-    run_composed(composed, plan)
-    return 0
+    return run_composed(composed, plan, report_finished_run)
+
+
+def report_finished_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> list[str]:
+    """The end of a run: its table, then its compare (`evaluate.after_run`)."""
+    # Imported here: a cached rerun never loads the measuring (nor torch, when it measures).
+    from recipe_engine.evaluate.after_run import report_run
+
+    return report_run(plan, results, run_dir)
 
 
 def _submit(composed: DictConfig, plan: RecipePlan, args: list[str]) -> int:
@@ -113,7 +110,7 @@ def _sweep(overrides: list[str], flags: list[str], args: list[str]) -> int:
     check_scheduler(jobs[0], config_dirs(flags))
     plans = [_plan_job(job, overrides, config_dirs(flags)) for job in jobs]
     for plan in plans:
-        _refuse_before_writing(plan)
+        refuse_before_writing(plan)
     run_hydra_app(args, {config_key(plan.config): plan for plan in plans})
     return 0
 
@@ -136,43 +133,6 @@ def _plan_job(job: list[str], overrides: list[str], extra_dirs: list[str]) -> Re
         ) from None
 
 
-def _refuse_before_writing(plan: RecipePlan) -> None:
-    """`only` needs its parents stored: refused here, before any folder is made."""
-    check_output_root(plan.config.output_root)
-    stages_to_run(plan, Store(plan.config.output_root))
-
-
-def run_composed(composed: DictConfig, plan: RecipePlan) -> None:
-    """One run, on the config composed once: Hydra's own job runner makes the run folder, its
-    .hydra/ record and the callbacks as `hydra.main` would, then runs the plan made from it."""
-    from hydra._internal.callbacks import Callbacks  # what Hydra.run builds for a run
-    from hydra.core.utils import run_job as hydra_run_job
-    from hydra.types import HydraContext, RunMode
-
-    with open_dict(composed.hydra):
-        composed.hydra.mode = RunMode.RUN
-    plans = {config_key(plan.config): plan}
-    callbacks = Callbacks(composed)
-    callbacks.on_run_start(config=composed, config_name=CONFIG_NAME)
-    done = hydra_run_job(
-        task_function=lambda cfg: run_job(cfg, plans),
-        config=composed,
-        job_dir_key="hydra.run.dir",
-        job_subdir_key=None,
-        hydra_context=HydraContext(config_loader=None, callbacks=callbacks),  # type: ignore[arg-type]
-    )
-    callbacks.on_run_end(config=composed, config_name=CONFIG_NAME, job_return=done)
-    _ = done.return_value  # a failed job raises its exception here, as hydra.main does
-
-
-def without_hydra(composed: DictConfig) -> DictConfig:
-    """The job's config: the composed one without Hydra's own section."""
-    job = composed.copy()
-    with open_dict(job):
-        del job["hydra"]
-    return job
-
-
 def check_scheduler(overrides: list[str], extra_dirs: list[str]) -> None:
     """A SLURM sweep is checked against the partition before anything is written: SLURM's
     commands on PATH, and what each job asks for (submitit would stop with sbatch's traceback
@@ -186,99 +146,17 @@ def check_scheduler(overrides: list[str], extra_dirs: list[str]) -> None:
 
 
 def run_hydra_app(args: list[str], plans: Plans) -> None:
-    """Hydra's entry point with the engine's shipped configs, running each job's plan."""
+    """Hydra's entry point with the engine's shipped configs, running each job's plan (a job
+    that fails ends the process with its exit code, as `hydra.main` apps do)."""
     register_configs()
     sys.argv = [sys.argv[0], *args]
 
     def task(cfg: DictConfig) -> None:
-        run_job(cfg, plans)
+        code = job_exit_code(cfg, plans, report_finished_run)
+        if code:
+            sys.exit(code)
 
     hydra.main(config_path=CONFIG_SOURCE, config_name=CONFIG_NAME, version_base="1.3")(task)()
-
-
-def run_job(cfg: DictConfig, plans: Plans) -> None:
-    """One Hydra job: its plan (made up front, or here in a sweep worker), run and reported."""
-    from hydra.core.hydra_config import HydraConfig
-
-    hydra_cfg = HydraConfig.get()
-    run_dir = Path(hydra_cfg.runtime.output_dir)
-    if is_main_process():  # `runs rm` removes only folders that carry it
-        mark_engine_folder(run_dir)
-    launcher = hydra_cfg.runtime.choices.get("hydra/launcher")
-    try:
-        if launcher is not None and is_scheduler(launcher):
-            _run_and_report(_plan_on_this_node(cfg), run_dir)
-            return
-        pool = job_pool(parse_gpus(cfg.gpus), cfg.parallel, launcher)
-        if pool is None:
-            _run_and_report(_plan_of(cfg, plans), run_dir)
-            return
-        with lease_gpu(pool, Path(cfg.output_root) / "locks") as gpu:
-            cfg.gpus = [gpu]  # this job's GPU; CUDA has not started in this process yet
-            os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
-            _run_and_report(_plan_of(cfg, plans), run_dir)
-    except RecipeError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
-    except StageFailed as error:  # on its own line: a progress bar may have the cursor
-        print(f"\nerror: {error}", file=sys.stderr)
-        sys.exit(EXIT_INCOMPLETE)
-    except Exception as error:  # a library failed mid-run: one line here, its traceback kept
-        print(f"\nerror: {_stopped(error, run_dir)}", file=sys.stderr)
-        sys.exit(EXIT_INCOMPLETE)
-
-
-def _stopped(error: Exception, run_dir: Path) -> str:
-    """What stopped a run that no check foresaw, with its traceback written to the run folder
-    (for the bug report the message asks for), never to the terminal."""
-    import traceback
-
-    where = run_dir / "traceback.txt"
-    try:
-        where.write_text(traceback.format_exc())
-    except OSError:  # the run folder itself cannot take it (a full disk): the message still
-        where = None
-    first = (str(error).strip().splitlines() or [""])[0][:300]
-    kept = f"the traceback is in {where}" if where else "the traceback could not be written"
-    return (
-        f"the run stopped: {type(error).__name__}: {first}. What committed before it is kept "
-        f"and a rerun resumes the rest; {kept} (please include it if you report this)."
-    )
-
-
-def _plan_of(cfg: DictConfig, plans: Plans) -> RecipePlan:
-    """The plan made for this job's config before anything ran (never made again here)."""
-    key = config_key(to_engine_config(cfg))
-    if key not in plans:  # a launcher that changed the config it was given
-        raise RuntimeError(f"No plan was made for this job's config ({key[:12]}).")
-    return plans[key]
-
-
-def _plan_on_this_node(cfg: DictConfig) -> RecipePlan:
-    """A scheduled job's plan, made where it runs: the plan made on the submitting machine saw
-    that machine's devices, not the GPUs the scheduler gave this job (CUDA_VISIBLE_DEVICES).
-    A hardware profile only sized the request (hydra.launcher.gpus_per_node), so the node is
-    read as it is."""
-    config = dataclasses.replace(to_engine_config(cfg), hardware=HardwareConfig())
-    return plan_from_config(config)
-
-
-def config_key(config: EngineConfig) -> str:
-    return canonical_hash(dataclasses.asdict(config))
-
-
-def _run_and_report(plan: RecipePlan, run_dir: Path) -> None:
-    results = run_recipe(plan, run_dir)
-    if not is_main_process():
-        return
-    # Imported here: a cached rerun never loads the measuring (nor torch, when it measures).
-    from recipe_engine.evaluate.after_run import report_run
-
-    undone = incomplete(results) + report_run(plan, results, run_dir)
-    if undone:
-        lines = "\n".join(f"  {line}" for line in undone)
-        print(f"error: the run is incomplete:\n{lines}", file=sys.stderr)
-        sys.exit(EXIT_INCOMPLETE)
 
 
 def relaunch(args: list[str], plan: RecipePlan) -> int:

@@ -46,10 +46,13 @@ def compose_config(
     *,
     extra_dirs: Sequence[str] = (),
     with_hydra: bool = False,
+    config_name: str = CONFIG_NAME,
 ) -> DictConfig:
     """The composed config for these overrides, as Hydra's own entry point would build it.
 
-    `extra_dirs` are user config folders (like `--config-dir`) searched before the shipped ones.
+    `extra_dirs` are user config folders (like `--config-dir`) searched before the shipped ones;
+    `config_name` is the root config (another than the engine's: `compare`'s, which adds its
+    own keys to the engine's).
     """
     register_configs()
     overrides = list(overrides)
@@ -61,7 +64,7 @@ def compose_config(
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module=CONFIG_PACKAGE, version_base="1.3"):
-            cfg = compose(CONFIG_NAME, overrides=overrides, return_hydra_config=with_hydra)
+            cfg = compose(config_name, overrides=overrides, return_hydra_config=with_hydra)
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         stage = _unknown_stage(error, overrides, extra_dirs)
         raise stage or translate_error(error, extra_dirs) from None
@@ -140,7 +143,8 @@ def check_closed(cfg: DictConfig) -> None:
     and a misspelt setting must not be dropped silently."""
     plain = OmegaConf.to_container(cfg, resolve=False)
     plain.pop("hydra", None)
-    _check_node(plain, EngineConfig, "")
+    schema = OmegaConf.get_type(cfg)  # the root's schema: EngineConfig, or one extending it
+    _check_node(plain, schema if dataclasses.is_dataclass(schema) else EngineConfig, "")
 
 
 def _check_node(node: Any, schema: type, prefix: str) -> None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.config.schema import EvalConfig
 from recipe_engine.report.significance import (
     METHOD,
     PROBES_ONLY,
@@ -46,6 +47,13 @@ COLUMNS = (
     "wall s",
     "peak GiB",
 )
+
+
+# One model's metrics on the held-out judged rows, as `run.preference_scores` records them
+# (the manifest's JSON): pairs or rows, the accuracies, the kind of rows judged.
+JudgedMetrics = Mapping[str, Any]
+# Evaluation settings: the config's, or as a manifest recorded them (its JSON).
+EvalSettings = EvalConfig | Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -82,8 +90,8 @@ class RecipeRun:
     stages: int = 1  # how many stages the recipe has
     # The final stage's and the base's metrics on the experiment's held-out judged rows, pairs
     # or unpaired feedback (run.preference_scores; None: no recipe has a preference stage).
-    preference: dict[str, Any] | None = None
-    base_preference: dict[str, Any] | None = None
+    preference: JudgedMetrics | None = None
+    base_preference: JudgedMetrics | None = None
 
 
 @dataclass(frozen=True)
@@ -122,12 +130,13 @@ class RecipeSummary:
 # --------------------------------------------------------------------------- stored scores
 
 
-def measurement(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The evaluation settings that decide what is measured (generation, row cap)."""
-    return {k: v for k, v in settings.items() if k not in EVAL_SWITCHES}
+def measurement(settings: EvalSettings) -> dict[str, Any]:
+    """The evaluation settings that decide what is measured (generation, row cap), by name."""
+    named = asdict(settings) if isinstance(settings, EvalConfig) else settings
+    return {k: v for k, v in named.items() if k not in EVAL_SWITCHES}
 
 
-def stored_score(manifest: Manifest, settings: Mapping[str, Any]) -> Score | None:
+def stored_score(manifest: Manifest, settings: EvalSettings) -> Score | None:
     """The stage's own held-out evaluation, when it was made with these settings (the probes
     are the stage's held-out rows: its key fixes data and seed); None when it must be made."""
     metrics = manifest.metrics
@@ -144,7 +153,7 @@ def stored_score(manifest: Manifest, settings: Mapping[str, Any]) -> Score | Non
     )
 
 
-def stored_base_score(root: Manifest, settings: Mapping[str, Any]) -> Score | None:
+def stored_base_score(root: Manifest, settings: EvalSettings) -> Score | None:
     """The untrained base as the root stage measured it (full precision, no eval loss)."""
     metrics = root.metrics
     if not _same_measurement(root, settings) or metrics.base_accuracy is None:
@@ -154,7 +163,7 @@ def stored_base_score(root: Manifest, settings: Mapping[str, Any]) -> Score | No
     return Score(metrics.base_accuracy, metrics.base_contains, None, metrics.eval_samples)
 
 
-def _same_measurement(manifest: Manifest, settings: Mapping[str, Any]) -> bool:
+def _same_measurement(manifest: Manifest, settings: EvalSettings) -> bool:
     recorded = manifest.eval_settings
     return recorded is not None and measurement(recorded) == measurement(settings)
 

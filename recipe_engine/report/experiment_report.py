@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
 
+from recipe_engine.config.schema import EvalConfig
 from recipe_engine.files import atomic_write_text
 from recipe_engine.report.experiment import (
     BASE,
@@ -42,7 +42,7 @@ class Experiment:
     """Everything the report shows."""
 
     runs: list[RecipeRun]
-    settings: dict[str, Any]  # the evaluation settings every model was measured with
+    settings: EvalConfig  # the evaluation settings every model was measured with
     differences: str  # the rendered settings diff between the recipes
     probes: str = "the held-out split of the shared data"
 
@@ -51,31 +51,62 @@ class Experiment:
         return list(dict.fromkeys(run.recipe for run in self.runs))
 
 
-def write_experiment(folder: Path, experiment: Experiment) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WrittenExperiment:
+    """What `write_experiment` wrote, and what the command prints of it."""
+
+    title: str  # "experiment: A vs B (seed 0, 1)"
+    table: str  # the results, as printed
+    platform_warning: list[str]  # where the recipes trained on different platforms
+    differences: str  # each recipe against the best, with the 95% intervals
+    preference: list[str]  # the judged rows' table and answer (none judged: empty)
+    report: Path  # experiment.md
+    csv: Path  # experiment.csv
+    plots: dict[str, Path | None]  # metric -> its bar chart (None: matplotlib is missing)
+    answer: str  # the one line that answers the question
+
+    def printed(self) -> list[str]:
+        """The lines the command prints: the answer last."""
+        charts = [str(path) for path in self.plots.values() if path is not None]
+        chart_text = ", ".join(charts) if charts else MISSING if self.plots else "-"
+        return [
+            self.title,
+            self.table,
+            *self.platform_warning,
+            self.differences,
+            *self.preference,
+            f"report: {self.report}",
+            f"table:  {self.csv}",
+            f"charts: {chart_text}",
+            self.answer,
+        ]
+
+
+def write_experiment(folder: Path, experiment: Experiment) -> WrittenExperiment:
     """experiment.md, experiment.csv and a bar chart per metric in `folder`; returns the
-    paths, the printed table and the answer line."""
+    paths and what the command prints."""
     folder.mkdir(parents=True, exist_ok=True)
     summaries = summarize(experiment.runs)
     base = base_summary(experiment.runs)
-    table = experiment_table(summaries, base)
-    answer = answer_line(summaries)
     csv_path = _write_csv(folder / "experiment.csv", experiment.runs)
     charts = _write_bars(folder, [*([base] if base else []), *summaries])
     lines = _report_lines(folder, experiment, charts)
     report = folder / "experiment.md"
     atomic_write_text(report, "\n".join(lines) + "\n")
-    warning = platform_warning_lines(experiment.runs)
     judged = experiment_judged(experiment.runs)
     preference = [*judged_table(judged), *filter(None, [preference_answer(experiment.runs)])]
-    return {
-        "preference": preference if any(judged.values()) else [],
-        "report": report,
-        "csv": csv_path,
-        "plots": charts,
-        "table": table,
-        "answer": answer,
-        "platform_warning": warning,
-    }
+    seeds = ", ".join(str(seed) for seed in sorted({run.seed for run in experiment.runs}))
+    return WrittenExperiment(
+        title=f"experiment: {' vs '.join(experiment.recipes)} (seed {seeds})",
+        table=experiment_table(summaries, base),
+        platform_warning=platform_warning_lines(experiment.runs),
+        differences=differences_sentence(summaries),
+        preference=preference if any(judged.values()) else [],
+        report=report,
+        csv=csv_path,
+        plots=charts,
+        answer=answer_line(summaries),
+    )
 
 
 def platform_warning_lines(runs: Sequence[RecipeRun], *, bullet: str = "  ") -> list[str]:
@@ -85,22 +116,28 @@ def platform_warning_lines(runs: Sequence[RecipeRun], *, bullet: str = "  ") -> 
     return platform_lines("the recipes compared", labelled, bullet=bullet)
 
 
-CSV_FIELDS = (
-    "recipe",
-    "seed",
-    "model",
-    "exact_match",
-    "contains",
-    "eval_loss",
-    "samples",
-    "base_precision",
-    "source",
-    "trained",
-    "steps",
-    "wall_s",
-    "peak_gib",
-    "run_dir",
-)
+@dataclass(frozen=True)
+class CsvRow:
+    """One row of experiment.csv: a recipe's final stage or the base, for one seed (a cell
+    left None is empty: the base has no costs, an unscored model no metrics)."""
+
+    recipe: str
+    seed: int
+    model: str
+    exact_match: float | None = None
+    contains: float | None = None
+    eval_loss: float | None = None
+    samples: int | None = None
+    base_precision: str | None = None
+    source: str | None = None
+    trained: str | None = None
+    steps: int | None = None
+    wall_s: float | None = None
+    peak_gib: float | None = None
+    run_dir: str | None = None
+
+
+CSV_FIELDS = tuple(column.name for column in fields(CsvRow))
 
 
 def _write_csv(path: Path, runs: Sequence[RecipeRun]) -> Path:
@@ -112,23 +149,35 @@ def _write_csv(path: Path, runs: Sequence[RecipeRun]) -> Path:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(asdict(row) for row in rows)
     return path
 
 
 def _csv_row(
     recipe: str, run: RecipeRun, model: str, score: Score | None, *, costs: Path | None = None
-) -> dict[str, Any]:
+) -> CsvRow:
     """A CSV row; `costs`: the report folder, for a recipe's row (its costs and run folder,
     relative to the report like every path the engine records)."""
-    row: dict[str, Any] = {"recipe": recipe, "seed": run.seed, "model": model}
+    row = CsvRow(recipe, run.seed, model)
     if score is not None:
-        row |= {m: getattr(score, m) for m in METRICS}
-        row |= {"samples": score.samples, "base_precision": score.precision}
-        row["source"] = score.source
+        row = replace(
+            row,
+            exact_match=score.exact_match,
+            contains=score.contains,
+            eval_loss=score.eval_loss,
+            samples=score.samples,
+            base_precision=score.precision,
+            source=score.source,
+        )
     if costs is not None:
-        row |= {"trained": run.trained, "steps": run.steps, "wall_s": round(run.wall_s, 1)}
-        row |= {"peak_gib": run.peak_gib, "run_dir": relative_to(run.run_dir, costs)}
+        row = replace(
+            row,
+            trained=run.trained,
+            steps=run.steps,
+            wall_s=round(run.wall_s, 1),
+            peak_gib=run.peak_gib,
+            run_dir=relative_to(run.run_dir, costs),
+        )
     return row
 
 

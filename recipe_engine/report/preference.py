@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipe_engine.config.trainers import PREFERENCE_ROWS, UNPAIRED_ROWS
-from recipe_engine.report.experiment import RecipeRun
+from recipe_engine.report.experiment import JudgedMetrics, RecipeRun
 from recipe_engine.report.significance import Accuracies, difference
 from recipe_engine.tables import markdown_table, text_table
 
-Judged = Mapping[str, Mapping[str, Any] | None]  # model -> its preference metrics (or None)
+Judged = Mapping[str, JudgedMetrics | None]  # model -> its metrics on the judged rows (or None)
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class JudgedTable:
 
     title: str  # the section's name: "preference pairs"
     columns: tuple[str, ...]
-    cells: Callable[[Mapping[str, Any]], list[str]]  # one model's metrics -> its cells
+    cells: Callable[[JudgedMetrics], list[str]]  # one model's metrics -> its cells
     rule: str  # how the metrics are computed, in words
     headline: str  # the metric the answer line compares recipes by
     headline_words: str  # ... as the answer line names it
@@ -125,9 +125,9 @@ def judged_table(judged: Judged, markdown: bool = False) -> list[str]:
     return render(judged_rows(judged), header=table.columns)
 
 
-def experiment_judged(runs: Sequence[RecipeRun]) -> dict[str, dict[str, Any] | None]:
+def experiment_judged(runs: Sequence[RecipeRun]) -> Judged:
     """The base and each recipe's final stage on the judged rows (each recipe's first seed)."""
-    judged: dict[str, dict[str, Any] | None] = {}
+    judged: dict[str, JudgedMetrics | None] = {}
     for run in runs:
         if run.base_preference is not None:
             judged.setdefault("base", run.base_preference)

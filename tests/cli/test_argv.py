@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
-from recipe_engine.cli.argv import expand_sweep, normalise_argv
+from recipe_engine.cli.argv import VERBS, expand_sweep, normalise_argv
+from recipe_engine.cli.main import handler
 
 
 @pytest.mark.parametrize(
@@ -15,6 +18,7 @@ from recipe_engine.cli.argv import expand_sweep, normalise_argv
         (["gpus=[6,7]"], "run", ["gpus=[6,7]"]),
         (["gpus=6"], "run", ["gpus=6"]),
         (["only=vision,llm"], "run", ["only=[vision,llm]"]),
+        (["compare", "recipes=a,b", "seeds=0,1"], "compare", ["recipes=[a,b]", "seeds=[0,1]"]),
         # In multirun a comma is a sweep, as Hydra users expect.
         (["-m", "gpus=6,7"], "run", ["-m", "gpus=6,7"]),
         ([], "run", []),
@@ -33,3 +37,9 @@ def test_multirun_sweep_expands_with_hydras_parser():
     jobs = expand_sweep([a for a in args if a != "-m"])
     assert len(jobs) == 3
     assert jobs[1] == ["recipe=r1-llm-only", "++stage.llm.train.learning_rate=0.0002"]
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_takes_the_command_lines_arguments_and_multirun(verb):
+    parameters = inspect.signature(handler(verb)).parameters
+    assert list(parameters) == ["args", "multirun"]

@@ -1,6 +1,6 @@
-"""`compare` on a finished run (`cli.compare.compare_run`: measured and written by the run side,
-rendered by the report): base vs every stage on the held-out probes; files, metrics, plots and
-errors.
+"""`compare` on a finished run (`evaluate.comparison.compare_run`: measured and written by the
+run side, rendered by the report): base vs every stage on the held-out probes; files, metrics,
+plots and errors.
 
 One short r3 run (2 steps per stage) is shared by the module; each compare looks at a copy of
 its run folder so tests don't overwrite each other's files.
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from recipe_engine.cli.compare import compare_run
 from recipe_engine.cli.main import main
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
+from recipe_engine.evaluate.comparison import compare_run
 from recipe_engine.report.compare import CompareOutputs
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.run.recipe import run_recipe

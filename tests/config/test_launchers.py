@@ -49,8 +49,8 @@ def test_the_plugins_own_launchers_compose(name):
 def test_a_scheduled_job_plans_on_the_node_it_runs_on():
     """The profile sized the request; the job itself reads the node (and its scheduler's
     CUDA_VISIBLE_DEVICES), not the profile."""
-    from recipe_engine.cli.run import _plan_on_this_node
     from recipe_engine.config.compose import to_engine_config
+    from recipe_engine.run.hydra_job import _plan_on_this_node
     from recipe_engine.run.planning import plan_from_config
 
     cfg = compose_config(["recipe=r2-vision-only", "hardware=8x-a100-80gb"])

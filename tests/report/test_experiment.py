@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import csv
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from platforms import EPYC, XEON
 
+from recipe_engine.config.schema import EvalConfig
 from recipe_engine.report.experiment import (
     RecipeRun,
     Score,
@@ -21,6 +22,7 @@ from recipe_engine.report.experiment import (
     summarize,
 )
 from recipe_engine.report.experiment_report import (
+    CSV_FIELDS,
     Experiment,
     platform_warning_lines,
     write_experiment,
@@ -29,6 +31,7 @@ from recipe_engine.store.records import Manifest, StageMetrics
 from recipe_engine.store.stage_records import QuantizationFacts
 
 SETTINGS = {"enabled": True, "compare": True, "max_new_tokens": 8, "max_samples": None}
+EVAL = EvalConfig(max_new_tokens=8)  # what an experiment measured with
 
 
 def run(recipe: str, exact: float, seed: int = 0, *, precision: str = "4-bit") -> RecipeRun:
@@ -182,6 +185,12 @@ def test_a_stored_evaluation_with_other_settings_or_none_is_measured_again():
     assert stored_score(failed, SETTINGS) is None
 
 
+def test_the_experiments_eval_config_matches_the_settings_a_manifest_recorded():
+    stored = manifest(eval_accuracy=0.9, eval_contains=0.95, settings=asdict(EVAL))
+    assert stored_score(stored, EVAL) == Score(0.9, 0.95, None, None, precision="4-bit")
+    assert stored_score(stored, replace(EVAL, max_samples=10)) is None
+
+
 def test_the_base_score_comes_from_the_root_stage_at_full_precision():
     root = manifest(base_accuracy=0.1, base_contains=0.2, eval_samples=48)
     assert stored_base_score(root, SETTINGS) == Score(0.1, 0.2, None, 48, precision="full")
@@ -192,14 +201,14 @@ def test_the_base_score_comes_from_the_root_stage_at_full_precision():
 
 def test_report_files_hold_the_table_the_differences_and_the_answer(tmp_path):
     runs = [run("r1-llm-only", 0.54), run("r3-two-stage", 0.92)]
-    experiment = Experiment(runs, SETTINGS, "stage vision: only in B (r3-two-stage)")
+    experiment = Experiment(runs, EVAL, "stage vision: only in B (r3-two-stage)")
     written = write_experiment(tmp_path / "exp", experiment)
-    report = written["report"].read_text()
+    report = written.report.read_text()
     assert "# Experiment: r1-llm-only vs r3-two-stage" in report
     assert "| r3-two-stage " in report and "92% (4-bit base)" in report
     assert "stage vision: only in B (r3-two-stage)" in report
-    assert f"**{written['answer']}**" in report
-    with written["csv"].open() as handle:
+    assert f"**{written.answer}**" in report
+    with written.csv.open() as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["recipe"], r["model"]) for r in rows] == [
         ("r1-llm-only", "llm"),
@@ -207,8 +216,23 @@ def test_report_files_hold_the_table_the_differences_and_the_answer(tmp_path):
         ("base", "base"),
     ]
     assert rows[1]["exact_match"] == "0.92" and rows[1]["base_precision"] == "4-bit"
-    for metric, path in written["plots"].items():  # None: matplotlib is not installed
+    for metric, path in written.plots.items():  # None: matplotlib is not installed
         assert path is None or path.name == f"experiment_{metric}.png"
+
+
+def test_the_csv_leaves_what_a_row_lacks_empty_and_the_printout_ends_with_the_answer(tmp_path):
+    runs = [run("r1-llm-only", 0.54), replace(run("r3-two-stage", 0.92), score=None)]
+    written = write_experiment(tmp_path / "exp", Experiment(runs, EVAL, "-"))
+    lines = written.csv.read_text().splitlines()
+    assert lines[0] == ",".join(CSV_FIELDS)
+    assert lines[1].startswith("r1-llm-only,0,llm,0.54,0.54,0.5,48,4-bit,stored,")
+    assert ',"llm: lm_head, language_model",240,8.0,0.05,' in lines[1]
+    assert lines[2].startswith("r3-two-stage,0,llm,,,,,,,")  # not scored: no metric cells
+    assert lines[3] == "base,0,base,0.0,0.0,,48,full,stored,,,,,"  # the base: no costs
+    printed = written.printed()
+    assert printed[0] == "experiment: r1-llm-only vs r3-two-stage (seed 0)"
+    assert printed[1] == written.table and printed[-1] == written.answer
+    assert f"report: {written.report}" in printed and f"table:  {written.csv}" in printed
 
 
 def test_recipes_trained_on_different_platforms_get_a_warning_in_the_report(tmp_path):
@@ -224,13 +248,13 @@ def test_recipes_trained_on_different_platforms_get_a_warning_in_the_report(tmp_
         f"  r1-llm-only, r3-two-stage: {XEON.describe()}",
         f"  r3-two-stage: {EPYC.describe()}",
     ]
-    written = write_experiment(tmp_path / "exp", Experiment(runs, SETTINGS, "-"))
-    assert written["platform_warning"] == lines
-    report = written["report"].read_text()
+    written = write_experiment(tmp_path / "exp", Experiment(runs, EVAL, "-"))
+    assert written.platform_warning == lines
+    report = written.report.read_text()
     assert f"{lines[0]}\n- r1-llm-only, r3-two-stage: {XEON.describe()}" in report
 
 
 def test_recipes_trained_on_one_platform_get_no_warning(tmp_path):
     runs = [replace(run(name, 0.5), platforms=[XEON]) for name in ("r1-llm-only", "r2")]
-    written = write_experiment(tmp_path / "exp", Experiment(runs, SETTINGS, "-"))
-    assert written["platform_warning"] == [] and "warning" not in written["report"].read_text()
+    written = write_experiment(tmp_path / "exp", Experiment(runs, EVAL, "-"))
+    assert written.platform_warning == [] and "warning" not in written.report.read_text()
