@@ -120,7 +120,11 @@ class _Pages:
         run = self._run(request)
         stage = self._stage(request, run)
         curves = stage_curves(self.folder.root / "store", stage)
-        body = {**stage_json(stage), "run_state": run.state, "curves": [c.as_json() for c in curves]}
+        body = {
+            **stage_json(stage),
+            "run_state": run.state,
+            "curves": [c.as_json() for c in curves],
+        }
         return JSONResponse(body)
 
     async def store(self, request: Request) -> Response:

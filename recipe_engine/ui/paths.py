@@ -25,7 +25,7 @@ ENGINE_FILES: dict[str, tuple[str, ...]] = {
         r"compare[\w.-]*\.(png|md|csv|jsonl|json)",
         r"jobs\.json",
         r"traceback\.txt",
-        r"app\.log",
+        r"[\w-]+\.log",  # Hydra's log of the job (app.log, run.log)
     ),
     "experiments": (r"experiment\.(md|csv)", r"experiment_\w+\.png"),
     "store": (MANIFEST_FILE, r"metrics\.jsonl", r"trainer_state\.json"),
@@ -54,7 +54,9 @@ class OutputFolder:
         """`relative` under the root, refused when it could leave it or is not in an area."""
         parts = _parts(relative)
         if parts[0] not in AREAS:
-            raise Refused(f"`{relative}` is not in one of the engine's folders ({', '.join(AREAS)})")
+            raise Refused(
+                f"`{relative}` is not in one of the engine's folders ({', '.join(AREAS)})"
+            )
         path = self.root
         for part in parts:
             path = path / part

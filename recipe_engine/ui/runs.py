@@ -197,7 +197,10 @@ def _going(view: RunView, run_dir: Path, store: Path) -> None:
             since = events.since if events.since is not None else view.started
             stage.entry = stage.entry or live.partial_made_between(store, since, events.started)
             _training(stage, store / f"{stage.entry}.partial")
-    writes = [log.last_write, *(live.newest_write(store / f"{s.entry}.partial") for s in view.stages)]
+    writes = [
+        log.last_write,
+        *(live.newest_write(store / f"{s.entry}.partial") for s in view.stages),
+    ]
     traceback = run_dir / TRACEBACK
     if traceback.is_file():
         view.state, view.reason = "failed", _last_line(traceback)

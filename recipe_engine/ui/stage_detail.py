@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from markupsafe import Markup
+
 from recipe_engine.report.plots import read_metrics
 from recipe_engine.store.records import Manifest
 from recipe_engine.ui.charts import Curve, curve
 from recipe_engine.ui.paths import OutputFolder
+from recipe_engine.ui.reports import markdown_html
 from recipe_engine.ui.runs import StageView
 
 EXPORT_RECORD = "export.json"
@@ -24,11 +27,11 @@ EXPORT_RECORD = "export.json"
 
 @dataclass(frozen=True)
 class Export:
-    """An export of the stage: its folder (relative) and its model card's Markdown."""
+    """An export of the stage: its folder (relative) and its model card (README.md) as HTML."""
 
     path: str
     form: str
-    card: str
+    card: Markup
 
 
 @dataclass
@@ -46,9 +49,7 @@ def stage_detail(folder: OutputFolder, stage: StageView) -> StageDetail:
     store = folder.root / "store"
     manifest = stage.manifest(store)
     if manifest is not None:
-        detail = StageDetail(
-            stage, _plan_of(manifest), _pairs(manifest.trainer), _memory(manifest)
-        )
+        detail = StageDetail(stage, _plan_of(manifest), _pairs(manifest.trainer), _memory(manifest))
         detail.exports = exports_of(folder, manifest)
     else:
         settings = stage.settings
@@ -144,5 +145,8 @@ def exports_of(folder: OutputFolder, manifest: Manifest) -> list[Export]:
             form = str(json.loads(record.read_text()).get("form", "?"))
         except (OSError, ValueError):
             continue
-        found.append(Export(folder.relative(path), form, card.read_text(errors="replace")))
+        relative = folder.relative(path)
+        found.append(
+            Export(relative, form, markdown_html(card.read_text(errors="replace"), relative))
+        )
     return found

@@ -68,7 +68,9 @@ def test_the_log_names_each_stage_s_entry_and_end(tmp_path):
         log_line(100, "stage a: loading x"),
         log_line(110, "stage a: cached at /o/store/" + KEY_V),
         log_line(120, "stage b: loading /o/store/" + KEY_V),
-        log_line(121, f"stage b: resuming from /o/store/{KEY_L}.partial/checkpoints/checkpoint-100"),
+        log_line(
+            121, f"stage b: resuming from /o/store/{KEY_L}.partial/checkpoints/checkpoint-100"
+        ),
     ]
     run_dir = tmp_path
     (run_dir / "app.log").write_text("".join(lines) + "unrelated line\n")
