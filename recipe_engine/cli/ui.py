@@ -59,8 +59,8 @@ def parse_settings(args: list[str]) -> ServeSettings:
             own[key] = value
         elif key.startswith("ui."):
             raise RecipeError(f"Unknown key `{key}`: `ui` takes {', '.join(OWN_KEYS)}.")
-    rest = [o for o in overrides if not o.lstrip("+").startswith("ui.")]
-    root = output_root(compose_config(rest, extra_dirs=config_dirs(flags)))
     host = own.get("ui.host", DEFAULT_HOST) or DEFAULT_HOST
     port = parse_port(own["ui.port"]) if "ui.port" in own else DEFAULT_PORT
+    rest = [o for o in overrides if not o.lstrip("+").startswith("ui.")]
+    root = output_root(compose_config(rest, extra_dirs=config_dirs(flags)))
     return ServeSettings(root, host, port)
