@@ -173,7 +173,8 @@ def _finished(view: RunView, run_dir: Path) -> None:
 
 
 def _submitted(view: RunView, run_dir: Path, store: Path) -> None:
-    """A cluster run: each stage job's key is recorded; the shared store says how far it is."""
+    """A cluster run: each stage job's key is recorded; the shared store says how far it is
+    (the jobs' SLURM states are `runs jobs`'s: asking the scheduler is not reading records)."""
     view.state = "submitted"
     for job in load_jobs(run_dir):
         stage = _stage(view, job.stage)
@@ -183,6 +184,8 @@ def _submitted(view: RunView, run_dir: Path, store: Path) -> None:
         elif (store / f"{stage.entry}.partial").is_dir():
             _training(stage, store / f"{stage.entry}.partial")
         stage.detail = stage.detail or f"SLURM job {job.job_id}"
+    if view.stages and all(stage.state == "committed" for stage in view.stages):
+        view.state = "finished"  # every job committed its stage
 
 
 def _going(view: RunView, run_dir: Path, store: Path) -> None:

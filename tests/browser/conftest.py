@@ -74,11 +74,14 @@ def chromium() -> str:
 
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory) -> Path:
-    """An experiment already written (`compare recipes=[...]`), as `make run` leaves one."""
+    """An experiment already written (`compare recipes=[...]`), as `make run` leaves one, and
+    a two-job sweep reusing its r1 stage."""
     cwd = tmp_path_factory.mktemp("browser")
-    done = engine("compare", "recipes=[r1-llm-only,r3-two-stage]", *SHORT, cwd=cwd)
-    output, _ = done.communicate(timeout=1800)
-    assert done.returncode == 0, output[-3000:]
+    sweep = ("-m", "recipe=r1-llm-only", "eval.max_new_tokens=8,9", *SHORT[:-1])
+    for args in (("compare", "recipes=[r1-llm-only,r3-two-stage]", *SHORT), sweep):
+        done = engine(*args, cwd=cwd)
+        output, _ = done.communicate(timeout=1800)
+        assert done.returncode == 0, output[-3000:]
     return cwd
 
 

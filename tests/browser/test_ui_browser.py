@@ -1,9 +1,9 @@
 """`recipe-engine ui` in Chromium, driven as a user drives it: a run is training; its page
 shows the stage graph with the running stage and its step count rising by itself; a click on
 the stage shows its curve and plan; the experiment's page shows its answer; the store page its
-entries. Every page: no console error, no failed request, and the accessibility basics (axe-core's
-WCAG 2 A/AA rules: labels, names, contrast; and a visible keyboard focus). `make ui-screenshots`
-keeps a screenshot of each page for docs/ui.md."""
+entries; a sweep's table sorts. Every page: no console error, no failed request, and the
+accessibility basics (axe-core's WCAG 2 A/AA rules: labels, names, contrast; and a visible
+keyboard focus). `make ui-screenshots` keeps a screenshot of each page for docs/ui.md."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_a_live_run_s_page_updates_by_itself_and_its_stage_shows_curve_and_plan(
     page = watched.page
     run = f"{live_run.parent.name}/{live_run.name}"
     page.goto(server + "/")
-    expect(page.get_by_role("heading", name="Runs")).to_be_visible()
+    expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()
     row = page.locator("tr", has=page.locator(f'a[href$="{run}"]'))
     expect(row.locator(".state")).to_have_text("running")
     screenshot(page, "runs")
@@ -131,7 +131,7 @@ def test_the_experiment_shows_its_answer_and_the_store_its_entries(
     page = watched.page
     page.goto(server + "/")
     page.get_by_role("link", name="Comparisons and experiments").click()
-    expect(page.get_by_role("heading", name="Experiments")).to_be_visible()
+    expect(page.get_by_role("heading", name="Experiments", exact=True)).to_be_visible()
     watched.check("reports")
     page.get_by_role("link", name=re.compile("Experiment: r1-llm-only vs r3-two-stage")).click()
     report = next(Path(workdir, "out", "experiments").rglob("experiment.md")).read_text()
@@ -146,10 +146,28 @@ def test_the_experiment_shows_its_answer_and_the_store_its_entries(
     watched.check("experiment")
 
     page.get_by_role("link", name="Store").click()
-    expect(page.get_by_role("heading", name="Store")).to_be_visible()
+    expect(page.get_by_role("heading", name="Store", exact=True)).to_be_visible()
     expect(page.get_by_text(re.compile(r"runs gc would free"))).to_be_visible()
     expect(page.locator("tbody tr")).to_have_count(
         len(list(Path(workdir, "out", "store").glob("*"))) - 1
     )
     screenshot(page, "store")
     watched.check("store")
+
+
+def test_a_sweep_s_table_sorts_by_a_column(watched, server, screenshot):
+    page = watched.page
+    page.goto(server + "/reports")
+    page.get_by_role("link", name=re.compile("^sweeps/r1-llm-only/")).click()
+    jobs = page.locator("table.sortable tbody tr td:first-child")
+    expect(jobs).to_have_text(["0", "1"])
+    button = page.get_by_role("button", name="overrides")
+    button.focus()
+    page.keyboard.press("Enter")  # by keyboard, as by mouse
+    expect(page.locator("th", has=button)).to_have_attribute("aria-sort", "ascending")
+    expect(jobs).to_have_text(["0", "1"])
+    button.click()
+    expect(page.locator("th", has=button)).to_have_attribute("aria-sort", "descending")
+    expect(jobs).to_have_text(["1", "0"])
+    screenshot(page, "sweep")
+    watched.check("sweep")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from recipe_engine.store.store import ENGINE_MARKER
+from recipe_engine.store.jobs import SubmittedJob, save_jobs
+from recipe_engine.store.store import COMPLETE, ENGINE_MARKER
 from recipe_engine.ui import live
 from recipe_engine.ui.paths import OutputFolder
 from recipe_engine.ui.runs import read_run
@@ -125,3 +126,23 @@ def test_a_run_with_a_traceback_failed_with_its_last_line(tmp_path):
     run = read_run(OutputFolder.at(tmp_path), run_dir, {})
     assert (run.state, run.reason) == ("failed", "RuntimeError: CUDA error: out of memory")
     assert run.stages[1].state == "failed" and run.stages[1].detail == run.reason
+
+
+def test_a_cluster_run_follows_its_jobs_keys_in_the_shared_store(tmp_path):
+    """`launcher=slurm`: jobs.json names each stage's key; the jobs write the shared store."""
+    run_dir = going_run(tmp_path, time.time() - 60)
+    (run_dir / "app.log").unlink()  # the submitting process logs no stage
+    jobs = [
+        SubmittedJob("vision", "101", KEY_V + "f" * 44, (), 1, "v.out", "resubmit"),
+        SubmittedJob("llm", "102", KEY_L + "f" * 44, ("vision",), 1, "l.out", "resubmit"),
+    ]
+    save_jobs(run_dir, jobs)
+    committed = tmp_path / "store" / KEY_V
+    committed.mkdir()
+    (committed / COMPLETE).write_text(json.dumps({"fingerprint": KEY_V}))
+    run = read_run(OutputFolder.at(tmp_path), run_dir, {})
+    assert run.state == "submitted"
+    vision, llm = run.stages
+    assert (vision.state, vision.entry, vision.detail) == ("committed", KEY_V, "SLURM job 101")
+    assert (llm.state, llm.entry) == ("training", KEY_L)
+    assert llm.progress is not None and llm.progress.step == 30

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import tomllib
 from pathlib import Path
 
+import pytest
+
 import recipe_engine
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the suite runs on 3.11
 
 PACKAGE = Path(recipe_engine.__file__).parent
 ROOT = PACKAGE.parent
