@@ -14,6 +14,7 @@ from recipe_engine.ui.server import (
     ServeSettings,
     bind_warning,
     parse_port,
+    serve,
 )
 
 USAGE = f"""\
@@ -42,9 +43,6 @@ def main(args: list[str], multirun: bool) -> int:
     warning = bind_warning(settings.host)
     if warning:
         print(warning, file=sys.stderr)
-    print(f"serving {settings.root} at {settings.url} (read-only; Ctrl-C stops)", flush=True)
-    from recipe_engine.ui.server import serve
-
     serve(settings)
     return 0
 

@@ -3,6 +3,7 @@ anyone who reaches that address reads the runs)."""
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,10 +54,35 @@ def allowed_hosts(host: str) -> list[str]:
 
 
 def serve(settings: ServeSettings) -> None:
-    """Serve until interrupted."""
-    import uvicorn
+    """Listen (a port taken or an address not this machine's is one user error), say where,
+    then serve until interrupted."""
+    try:
+        import uvicorn
 
-    from recipe_engine.ui.app import create_app
-
+        from recipe_engine.ui.app import create_app
+    except ImportError as error:  # the `ui` extra is not installed
+        raise RecipeError(
+            f"`ui` needs the `ui` extra ({error.name} is not installed): "
+            "pip install 'recipe-engine[ui]'."
+        ) from None
+    listening = _listen(settings)
+    print(f"serving {settings.root} at {settings.url} (read-only; Ctrl-C stops)", flush=True)
     app = create_app(settings.root, allowed_hosts(settings.host))
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server.run(sockets=[listening])
+
+
+def _listen(settings: ServeSettings) -> socket.socket:
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((settings.host, settings.port))
+    except OSError as error:
+        listening.close()
+        raise RecipeError(
+            f"Cannot serve at {settings.url}: {error.strerror or error}. Choose another port "
+            "(ui.port=PORT) or an address of this machine (ui.host=...)."
+        ) from None
+    listening.listen(128)
+    return listening

@@ -25,7 +25,7 @@ class EntryRow:
     size: str
     eval: str
     used_by: list[str]
-    freed_by_gc: bool  # no run references it (nor its children): `runs gc` frees it
+    gc: str  # "would free" (no run needs it), "kept", or why a partial entry is kept
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def store_page(folder: OutputFolder) -> StorePage:
 
 
 def _row(folder: OutputFolder, entry: EntryInfo, freed: bool) -> EntryRow:
-    manifest = entry.manifest
+    manifest, partial = entry.manifest, entry.status == "partial"
     return EntryRow(
         entry.name,
         manifest.stage if manifest else "-",
@@ -62,5 +62,5 @@ def _row(folder: OutputFolder, entry: EntryInfo, freed: bool) -> EntryRow:
         size_text(entry.size),
         manifest.metrics.eval_text() if manifest else "-",
         [folder.relative(path) for path in entry.used_by],
-        freed,
+        "would free" if freed else "kept: training or interrupted" if partial else "kept",
     )

@@ -109,3 +109,14 @@ def test_bad_options_are_one_message_and_exit_2(tmp_path):
     missing = run_ui(f"output_root={tmp_path / 'nowhere'}")
     assert missing.returncode == EXIT_USER_ERROR
     assert "nothing has run there yet" in missing.stderr
+
+
+def test_a_port_already_taken_is_one_message_and_exit_2(tmp_path):
+    (tmp_path / "runs").mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        done = run_ui(f"output_root={tmp_path}", f"ui.port={taken.getsockname()[1]}")
+    assert done.returncode == EXIT_USER_ERROR, done.stderr
+    assert done.stderr.startswith("error: Cannot serve at http://127.0.0.1:")
+    assert "Choose another port" in done.stderr and "Traceback" not in done.stderr
