@@ -137,6 +137,7 @@ def test_the_experiment_shows_its_answer_and_the_store_its_entries(
     answer = next(line.strip("*") for line in report.splitlines() if line.startswith("**answer"))
     expect(page.locator(".answer-box")).to_have_text(answer)
     expect(page.locator("article table").first).to_contain_text("r3-two-stage")
+    page.wait_for_load_state("load")  # the charts too
     images = page.locator("article img")
     assert images.count() >= 1
     for index in range(images.count()):  # every chart loaded (and was not refused)
