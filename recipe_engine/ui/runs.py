@@ -212,7 +212,8 @@ def _going(view: RunView, run_dir: Path, store: Path) -> None:
     if view.state != "running":
         for stage in view.stages:
             if stage.state == "training":
-                stage.state, stage.detail = "failed", view.reason
+                at = f" (at step {stage.progress.step})" if stage.progress else ""
+                stage.state, stage.detail = "failed", view.reason + at
 
 
 def _training(stage: StageView, partial: Path) -> None:

@@ -125,7 +125,8 @@ def test_a_run_with_a_traceback_failed_with_its_last_line(tmp_path):
     )
     run = read_run(OutputFolder.at(tmp_path), run_dir, {})
     assert (run.state, run.reason) == ("failed", "RuntimeError: CUDA error: out of memory")
-    assert run.stages[1].state == "failed" and run.stages[1].detail == run.reason
+    assert run.stages[1].state == "failed"
+    assert run.stages[1].detail == f"{run.reason} (at step 30)"  # where it stopped
 
 
 def test_a_cluster_run_follows_its_jobs_keys_in_the_shared_store(tmp_path):
