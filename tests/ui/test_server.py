@@ -106,6 +106,8 @@ def test_bad_options_are_one_message_and_exit_2(tmp_path):
         done = run_ui(f"output_root={tmp_path}", option)
         assert done.returncode == EXIT_USER_ERROR, (option, done.stderr)
         assert done.stderr.startswith(f"error: {message}") and "Traceback" not in done.stderr
+    sweep = run_ui("-m", f"output_root={tmp_path}")
+    assert sweep.returncode == EXIT_USER_ERROR and "`ui` takes no sweep" in sweep.stderr
     missing = run_ui(f"output_root={tmp_path / 'nowhere'}")
     assert missing.returncode == EXIT_USER_ERROR
     assert "nothing has run there yet" in missing.stderr
