@@ -15,7 +15,7 @@ CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 FLOOR_VENV ?= /tmp/recipe-engine-floor
 
-.PHONY: install run study-table test test-cluster fuzz bench bench-memory bench-trl gpu-check lint docs clean floor-test constraints
+.PHONY: install run study-table test test-cluster test-browser ui ui-screenshots fuzz bench bench-memory bench-trl gpu-check lint docs clean floor-test constraints
 
 install: $(STAMP)
 
@@ -55,6 +55,26 @@ test-cluster: install
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
 	fi
 	$(PY) -m pytest -q -m cluster tests/cluster
+
+# `recipe-engine ui` in a real browser (tests/browser/): Debian's chromium, installed as root
+# when missing, driven by Playwright from PyPI (no browser download: `executable_path`).
+BROWSER_PACKAGES := chromium
+test-browser: install
+	@missing=$$(for p in $(BROWSER_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing $$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+	$(PY) -m pytest -q -m browser tests/browser
+
+# The user guide's screenshots of the UI (docs/ui/*.png, shown in docs/ui.md), taken by the
+# browser tests during a live run: regenerated, never edited by hand.
+ui-screenshots:
+	UI_SCREENSHOTS=docs/ui $(MAKE) test-browser
+
+# The read-only web view of outputs/ (after `make run`): http://127.0.0.1:8765/
+ui: install
+	$(PY) -m recipe_engine ui
 
 # The fuzzer unseeded for FUZZ_MINUTES (default 60); what breaks the invariant is saved under
 # tests/fuzz/found/ and replayed by every `make test` from then on.

@@ -1,0 +1,88 @@
+"""Serving the UI: uvicorn on 127.0.0.1 unless another address is asked for (then a warning:
+anyone who reaches that address reads the runs)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from recipe_engine.errors import RecipeError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    root: Path  # the output_root served
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+
+def parse_port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise RecipeError(f"`ui.port={text}` is not a port: give a number from 1 to 65535.")
+    return port
+
+
+def bind_warning(host: str) -> str | None:
+    """What binding to `host` exposes, when it is not this machine's loopback address."""
+    if host in LOOPBACK:
+        return None
+    return (
+        f"warning: serving on {host}, not 127.0.0.1: anyone who can reach this address reads "
+        "every run, score and setting under output_root (nothing can be changed). To share a "
+        "view, prefer a tunnel to 127.0.0.1 (ssh -L PORT:127.0.0.1:PORT)."
+    )
+
+
+def allowed_hosts(host: str) -> list[str]:
+    """The Host headers answered: on the loopback address only its names (a page of another
+    site cannot reach the UI through a name it points at 127.0.0.1); elsewhere any."""
+    return list(LOOPBACK) if host in LOOPBACK else ["*"]
+
+
+def serve(settings: ServeSettings) -> None:
+    """Listen (a port taken or an address not this machine's is one user error), say where,
+    then serve until interrupted."""
+    try:
+        import uvicorn
+
+        from recipe_engine.ui.app import create_app
+    except ImportError as error:  # the `ui` extra is not installed
+        raise RecipeError(
+            f"`ui` needs the `ui` extra ({error.name} is not installed): "
+            "pip install 'recipe-engine[ui]'."
+        ) from None
+    listening = _listen(settings)
+    print(f"serving {settings.root} at {settings.url} (read-only; Ctrl-C stops)", flush=True)
+    app = create_app(settings.root, allowed_hosts(settings.host))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server.run(sockets=[listening])
+
+
+def _listen(settings: ServeSettings) -> socket.socket:
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((settings.host, settings.port))
+    except OSError as error:
+        listening.close()
+        raise RecipeError(
+            f"Cannot serve at {settings.url}: {error.strerror or error}. Choose another port "
+            "(ui.port=PORT) or an address of this machine (ui.host=...)."
+        ) from None
+    listening.listen(128)
+    return listening
