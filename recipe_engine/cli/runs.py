@@ -9,6 +9,7 @@ from omegaconf import DictConfig
 
 from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
+from recipe_engine.config.schema import EngineConfig
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.report.jobs import render_job_states
 from recipe_engine.resolve.scheduler import down_nodes, job_states
@@ -83,7 +84,7 @@ def platform_here_for(cfg: DictConfig) -> PlatformHere:
     return here
 
 
-def output_root(cfg: DictConfig) -> Path:
+def output_root(cfg: DictConfig | EngineConfig) -> Path:
     """The composed `output_root` (so user config folders and defaults apply), absolute."""
     root = Path(str(cfg.output_root))
     root = root.expanduser().resolve()

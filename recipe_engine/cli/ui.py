@@ -6,16 +6,9 @@ import sys
 
 from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.cli.runs import output_root
-from recipe_engine.config.compose import compose_config
+from recipe_engine.config.ui_options import DEFAULT_HOST, DEFAULT_PORT, compose_ui
 from recipe_engine.errors import RecipeError
-from recipe_engine.ui.server import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    ServeSettings,
-    bind_warning,
-    parse_port,
-    serve,
-)
+from recipe_engine.ui.server import ServeSettings, bind_warning, serve
 
 USAGE = f"""\
 usage: recipe-engine ui [output_root=DIR] [ui.host=ADDRESS] [ui.port=PORT]
@@ -32,33 +25,17 @@ anything, and it serves nothing but the engine's records.
                    tunnel: ssh -L {DEFAULT_PORT}:127.0.0.1:{DEFAULT_PORT} LOGIN_NODE
   ui.port=PORT     the port (default {DEFAULT_PORT})
 """
-OWN_KEYS = ("ui.host", "ui.port")
 
 
 def main(args: list[str], multirun: bool) -> int:
     """The `ui` verb: serve until interrupted (Ctrl-C)."""
     if multirun:
         raise RecipeError("`ui` takes no sweep: drop -m/--multirun.")
-    settings = parse_settings(args)
+    overrides, flags = split_hydra_flags(args)
+    config = compose_ui(overrides, config_dirs(flags))
+    settings = ServeSettings(output_root(config), config.ui.host, config.ui.port)
     warning = bind_warning(settings.host)
     if warning:
         print(warning, file=sys.stderr)
     serve(settings)
     return 0
-
-
-def parse_settings(args: list[str]) -> ServeSettings:
-    """The output_root (composed, as every verb reads it) and the UI's own keys."""
-    overrides, flags = split_hydra_flags(args)
-    own = {}
-    for override in overrides:
-        key, _, value = override.lstrip("+").partition("=")
-        if key in OWN_KEYS:
-            own[key] = value
-        elif key.startswith("ui."):
-            raise RecipeError(f"Unknown key `{key}`: `ui` takes {', '.join(OWN_KEYS)}.")
-    host = own.get("ui.host", DEFAULT_HOST) or DEFAULT_HOST
-    port = parse_port(own["ui.port"]) if "ui.port" in own else DEFAULT_PORT
-    rest = [o for o in overrides if not o.lstrip("+").startswith("ui.")]
-    root = output_root(compose_config(rest, extra_dirs=config_dirs(flags)))
-    return ServeSettings(root, host, port)

@@ -7,10 +7,9 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from recipe_engine.config.ui_options import DEFAULT_HOST, DEFAULT_PORT
 from recipe_engine.errors import RecipeError
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8765
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -24,16 +23,6 @@ class ServeSettings:
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/"
-
-
-def parse_port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 1 <= port <= 65535:
-        raise RecipeError(f"`ui.port={text}` is not a port: give a number from 1 to 65535.")
-    return port
 
 
 def bind_warning(host: str) -> str | None:

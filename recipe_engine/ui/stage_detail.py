@@ -8,6 +8,7 @@ committed from the recipe's config the run saved (what it was asked to do).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,9 +80,10 @@ def _plan_of(manifest: Manifest) -> list[tuple[str, str]]:
         ("LoRA", ", ".join(manifest.lora_components) or "-"),
         ("quantized", manifest.bits if manifest.bits != "none" else "-"),
         ("dtype", manifest.dtype),
-        ("n_gpu", str(placement.get("n_gpu", manifest.world_size))),
+        ("n_gpu", str(placement.n_gpu if placement else manifest.world_size)),
     ]
-    rows += [(f"placement: {k}", _text(v)) for k, v in placement.items() if k != "n_gpu"]
+    recorded = dataclasses.asdict(placement) if placement else {}
+    rows += [(f"placement: {k}", _text(v)) for k, v in recorded.items() if k != "n_gpu"]
     return rows
 
 

@@ -98,9 +98,9 @@ def run_ui(*args: str) -> subprocess.CompletedProcess:
 
 def test_bad_options_are_one_message_and_exit_2(tmp_path):
     cases = {
-        "ui.port=http": "`ui.port=http` is not a port",
+        "ui.port=http": "Invalid value for `ui.port`",
         "ui.port=0": "`ui.port=0` is not a port",
-        "ui.colour=red": "Unknown key `ui.colour`",
+        "ui.colour=red": "Unknown key `ui.colour`. Valid keys there: host, port",
     }
     for option, message in cases.items():
         done = run_ui(f"output_root={tmp_path}", option)
