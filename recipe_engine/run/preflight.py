@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from recipe_engine.config.trainers import TRAINERS
 from recipe_engine.errors import RecipeError
@@ -73,15 +74,39 @@ def library_arguments(stage: StagePlan) -> JsonObject:
     }
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A library's (or the engine's) refusal of one stage's settings, as the child reports
+    it (`library_objects.judge`): the library's own words, or the engine's naming the key."""
+
+    stage: str
+    class_name: str  # SFTConfig, LoraConfig, BitsAndBytesConfig, ...
+    error: str = ""  # the library's exception text
+    key: str | None = None  # with `message`: the refused key, within its section
+    message: str | None = None  # the engine's own words, naming the key and the fix
+
+    @classmethod
+    def from_json(cls, verdict: JsonObject) -> Refusal:
+        return cls(
+            verdict["stage"],
+            verdict["class"],
+            verdict.get("error", ""),
+            verdict.get("key"),
+            verdict.get("message"),
+        )
+
+
 def _judge(payload: list[JsonObject]) -> JsonObject:
+    """The verdict remembered for an accepted plan (the cache stores JSON)."""
     verdict = _ask_child(payload)
     if verdict:
-        raise _refusal(verdict, payload)
+        raise _refusal(Refusal.from_json(verdict), payload)
     return {"accepted": True}
 
 
-def _ask_child(payload: list[JsonObject]) -> dict[str, str]:
-    """`library_objects.judge(payload)`, run in a clean child process."""
+def _ask_child(payload: list[JsonObject]) -> JsonObject:
+    """`library_objects.judge(payload)`, run in a clean child process: its verdict as it
+    prints it, `{}` where every stage's settings are accepted."""
     env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARIABLES.match(k)}
     child = subprocess.run(
         [sys.executable, "-m", "recipe_engine.config.library_objects"],
@@ -100,13 +125,13 @@ def _ask_child(payload: list[JsonObject]) -> dict[str, str]:
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
-def _refusal(verdict: dict[str, str], payload: list[JsonObject]) -> RecipeError:
-    name, class_name = verdict["stage"], verdict["class"]
-    if "message" in verdict:  # the engine's own words, naming the key and the fix
+def _refusal(refusal: Refusal, payload: list[JsonObject]) -> RecipeError:
+    name, class_name = refusal.stage, refusal.class_name
+    if refusal.message is not None:  # the engine's own words, naming the key and the fix
         return RecipeError(
-            verdict["message"], key=f"stage.{name}.{SECTIONS[class_name]}.{verdict['key']}"
+            refusal.message, key=f"stage.{name}.{SECTIONS[class_name]}.{refusal.key}"
         )
-    detail = verdict["error"].strip().splitlines()[0] if verdict["error"].strip() else ""
+    detail = refusal.error.strip().splitlines()[0] if refusal.error.strip() else ""
     arguments = next(s for s in payload if s["stage"] == name)[class_name] or {}
     named = [k for k in arguments if re.search(rf"\b{re.escape(k)}\b", detail)]
     section = f"stage.{name}.{SECTIONS[class_name]}"
