@@ -18,6 +18,7 @@ import hydra
 from omegaconf import DictConfig, open_dict
 
 from recipe_engine.cli.argv import PRINT_FLAGS, config_dirs, expand_sweep, split_hydra_flags
+from recipe_engine.cli.export import stage_card
 from recipe_engine.config.compose import (
     CONFIG_NAME,
     CONFIG_SOURCE,
@@ -35,7 +36,7 @@ from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.resolve.scheduler import read_partition, require_slurm
 from recipe_engine.run.gpu_pool import is_scheduler, job_pool, lease_gpu
 from recipe_engine.run.planning import plan_from_config
-from recipe_engine.run.recipe import incomplete, run_recipe, stages_to_run
+from recipe_engine.run.recipe import StageResult, incomplete, run_recipe, stages_to_run
 from recipe_engine.run.scheduling import submit_recipe
 from recipe_engine.store.store import Store, check_output_root, mark_engine_folder
 
@@ -275,10 +276,32 @@ def _run_and_report(plan: RecipePlan, run_dir: Path) -> None:
     from recipe_engine.evaluate.after_run import report_run
 
     undone = incomplete(results) + report_run(plan, results, run_dir)
+    undone += _track_artifacts(results, run_dir)
     if undone:
         lines = "\n".join(f"  {line}" for line in undone)
         print(f"error: the run is incomplete:\n{lines}", file=sys.stderr)
         sys.exit(EXIT_INCOMPLETE)
+
+
+def _track_artifacts(results: list[StageResult], run_dir: Path) -> list[str]:
+    """The run's plots (written by `report_run`) on its MLflow recipe run, each stage's model
+    card on the stage's run; what failed, as a line (the stages are committed regardless)."""
+    tracked = [result for result in results if result.mlflow_run is not None]
+    if not tracked:
+        return []
+    from recipe_engine.run import mlflow_tracking
+
+    try:
+        parent = mlflow_tracking.parent_of(tracked[0].mlflow_run)
+        mlflow_tracking.log_files(parent, sorted(run_dir.glob("*.png")), "plots")
+        for result in tracked:
+            card = stage_card(result.output)
+            if card is not None:
+                mlflow_tracking.log_text(result.mlflow_run, card, "model_card/README.md")
+    except Exception as error:  # the tracking server's answer: the run itself is done
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return [f"MLflow did not take the run's plots and model cards: {first}"]
+    return []
 
 
 def relaunch(args: list[str], plan: RecipePlan) -> int:
