@@ -5,9 +5,9 @@ id) and hands that id to transformers' MLflowCallback in MLFLOW_RUN_ID while the
 the callback reattaches to it in whichever process trains (rank 0 alone logs) and logs the
 Trainer's arguments and losses there. The engine adds what only it knows: the stage's plan
 as `plan.*` params (the callback's own params keep their names), its key and lineage as tags,
-and its held-out evaluation as `stage/*` metrics. The parent's id is kept in
-RECIPE_ENGINE_MLFLOW_PARENT_RUN: a process that starts stages elsewhere (a scheduler's jobs)
-opens the parent and sets it, and every stage nests under that one.
+and its held-out evaluation as `stage/*` metrics. Stages that run as jobs of their own
+(`launcher=slurm`) nest under the run their submission opened: its id reaches them in
+RECIPE_ENGINE_MLFLOW_PARENT_RUN.
 
 Imported only when a stage reports to MLflow: `mlflow` is an extra.
 """
