@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.errors import RecipeError
 from recipe_engine.plan.dag import short
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.store.records import Manifest, StageMetrics
@@ -76,14 +77,23 @@ def open_recipe_run(plan: RecipePlan, run_dir: Path) -> TrackedRun:
     """This recipe run's parent run: the one a process above this one opened (its id in
     RECIPE_ENGINE_MLFLOW_PARENT_RUN), else a new one, named after the run folder."""
     import mlflow
+    from mlflow.exceptions import MlflowException
 
     uri = mlflow.get_tracking_uri()  # MLFLOW_TRACKING_URI, else MLflow's default store
     mlflow_client = client(uri)
     given = os.environ.get(PARENT_VARIABLE)
-    if given:
-        experiment = mlflow_client.get_run(given).info.experiment_id
-        return TrackedRun(uri, experiment, given, opened_here=False)
-    experiment = experiment_id(uri, plan.recipe)
+    try:  # the first request: before any stage runs, an unreachable server is one message
+        if given:
+            experiment = mlflow_client.get_run(given).info.experiment_id
+            return TrackedRun(uri, experiment, given, opened_here=False)
+        experiment = experiment_id(uri, plan.recipe)
+    except MlflowException as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise RecipeError(
+            f"`report_to` names mlflow, but MLflow at {uri} did not answer: {first[:300]}. "
+            "Start the tracking server, or point MLFLOW_TRACKING_URI at one.",
+            key="report_to",
+        ) from None
     tags = {"recipe_engine.recipe": plan.recipe, "recipe_engine.run_dir": str(run_dir)}
     run_name = f"{plan.recipe}/{run_dir.name}"
     created = mlflow_client.create_run(experiment, run_name=run_name, tags=tags)

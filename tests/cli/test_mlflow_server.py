@@ -185,3 +185,24 @@ def test_export_registers_a_model_version_tagged_with_its_stage(tracked_run: Tra
     assert version.tags["recipe_engine.form"] == "merged"
     exported = [f.path for f in client.list_artifacts(llm.info.run_id, "export")]
     assert "export/config.json" in exported and "export/README.md" in exported
+
+
+def test_a_tracking_server_that_does_not_answer_is_one_message_before_training(tmp_path):
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+    }
+    done = engine(
+        "recipe=text-lora",
+        "output_root=out",
+        "data.max_samples=16",
+        "stage.llm.train.report_to=[mlflow]",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    [message] = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert "`report_to` names mlflow, but MLflow at http://127.0.0.1:" in message
+    assert not list((tmp_path / "out").glob("store/*/COMPLETE"))  # nothing trained
