@@ -5,6 +5,8 @@ the hub, and registered as an MLflow model version."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,9 +151,6 @@ def _typed(target: str, given: dict[str, str]) -> ExportOptions:
 def _registering(given: dict[str, str]) -> bool:
     """`register=`, by default whether MLFLOW_TRACKING_URI names a tracking server (as it
     turns MLflow on for transformers); checked for mlflow before anything is written."""
-    import importlib.util
-    import os
-
     default = "true" if os.environ.get("MLFLOW_TRACKING_URI") else "false"
     register = BOOLEANS[given.get("register", default).lower()]
     if register and importlib.util.find_spec("mlflow") is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.errors import RecipeError
 from recipe_engine.run.exporting import ExportPlan
 from recipe_engine.run.mlflow_tracking import (
     KEY_TAG,
@@ -29,13 +30,26 @@ def register_export(folder: Path, plan: ExportPlan, name: str | None) -> str:
     """Register the export in `folder` as a new version of model `name` (default
     `<recipe>-<stage>`); the line saying so."""
     import mlflow
+    from mlflow.exceptions import MlflowException
 
-    final = plan.manifest
     uri = mlflow.get_tracking_uri()
+    try:
+        named = name or f"{plan.manifest.recipe}-{plan.manifest.stage}"
+        return _register(folder, plan, named, uri)
+    except MlflowException as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise RecipeError(
+            f"The export is in {folder}, but registering it in MLflow at {uri} failed: "
+            f"{first[:300]}. Check the tracking server (MLFLOW_TRACKING_URI), then export "
+            "again, or add register=false."
+        ) from None
+
+
+def _register(folder: Path, plan: ExportPlan, name: str, uri: str) -> str:
+    final = plan.manifest
     mlflow_client = client(uri)
     run = _run_for(TrackedRun(uri, experiment_id(uri, final.recipe), ""), plan)
     mlflow_client.log_artifacts(run.run_id, str(folder), ARTIFACTS)
-    name = name or f"{final.recipe}-{final.stage}"
     if not mlflow_client.search_registered_models(filter_string=f"name = '{name}'"):
         mlflow_client.create_registered_model(name)
     source = f"{mlflow_client.get_run(run.run_id).info.artifact_uri}/{ARTIFACTS}"
