@@ -1,9 +1,12 @@
 """`export STAGE_OR_RUN [to=DIR] [merge=true|false] [base=DIR_OR_ID] [format=hf|gguf]
-[push=true repo=ORG/NAME]`: a committed stage as a folder the stock Auto classes load from
-anywhere, with its model card; optionally uploaded to the hub."""
+[push=true repo=ORG/NAME] [register=true|false registered_model=NAME]`: a committed stage as a
+folder the stock Auto classes load from anywhere, with its model card; optionally uploaded to
+the hub, and registered as an MLflow model version."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +29,21 @@ STAGE_OR_RUN: a run folder (its last trained stage), RUN_DIR:STAGE, a store fold
                   the parent stage, or its hub id); hub bases are named at their revision
   format=hf       hf (a save_pretrained folder); gguf says what to run
   push=true repo=ORG/NAME   upload the folder with huggingface_hub (HF_TOKEN / hf auth login)
+  register=true   register the export as an MLflow model version (default: true when
+                  MLFLOW_TRACKING_URI is set); registered_model=NAME (default <recipe>-<stage>)
   output_root=DIR where store keys are looked up (default: outputs)"""
 
-OPTIONS = ("to", "merge", "base", "format", "push", "repo", "output_root")
+OPTIONS = (
+    "to",
+    "merge",
+    "base",
+    "format",
+    "push",
+    "repo",
+    "register",
+    "registered_model",
+    "output_root",
+)
 BOOLEANS = {"true": True, "false": False}
 KEY = re.compile(r"^[0-9a-f]{6,40}$")
 GGUF_HOWTO = (
@@ -50,6 +65,8 @@ class ExportOptions:
     base: str | None = None
     push: bool = False
     repo: str | None = None
+    register: bool = False  # as an MLflow model version
+    registered_model: str | None = None  # None: <recipe>-<stage>
     output_root: Path = Path("outputs")
 
 
@@ -61,12 +78,29 @@ def main(args: list[str], multirun: bool) -> int:
     options = parse_options(words)
     source = stage_folder(options.target, options.output_root)
     plan = decide_export(ExportRequest(source, options.to, options.merge, options.base))
-    facts = CardFacts(plan.form, plan.base, plan.base_revision, plan.adapter_base)
-    folder = write_export(plan, model_card(plan.lineage, facts))
+    folder = write_export(plan, export_card(plan))
     print(f"exported stage `{plan.manifest.stage}` ({plan.form}) to {folder}")
     if options.push:
         print(push(folder, str(options.repo), plan))
+    if options.register:
+        from recipe_engine.run.mlflow_registry import register_export
+
+        print(register_export(folder, plan, options.registered_model))
     return 0
+
+
+def export_card(plan: ExportPlan) -> str:
+    facts = CardFacts(plan.form, plan.base, plan.base_revision, plan.adapter_base)
+    return model_card(plan.lineage, facts)
+
+
+def stage_card(folder: Path) -> str | None:
+    """The model card a default export of the stage in `folder` would carry (None for a stage
+    that holds no weights)."""
+    try:
+        return export_card(decide_export(ExportRequest(folder)))
+    except RecipeError:
+        return None
 
 
 def parse_options(words: list[str]) -> ExportOptions:
@@ -88,7 +122,7 @@ def parse_options(words: list[str]) -> ExportOptions:
 
 
 def _typed(target: str, given: dict[str, str]) -> ExportOptions:
-    for key in ("merge", "push"):
+    for key in ("merge", "push", "register"):
         if key in given and given[key].lower() not in BOOLEANS:
             raise RecipeError(f"`{key}={given[key]}`: use true or false.", key=key)
     fmt = given.get("format", "hf")
@@ -100,6 +134,7 @@ def _typed(target: str, given: dict[str, str]) -> ExportOptions:
     repo = given.get("repo")
     if push and not (repo and re.fullmatch(r"[\w.-]+/[\w.-]+", repo)):
         raise RecipeError("`push=true` needs `repo=ORG/NAME` (the hub repository).", key="repo")
+    register = _registering(given)
     return ExportOptions(
         target=target,
         to=Path(given["to"]).expanduser() if given.get("to") else None,
@@ -107,8 +142,26 @@ def _typed(target: str, given: dict[str, str]) -> ExportOptions:
         base=given.get("base"),
         push=push,
         repo=repo,
+        register=register,
+        registered_model=given.get("registered_model"),
         output_root=Path(given.get("output_root", "outputs")).expanduser(),
     )
+
+
+def _registering(given: dict[str, str]) -> bool:
+    """`register=`, by default whether MLFLOW_TRACKING_URI names a tracking server (as it
+    turns MLflow on for transformers); checked for mlflow before anything is written."""
+    default = "true" if os.environ.get("MLFLOW_TRACKING_URI") else "false"
+    register = BOOLEANS[given.get("register", default).lower()]
+    if register and importlib.util.find_spec("mlflow") is None:
+        raise RecipeError(
+            "`register=true` (MLFLOW_TRACKING_URI is set, or register= was given) needs "
+            "MLflow: pip install 'recipe-engine[mlflow]', or register=false.",
+            key="register",
+        )
+    if "registered_model" in given and not register:
+        raise RecipeError("`registered_model=` names the model `register=true` registers.")
+    return register
 
 
 def stage_folder(target: str, output_root: Path) -> Path:

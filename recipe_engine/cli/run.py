@@ -90,7 +90,29 @@ def report_finished_run(plan: RecipePlan, results: list[StageResult], run_dir: P
     # Imported here: a cached rerun never loads the measuring (nor torch, when it measures).
     from recipe_engine.evaluate.after_run import report_run
 
-    return report_run(plan, results, run_dir)
+    return report_run(plan, results, run_dir) + _track_artifacts(results, run_dir)
+
+
+def _track_artifacts(results: list[StageResult], run_dir: Path) -> list[str]:
+    """The run's plots (written by `report_run`) on its MLflow recipe run, each stage's model
+    card on the stage's run; what failed, as a line (the stages are committed regardless)."""
+    tracked = [result for result in results if result.mlflow_run is not None]
+    if not tracked:
+        return []
+    from recipe_engine.cli.export import stage_card
+    from recipe_engine.run import mlflow_tracking
+
+    try:
+        parent = mlflow_tracking.parent_of(tracked[0].mlflow_run)
+        mlflow_tracking.log_files(parent, sorted(run_dir.glob("*.png")), "plots")
+        for result in tracked:
+            card = stage_card(result.output)
+            if card is not None:
+                mlflow_tracking.log_text(result.mlflow_run, card, "model_card/README.md")
+    except Exception as error:  # the tracking server's answer: the run itself is done
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return [f"MLflow did not take the run's plots and model cards: {first}"]
+    return []
 
 
 def _submit(composed: DictConfig, plan: RecipePlan, args: list[str]) -> int:

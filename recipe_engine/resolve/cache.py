@@ -39,6 +39,7 @@ TRACKERS = (
     "tensorboardX",
     "wandb",
     "mlflow",
+    "mlflow-skinny",  # what recipe-engine[mlflow] installs: the client without the server
     "comet_ml",
     "clearml",
     "dvclive",

@@ -16,7 +16,9 @@ from recipe_engine.plan.dag import short
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.resolve.hub_revisions import pin_revisions, pins_path
 from recipe_engine.resolve.machine import is_main_process
+from recipe_engine.run import mlflow_tracking
 from recipe_engine.run.disk_space import full_disk_is_one_message
+from recipe_engine.run.mlflow_tracking import TrackedRun
 from recipe_engine.store.metric_text import eval_text
 from recipe_engine.store.records import Difference, Manifest, RunSummary, StageRow, relative_to
 from recipe_engine.store.store import Store
@@ -33,6 +35,8 @@ class StageResult:
     # A reused stage trained on another platform: how that one differs from this one (its
     # value first); retraining the key here may give other weights.
     other_platform: list[Difference] = field(default_factory=list)
+    # The stage's MLflow run (rank 0, when its report_to names mlflow).
+    mlflow_run: TrackedRun | None = None
 
 
 def run_recipe(plan: RecipePlan, run_dir: Path) -> list[StageResult]:
@@ -41,10 +45,41 @@ def run_recipe(plan: RecipePlan, run_dir: Path) -> list[StageResult]:
     names = stages_to_run(plan, store)
     if is_main_process():
         pin_hub_revisions(plan, names)
-    results = [run_or_reuse(plan, plan.stages[name], store, run_dir=run_dir) for name in names]
+    tracked = [n for n in names if mlflow_tracking.reports_to_mlflow(plan.stages[n])]
+    parent = None
+    if tracked and is_main_process():  # only rank 0 logs
+        parent = mlflow_tracking.open_recipe_run(plan, run_dir)
+    try:
+        results = [_run_tracked(plan, store, name, run_dir, parent) for name in names]
+    except BaseException:
+        if parent is not None:
+            mlflow_tracking.close_run(parent, failed=True)
+        raise
+    if parent is not None:
+        mlflow_tracking.close_run(parent, failed=bool(incomplete(results)))
     if is_main_process():
         run_summary(plan, results, run_dir).save(run_dir)
     return results
+
+
+def _run_tracked(
+    plan: RecipePlan, store: Store, name: str, run_dir: Path, parent: TrackedRun | None
+) -> StageResult:
+    """`run_or_reuse`, inside the stage's own MLflow run when it reports to MLflow: opened
+    here, handed to the Trainer's callback, given the outcome and closed."""
+    stage = plan.stages[name]
+    if parent is None or not mlflow_tracking.reports_to_mlflow(stage):
+        return run_or_reuse(plan, stage, store, run_dir=run_dir)
+    child = mlflow_tracking.open_stage_run(parent, plan, stage)
+    try:
+        with mlflow_tracking.training_into(child):
+            result = run_or_reuse(plan, stage, store, run_dir=run_dir)
+    except BaseException:
+        mlflow_tracking.close_run(child, failed=True)
+        raise
+    mlflow_tracking.finish_stage_run(child, result.status, result.manifest)
+    result.mlflow_run = child
+    return result
 
 
 def stages_to_run(plan: RecipePlan, store: Store) -> list[str]:

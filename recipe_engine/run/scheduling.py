@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import shlex
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ from pathlib import Path
 from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.recipe_plan import RecipePlan, StageJob
+from recipe_engine.run import mlflow_tracking
 from recipe_engine.store.jobs import SubmittedJob, save_jobs
 
 # The rendezvous port of a multi-node stage: one per job id, so jobs sharing a node differ.
@@ -50,6 +52,7 @@ def submit_recipe(plan: RecipePlan, args: list[str], run_dir: Path) -> list[Subm
     run_dir.mkdir(parents=True, exist_ok=True)
     submitted: dict[str, SubmittedJob] = {}
     command = " ".join(["python -m recipe_engine", *map(shlex.quote, args)])
+    parent = _mlflow_parent(plan, run_dir)
     for name, job in plan.jobs.items():
         executor = submitit.SlurmExecutor(folder=run_dir / name / "slurm", max_num_timeout=1000)
         executor.update_parameters(**_sbatch_options(plan, job, submitted))
@@ -59,6 +62,7 @@ def submit_recipe(plan: RecipePlan, args: list[str], run_dir: Path) -> list[Subm
             run_dir=str(run_dir),
             nodes=job.nodes,
             processes_per_node=job.processes_per_node,
+            mlflow_parent=parent,
         )
         try:
             with contextlib.redirect_stderr(io.StringIO()):  # submitit echoes sbatch's stderr
@@ -83,6 +87,15 @@ def submit_recipe(plan: RecipePlan, args: list[str], run_dir: Path) -> list[Subm
         )
         save_jobs(run_dir, list(submitted.values()))
     return list(submitted.values())
+
+
+def _mlflow_parent(plan: RecipePlan, run_dir: Path) -> str | None:
+    """The MLflow run every stage job's run nests under, opened here when a stage reports to
+    MLflow (the jobs run apart: none of them is the recipe's run). It stays open: no job
+    knows it is the last, and each stage's own run carries its outcome."""
+    if not any(mlflow_tracking.reports_to_mlflow(stage) for stage in plan.stages.values()):
+        return None
+    return mlflow_tracking.open_recipe_run(plan, run_dir).run_id
 
 
 # sbatch's refusals, by what it names, and the key that set it.
@@ -172,17 +185,24 @@ class StageTask:
     run_dir: str
     nodes: int
     processes_per_node: int
+    mlflow_parent: str | None = None  # the MLflow run the stage's run nests under
 
     def __call__(self) -> str:
         command = [*self._launcher(), *self._engine_args()]
         print(f"stage {self.stage}: {shlex.join(command)}", flush=True)
-        code = subprocess.run(command, check=False).returncode
+        code = subprocess.run(command, check=False, env=self.environment()).returncode
         if code != 0:
             raise RuntimeError(
                 f"stage {self.stage} stopped with exit code {code} (its messages are above; "
                 f"its run folder: {Path(self.run_dir) / self.stage})"
             )
         return self.stage
+
+    def environment(self) -> dict[str, str]:
+        """The job's environment, with the MLflow run its stage nests under."""
+        if self.mlflow_parent is None:
+            return dict(os.environ)
+        return {**os.environ, mlflow_tracking.PARENT_VARIABLE: self.mlflow_parent}
 
     def checkpoint(self) -> object:
         """On the time-limit signal: requeue the same task; the stage resumes from its last
