@@ -98,6 +98,7 @@ constraints: install
 	{ echo "# The exact versions \`make test\` last passed with (pip freeze of .venv). \`make install\` installs"; \
 	  echo "# with these pins; pyproject.toml holds the ranges. Refresh: make constraints"; \
 	  $(PY) -m pip freeze --exclude-editable | grep -v '^#'; } > constraints.txt
+	$(PY) -m recipe_engine.tools.field_tables  # the field tables of the new pins (commit them)
 
 # The oldest versions pyproject.toml admits, resolved together in a scratch venv, against the
 # fast tests (planner, config, store, reports) and a short training run. torch comes from

@@ -29,6 +29,7 @@ from recipe_engine.config.bounds import (
     is_number,
 )
 from recipe_engine.config.components import validate_components
+from recipe_engine.config.field_tables import shipped_fields
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
 from recipe_engine.files import JsonObject, atomic_write_json
 from recipe_engine.versions import package_version
@@ -103,19 +104,35 @@ class LibraryField:
 
 
 def library_fields(class_name: str) -> dict[str, LibraryField]:
-    """Field name -> `LibraryField` of one library settings class, cached per version."""
-    module, attr, dist = LIBRARY_CLASSES[class_name]
+    """Field name -> `LibraryField` of one library settings class: the user's cache, else the
+    table shipped for the pinned versions (`field_tables`), else read from the class (an
+    import of seconds) and cached per version."""
+    _module, _attr, dist = LIBRARY_CLASSES[class_name]
     version = package_version(dist)  # None: not installed (the import below says so)
     cached = cache_dir() / "fields" / f"{class_name}-{dist}-{version}-{FIELDS_FORMAT}.json"
     if version and cached.is_file():
-        return {k: LibraryField(v["type"], tuple(v["choices"])) for k, v in _read(cached).items()}
+        return _fields_of(_read(cached))
+    shipped = shipped_fields(class_name)
+    if shipped is not None:
+        return _fields_of(shipped)
+    recorded = read_library_fields(class_name)
+    if version:  # fields of an unversioned import may change under the same name
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(cached, recorded)
+    return _fields_of(recorded)
+
+
+def read_library_fields(class_name: str) -> JsonObject:
+    """One class's fields read from the installed library, as the cache records them."""
+    module, attr, _dist = LIBRARY_CLASSES[class_name]
     if module.startswith("trl.experimental"):  # its import warns of what `plan` notes already
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     fields = _read_fields(getattr(importlib.import_module(module), attr), class_name)
-    if version:  # fields of an unversioned import may change under the same name
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(cached, {k: dataclasses.asdict(v) for k, v in fields.items()})
-    return fields
+    return {k: dataclasses.asdict(v) for k, v in fields.items()}
+
+
+def _fields_of(recorded: JsonObject) -> dict[str, LibraryField]:
+    return {k: LibraryField(v["type"], tuple(v["choices"])) for k, v in recorded.items()}
 
 
 def _read(path: Path) -> JsonObject:

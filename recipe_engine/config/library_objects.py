@@ -147,5 +147,16 @@ def _what_to_install(integration: str) -> str:
     return f"its package is not installed: pip install {package}"
 
 
+def import_libraries() -> None:
+    """What judging most plans imports (seconds), done before the stages arrive: the planner
+    starts this child while it is still reading models and rows (`run.preflight`)."""
+    import peft  # noqa: F401
+    from transformers import BitsAndBytesConfig  # noqa: F401
+    from transformers.integrations import integration_utils  # noqa: F401
+    from trl import SFTConfig  # noqa: F401
+
+
 if __name__ == "__main__":  # the planner's child process: JSON stages in, JSON verdict out
+    if "--import-first" in sys.argv:
+        import_libraries()
     print(json.dumps(judge(json.load(sys.stdin))))

@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,8 @@ def remembered(
         return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError):
         pass  # not cached yet, or a record damaged outside the engine: read again
+    while _before_reading:
+        _before_reading.pop()()
     result = read()
     if result is not None:
         try:
@@ -82,6 +85,23 @@ def remembered(
         except OSError as error:
             log.warning("not cached (%s): %s", path, error.strerror or error)
     return result
+
+
+@contextmanager
+def before_first_read(prepare: Callable[[], None]) -> Iterator[None]:
+    """Call `prepare` once, before the first record this block has to read rather than
+    find: the planner starts its library child there (`run.preflight.LibraryChild`), so
+    that a cold plan's reads and the child's imports overlap, and a warm plan starts none."""
+    _before_reading.append(prepare)
+    try:
+        yield
+    finally:
+        if prepare in _before_reading:
+            _before_reading.remove(prepare)
+
+
+# What `before_first_read` blocks wait to call (one per block; a plan holds one).
+_before_reading: list[Callable[[], None]] = []
 
 
 def file_digest(path: Path) -> str:

@@ -106,23 +106,77 @@ def _judge(payload: list[JsonObject]) -> JsonObject:
 
 def _ask_child(payload: list[JsonObject]) -> JsonObject:
     """`library_objects.judge(payload)`, run in a clean child process: its verdict as it
-    prints it, `{}` where every stage's settings are accepted."""
-    env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARIABLES.match(k)}
-    child = subprocess.run(
-        [sys.executable, "-m", "recipe_engine.config.library_objects"],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        env={**env, "CUDA_VISIBLE_DEVICES": ""},
-        timeout=600,
-    )
-    if child.returncode != 0:
-        last = (child.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RecipeError(
-            f"Could not check the stage settings with the installed libraries ({last}). "
-            "Reinstall them with `make install`."
+    prints it, `{}` where every stage's settings are accepted. The child `LibraryChild`
+    started early is asked if there is one, else a new one."""
+    return (_early or LibraryChild()).verdict(payload)
+
+
+class LibraryChild:
+    """The child process that judges the stages' settings (`library_objects`). Its imports
+    (TRL, PEFT, transformers: seconds) need no stage, so a plan that reads models and rows
+    starts it at its first read (`start`) and the imports overlap the reads; a plan whose
+    reads and verdict are all cached never starts it. Used as `with`, it is the one
+    `_ask_child` asks, and is stopped on the way out."""
+
+    def __init__(self) -> None:
+        self._child: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        if self._child is not None:
+            return
+        env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARIABLES.match(k)}
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", "recipe_engine.config.library_objects", "--import-first"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, "CUDA_VISIBLE_DEVICES": ""},
         )
-    return json.loads(child.stdout.strip().splitlines()[-1])
+
+    def verdict(self, payload: list[JsonObject]) -> JsonObject:
+        self.start()
+        assert self._child is not None
+        child, self._child = self._child, None  # one verdict per child
+        try:
+            stdout, stderr = child.communicate(json.dumps(payload), timeout=600)
+        finally:
+            _stop(child)
+        if child.returncode != 0:
+            last = (stderr.strip().splitlines() or ["no output"])[-1]
+            raise RecipeError(
+                f"Could not check the stage settings with the installed libraries ({last}). "
+                "Reinstall them with `make install`."
+            )
+        return json.loads(stdout.strip().splitlines()[-1])
+
+    def stop(self) -> None:
+        if self._child is not None:
+            _stop(self._child)
+            self._child = None
+
+    def __enter__(self) -> LibraryChild:
+        global _early
+        _early = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _early
+        _early = None
+        self.stop()
+
+
+def _stop(child: subprocess.Popen[str]) -> None:
+    if child.poll() is None:
+        child.kill()  # not asked (a cached verdict, a refusal before it): nothing to wait for
+    child.wait()
+    for stream in (child.stdin, child.stdout, child.stderr):
+        if stream is not None:
+            stream.close()
+
+
+# The child a plan started early (`LibraryChild` as `with`), for `_ask_child` to ask.
+_early: LibraryChild | None = None
 
 
 def _refusal(refusal: Refusal, payload: list[JsonObject]) -> RecipeError:
