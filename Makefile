@@ -15,7 +15,7 @@ CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 FLOOR_VENV ?= /tmp/recipe-engine-floor
 
-.PHONY: install run study-table test test-cluster test-browser ui ui-screenshots fuzz bench bench-memory bench-trl gpu-check lint docs clean floor-test constraints
+.PHONY: install run study-table test test-cluster test-browser ui ui-screenshots fuzz bench bench-memory bench-trl gpu-check gpu-report bench-startup field-tables lint docs clean floor-test constraints
 
 install: $(STAMP)
 
@@ -98,7 +98,7 @@ constraints: install
 	{ echo "# The exact versions \`make test\` last passed with (pip freeze of .venv). \`make install\` installs"; \
 	  echo "# with these pins; pyproject.toml holds the ranges. Refresh: make constraints"; \
 	  $(PY) -m pip freeze --exclude-editable | grep -v '^#'; } > constraints.txt
-	$(PY) -m recipe_engine.tools.field_tables  # the field tables of the new pins (commit them)
+	$(MAKE) field-tables  # the field tables of the new pins (commit them)
 
 # The oldest versions pyproject.toml admits, resolved together in a scratch venv, against the
 # fast tests (planner, config, store, reports) and a short training run. torch comes from
@@ -130,3 +130,23 @@ bench-trl: install
 # docs/gpu/README.md says how to run it where no package index is reachable.
 gpu-check: install
 	$(PY) -m recipe_engine.tools.gpu_check --out docs/gpu/gpu-check-$$(date +%F).md
+
+# One GPU session's report, docs/gpu/<date>.md, within 25 minutes (docs/gpu/README.md): gpu-check,
+# engine vs plain TRL, SmolLM2 tokens/s and MFU, the CUDA memory table, DeepSpeed / FSDP to commit,
+# a merged export served by vLLM. No venv and no index there: the image's python3 and the
+# wheelhouse taken along (.gpu-wheels). `make gpu-report DRY=1` runs anywhere: it plans every step,
+# prints the commands, runs what a CPU can and writes docs/gpu/<date>-dry.md.
+GPU_PYTHON ?= python3
+GPU_REPORT_DIR ?= docs/gpu
+GPU_WHEELS ?= .gpu-wheels
+gpu-report:
+	$(GPU_PYTHON) -m recipe_engine.tools.gpu_report --out-dir $(GPU_REPORT_DIR) --wheels $(GPU_WHEELS) $(if $(DRY),--dry-run)
+
+# Where a first command's seconds go before the first step and after the last, against plain TRL
+# (docs/performance.md, "Start-up"; a few minutes on CPU).
+bench-startup: install
+	$(PY) -m recipe_engine.tools.bench_startup
+
+# The library field tables shipped for the pinned versions (recipe_engine/config/field_tables/).
+field-tables: install
+	$(PY) -m recipe_engine.tools.field_tables

@@ -1,0 +1,443 @@
+"""One GPU session's report: every check only a GPU can make, run in one go (`make gpu-report`).
+
+    python -m recipe_engine.tools.gpu_report [--out-dir docs/gpu] [--wheels .gpu-wheels]
+    python -m recipe_engine.tools.gpu_report --dry-run      # anywhere: plan, print, write
+
+On a GPU machine without a package index it runs, each step with its own time limit and all
+within `--budget-s` (25 minutes by default), and writes docs/gpu/<date>.md:
+- `wheelhouse`: the wheels taken along (docs/gpu/README.md) installed with `--target` under
+  /tmp, put on every step's PYTHONPATH;
+- `gpu-check` (`tools.gpu_check`);
+- the engine against plain TRL (`tools.bench_trl --device cuda --parts engine`);
+- SmolLM2-135M tokens/s and MFU in LoRA, QLoRA and full fine-tuning at a batch that fills the
+  GPU, plain and with packing, padding-free and Liger;
+- the CUDA memory table of every configuration `tools.bench_memory` knows;
+- DeepSpeed ZeRO-2, ZeRO-3 and FSDP stages, each run to its commit;
+- a merged export served by vLLM, whose greedy answers on held-out probes must match
+  transformers'.
+A step that cannot run here (no CUDA, vllm not installed, out of time) is listed as not run,
+with why, in the closing section. `--dry-run` runs on a CPU: it plans every step, prints the
+exact commands, runs the CPU-possible one (`gpu_check --dry-run`) and writes the report with
+every GPU step listed as not run and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import date
+from pathlib import Path
+
+from recipe_engine.tables import markdown_table
+from recipe_engine.versions import package_version
+
+BUDGET_S = 25 * 60
+LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes", "datasets",
+             "deepspeed", "vllm", "liger-kernel")  # fmt: skip
+QUIET = ("eval.enabled=false", "eval.compare=false")
+SMALL = ("data.max_samples=16", *QUIET)
+# SmolLM2-135M at a batch that fills an 80 GB card's compute (sequence 512, 20 steps).
+THROUGHPUT_BATCH, THROUGHPUT_SEQ, THROUGHPUT_STEPS = 64, 512, 20
+SMOLLM2_PARAMS = 134.5e6
+TIED = "stage.llm.freeze.components=[embeddings,lm_head]"
+METHODS = {
+    "lora": (TIED,),
+    "qlora": (TIED, "stage.llm.quantization.load_in_4bit=true",
+              "stage.llm.quantization.bnb_4bit_compute_dtype=bfloat16"),
+    "full": ("stage.llm.lora=null", "stage.llm.freeze.components=[]"),
+}  # fmt: skip
+VARIANTS = {
+    "plain": (),
+    "packing": ("+stage.llm.train.packing=true",),
+    "padding-free": ("+stage.llm.train.padding_free=true",),
+    "liger": ("+stage.llm.train.use_liger_kernel=true",),
+}
+# Dense bf16 tensor-core peak, TFLOP/s, by the name torch gives the card.
+PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
+RAN, FAILED, NOT_RUN = "ran", "failed", "not run"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of the report: its section, what it needs besides Python, its limit, and
+    how its result is read from its scratch folder (a line for the report)."""
+
+    section: str
+    name: str
+    command: tuple[str, ...]
+    limit_s: int
+    needs: tuple[str, ...] = ("cuda",)
+    runs_dry: bool = False  # runs on a CPU in the dry mode (as it is: it is cheap there)
+    result: Callable[[str], str] = lambda output: ""  # from what it printed and wrote
+
+    def shown(self) -> str:
+        return shlex.join(self.command)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    step: Step
+    status: str  # RAN | FAILED | NOT_RUN
+    seconds: float = 0.0
+    result: str = ""  # what it measured, or why it failed / did not run
+    output: str = ""  # the tail of what it printed
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this machine offers the steps."""
+
+    gpu: str  # the card's name, "" without CUDA
+    installed: frozenset[str]
+
+    def missing(self, step: Step) -> str:
+        """Why `step` cannot run here, "" when it can."""
+        for need in step.needs:
+            if need == "cuda" and not self.gpu:
+                return "no CUDA"
+            if need != "cuda" and need not in self.installed:
+                return f"{need} not installed"
+        return ""
+
+
+def python() -> str:
+    return sys.executable
+
+
+def engine(*overrides: str) -> tuple[str, ...]:
+    return (python(), "-m", "recipe_engine", *overrides)
+
+
+def committed(folder: Path) -> str:
+    """A run's stages committed to its store, named (what a distributed step must reach)."""
+    stages = [json.loads(m.read_text())["stage"] for m in folder.glob("store/*/manifest.json")]
+    if not stages:
+        raise RuntimeError("nothing committed to the store")
+    return f"committed: {', '.join(sorted(stages))}"
+
+
+def tokens_per_second(folder: Path, gpu: str) -> str:
+    """Training tokens/s from the stage's log, and the model FLOPs utilization (6 N per token
+    against the card's dense bf16 peak)."""
+    from recipe_engine.tools.bench_trl import stage_log
+
+    log = stage_log(folder, "llm")
+    rate = log.num_tokens / log.train_runtime
+    peak = next((v for k, v in PEAK_TFLOPS.items() if k in gpu), None)
+    mfu = f"{6 * SMOLLM2_PARAMS * rate / (peak * 1e12):.1%}" if peak else "n/a (unknown card)"
+    return f"{rate:,.0f} tokens/s, MFU {mfu} ({log.steps} steps)"
+
+
+def throughput_steps(folder: Path, gpu: str) -> list[Step]:
+    """SmolLM2-135M per method and variant, each in its own output_root under `folder`."""
+    steps = []
+    for method, method_overrides in METHODS.items():
+        for variant, variant_overrides in VARIANTS.items():
+            name = f"{method} {variant}"
+            root = folder / f"throughput-{method}-{variant}"
+            overrides = (
+                "recipe=text-lora", "model=smollm2-135m", "device=cuda", *QUIET,
+                f"stage.llm.train.per_device_train_batch_size={THROUGHPUT_BATCH}",
+                f"stage.llm.train.max_length={THROUGHPUT_SEQ}",
+                f"+stage.llm.train.max_steps={THROUGHPUT_STEPS}",
+                *method_overrides, *variant_overrides, f"output_root={root}",
+            )  # fmt: skip
+            needs = ("cuda", *(["bitsandbytes"] if method == "qlora" else []),
+                     *(["liger_kernel"] if variant == "liger" else []))  # fmt: skip
+            read = lambda _output, root=root: tokens_per_second(root, gpu)  # noqa: E731
+            steps.append(
+                Step("SmolLM2-135M throughput", name, engine(*overrides), 240, needs, result=read)
+            )
+    return steps
+
+
+def distributed_steps(folder: Path) -> list[Step]:
+    cases = {
+        "ZeRO-2": ("recipe=r1-llm-only", "parallel=deepspeed"),
+        "ZeRO-3": ("recipe=r2-vision-only", "parallel=deepspeed",
+                   "++stage.vision.train.deepspeed.zero_optimization.stage=3"),
+        "FSDP": ("recipe=r2-vision-only", "parallel=fsdp"),
+    }  # fmt: skip
+    steps = []
+    for name, overrides in cases.items():
+        root = folder / f"distributed-{name}"
+        needs = ("cuda", "deepspeed") if "deepspeed" in " ".join(overrides) else ("cuda",)
+        command = engine(*overrides, "device=cuda", *SMALL, f"output_root={root}")
+        read = lambda _output, root=root: committed(root)  # noqa: E731
+        steps.append(
+            Step("DeepSpeed and FSDP, run to commit", name, command, 300, needs, result=read)
+        )
+    return steps
+
+
+def export_steps(folder: Path) -> list[Step]:
+    """Train text-lora on SmolLM2 briefly, export it merged, and ask vLLM and transformers the
+    held-out probes greedily (`--compare-vllm`)."""
+    root, export = folder / "export-run", folder / "export"
+    section = "A merged export served by vLLM"
+    train = engine("recipe=text-lora", "model=smollm2-135m", "device=cuda", *SMALL,
+                   f"output_root={root}")  # fmt: skip
+    export_command = (python(), "-m", "recipe_engine.tools.gpu_report", "--export", str(root),
+                      str(export))  # fmt: skip
+    compare = (python(), "-m", "recipe_engine.tools.gpu_report", "--compare-vllm", str(export))
+    return [
+        Step(section, "train", train, 300),
+        Step(section, "export merge=true", export_command, 120),
+        Step(section, "vLLM against transformers", compare, 600, ("cuda", "vllm"), result=_last),
+    ]
+
+
+def wheelhouse_step(folder: Path, wheels: Path) -> Step | None:
+    """The wheels taken along, installed with `--target` under the scratch folder (no index:
+    docs/gpu/README.md); every later step finds them first on its PYTHONPATH."""
+    wheel_files = sorted(str(w) for w in wheels.glob("*.whl"))
+    if not wheel_files:
+        return None
+    install = (python(), "-m", "pip", "install", "--no-index", "--find-links", str(wheels),
+               "--no-deps", "--target", str(folder / "site-packages"), *wheel_files)  # fmt: skip
+    return Step("Wheelhouse", "install", install, 300, ())
+
+
+def install_wheels(session: Session, wheels: Path) -> None:
+    step = wheelhouse_step(session.folder, wheels)
+    if step is None:
+        nothing = Step("Wheelhouse", "install", (), 0, ())
+        why = f"no wheels in {wheels}: the image's own packages are used"
+        session.outcomes.append(Outcome(nothing, NOT_RUN, result=why))
+    else:
+        session.run(step)
+
+
+def all_steps(folder: Path, gpu: str) -> list[Step]:
+    """Every measuring step of the report, in the order they run."""
+    gpu_check = (python(), "-m", "recipe_engine.tools.gpu_check",
+                 "--out", str(folder / "gpu-check.md"))  # fmt: skip
+    bench_trl = (python(), "-m", "recipe_engine.tools.bench_trl", "--device", "cuda",
+                 "--parts", "engine")  # fmt: skip
+    bench_memory = (python(), "-m", "recipe_engine.tools.bench_memory", "--device", "cuda")
+    return [
+        Step("gpu-check", "gpu_check", gpu_check, 600, runs_dry=True, result=_last),
+        Step("Engine against plain TRL", "bench_trl", bench_trl, 300, result=_last),
+        *throughput_steps(folder, gpu),
+        Step(
+            "CUDA memory, every bench-memory configuration",
+            "bench_memory",
+            bench_memory,
+            480,
+            result=_last,
+        ),  # fmt: skip
+        *distributed_steps(folder),
+        *export_steps(folder),
+    ]
+
+
+def dry_command(step: Step) -> tuple[str, ...]:
+    """What a step runs in the dry mode: gpu_check says what it would run, without CUDA."""
+    return (*step.command[:3], "--dry-run") if step.name == "gpu_check" else step.command
+
+
+@dataclass
+class Session:
+    """One report's run: where steps write, the machine, the clock, what each step did."""
+
+    folder: Path
+    machine: Machine
+    dry: bool
+    budget_s: float = BUDGET_S
+    started: float = field(default_factory=time.monotonic)
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def left_s(self) -> float:
+        return self.budget_s - (time.monotonic() - self.started)
+
+    def run(self, step: Step) -> Outcome:
+        print(f"$ {step.shown()}", flush=True)
+        why = "" if self.dry and step.runs_dry else self.machine.missing(step)
+        if self.dry and not step.runs_dry:
+            why = f"dry mode{f'; here: {why}' if why else ''}"
+        elif not why and self.left_s() < 30:
+            why = "out of time (the report's budget was spent)"
+        if why:
+            outcome = Outcome(step, NOT_RUN, result=why)
+        else:
+            command = dry_command(step) if self.dry else step.command
+            outcome = self._execute(replace(step, command=command))
+        self.outcomes.append(outcome)
+        print(f"  -> {outcome.status}: {outcome.result}", flush=True)
+        return outcome
+
+    def _execute(self, step: Step) -> Outcome:
+        started = time.monotonic()
+        limit = min(step.limit_s, max(self.left_s(), 1))
+        env = step_env(self.folder)
+        try:
+            done = subprocess.run(step.command, capture_output=True, text=True, timeout=limit,
+                                  env=env)  # fmt: skip
+        except subprocess.TimeoutExpired as timeout:
+            tail = _text(timeout.stdout) + _text(timeout.stderr)
+            return Outcome(step, FAILED, time.monotonic() - started,
+                           f"stopped at its limit ({limit:.0f} s)", _tail(tail))  # fmt: skip
+        seconds, output = time.monotonic() - started, done.stdout + done.stderr
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            return Outcome(step, FAILED, seconds, f"exit {done.returncode}: {last}", _tail(output))
+        try:
+            result = step.result(done.stdout)
+        except (OSError, ValueError, KeyError, RuntimeError, ZeroDivisionError) as error:
+            return Outcome(step, FAILED, seconds, f"ran, but {error}", _tail(output))
+        return Outcome(step, RAN, seconds, result or "exit 0", _tail(output))
+
+
+def step_env(folder: Path) -> dict[str, str]:
+    """The steps' environment: offline, the wheelhouse's packages first on the path."""
+    site = folder / "site-packages"
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def _last(output: str) -> str:
+    return (output.strip().splitlines() or [""])[-1]
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
+def _tail(output: str, lines: int = 25) -> str:
+    return "\n".join(output.strip().splitlines()[-lines:])
+
+
+# What a step may need besides CUDA, as the import names the steps check.
+OPTIONAL = ("bitsandbytes", "deepspeed", "vllm", "liger_kernel")
+DETECT = (
+    "import importlib.util, json, sys\n"
+    "gpu = ''\n"
+    "try:\n"
+    "    import torch\n"
+    "    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ''\n"
+    "except ImportError:\n"
+    "    pass\n"
+    "names = [n for n in sys.argv[1:] if importlib.util.find_spec(n)]\n"
+    "print(json.dumps({'gpu': gpu, 'installed': names}))\n"
+)
+
+
+def detect_machine(folder: Path) -> Machine:
+    """The GPU and the optional packages, as the steps' environment sees them."""
+    done = subprocess.run(
+        [python(), "-c", DETECT, *OPTIONAL], capture_output=True, text=True,
+        env=step_env(folder), timeout=300,
+    )  # fmt: skip
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return Machine(found["gpu"], frozenset(found["installed"]))
+
+
+def write_report(session: Session, out: Path) -> Path:
+    """docs/gpu/<date>.md: the machine, a section per step group, then what did not run."""
+    mode = "dry run (nothing measured)" if session.dry else "measured"
+    versions = ", ".join(f"{d} {package_version(d) or 'not installed'}" for d in LIBRARIES)
+    lines = [
+        f"# GPU report: {date.today().isoformat()}",
+        "",
+        f"`make gpu-report` ({mode}) on {session.machine.gpu or 'a machine without CUDA'}.",
+        f"Libraries: {versions}.",
+    ]
+    for section in dict.fromkeys(o.step.section for o in session.outcomes):
+        lines += ["", f"## {section}", ""]
+        ran = [o for o in session.outcomes if o.step.section == section]
+        rows = [[o.step.name, o.status, f"{o.seconds:.0f}", o.result] for o in ran]
+        lines += markdown_table(rows, header=["step", "status", "s", "result"])
+        lines += ["", "```console", *(f"$ {o.step.shown()}" for o in ran), "```"]
+        for outcome in (o for o in ran if o.status == FAILED and o.output):
+            lines += ["", f"`{outcome.step.name}` printed, last lines:", "", "```text"]
+            lines += [outcome.output, "```"]
+    lines += ["", "## Not run", ""]
+    skipped = [o for o in session.outcomes if o.status != RAN]
+    lines += [f"- {o.step.section}: `{o.step.name}`: {o.result}" for o in skipped] or ["- none"]
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{date.today().isoformat()}{'-dry' if session.dry else ''}.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def export_last(root: Path, target: Path) -> int:
+    """`export` of the one stage the run under `root` stored, merged, to `target`."""
+    (stage,) = [m.parent for m in root.glob("store/*/manifest.json")]
+    command = engine("export", str(stage), "merge=true", f"to={target}")
+    print("$ " + " ".join(command), flush=True)
+    return subprocess.run(command).returncode
+
+
+def compare_vllm(export: Path, probes: int = 16) -> int:
+    """vLLM serving the export and transformers, asked the held-out probes greedily: exit 0
+    when every answer matches, 1 otherwise, printing the count last."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from vllm import LLM, SamplingParams
+
+    from recipe_engine.resolve.tiny import build_dataset
+
+    rows = (build_dataset("arithmetic") / "eval.jsonl").read_text().splitlines()[:probes]
+    tokenizer = AutoTokenizer.from_pretrained(export)
+    prompts = [
+        tokenizer.apply_chat_template(json.loads(r)["messages"][:-1], tokenize=False,
+                                      add_generation_prompt=True)
+        for r in rows
+    ]  # fmt: skip
+    served = LLM(model=str(export), dtype="bfloat16", gpu_memory_utilization=0.3)
+    greedy = SamplingParams(temperature=0.0, max_tokens=16)
+    vllm_answers = [o.outputs[0].text.strip() for o in served.generate(prompts, greedy)]
+    model = AutoModelForCausalLM.from_pretrained(export, dtype=torch.bfloat16).to("cuda")
+    hf_answers = []
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to("cuda")
+        out = model.generate(**ids, max_new_tokens=16, do_sample=False)
+        hf_answers.append(tokenizer.decode(out[0, ids["input_ids"].shape[1]:],
+                                           skip_special_tokens=True).strip())  # fmt: skip
+    same = sum(a == b for a, b in zip(vllm_answers, hf_answers, strict=True))
+    for number, (a, b) in enumerate(zip(vllm_answers, hf_answers, strict=True), 1):
+        print(
+            f"probe {number}: {'same' if a == b else 'DIFFERENT'}: vllm {a!r}, transformers {b!r}"
+        )
+    print(f"greedy answers matching transformers': {same} of {len(prompts)}")
+    return 0 if same == len(prompts) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.gpu_report")
+    parser.add_argument("--out-dir", type=Path, default=Path("docs/gpu"))
+    parser.add_argument("--wheels", type=Path, help="a wheelhouse to install under /tmp first")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="plan, print, write; run no GPU step"
+    )
+    parser.add_argument("--budget-s", type=float, default=BUDGET_S)
+    parser.add_argument("--export", nargs=2, type=Path, help=argparse.SUPPRESS)  # a step's
+    parser.add_argument("--compare-vllm", type=Path, help=argparse.SUPPRESS)  # a step's
+    options = parser.parse_args(argv)
+    if options.export:
+        return export_last(*options.export)
+    if options.compare_vllm:
+        return compare_vllm(options.compare_vllm)
+    with tempfile.TemporaryDirectory(prefix="gpu-report-", dir="/tmp") as scratch:
+        folder = Path(scratch)
+        session = Session(folder, Machine("", frozenset()), options.dry_run, options.budget_s)
+        if options.wheels:
+            install_wheels(session, options.wheels)
+        session.machine = detect_machine(folder)
+        for step in all_steps(folder, session.machine.gpu):
+            session.run(step)
+        path = write_report(session, options.out_dir)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
