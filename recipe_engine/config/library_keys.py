@@ -128,7 +128,7 @@ def read_library_fields(class_name: str) -> JsonObject:
     if module.startswith("trl.experimental"):  # its import warns of what `plan` notes already
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     fields = _read_fields(getattr(importlib.import_module(module), attr), class_name)
-    return {k: dataclasses.asdict(v) for k, v in fields.items()}
+    return {k: {"type": v.type, "choices": list(v.choices)} for k, v in fields.items()}
 
 
 def _fields_of(recorded: JsonObject) -> dict[str, LibraryField]:

@@ -355,7 +355,7 @@ def write_report(session: Session, out: Path) -> Path:
         ran = [o for o in session.outcomes if o.step.section == section]
         rows = [[o.step.name, o.status, f"{o.seconds:.0f}", o.result] for o in ran]
         lines += markdown_table(rows, header=["step", "status", "s", "result"])
-        lines += ["", "```console", *(f"$ {o.step.shown()}" for o in ran), "```"]
+        lines += ["", "```bash", *(o.step.shown() for o in ran), "```"]
         for outcome in (o for o in ran if o.status == FAILED and o.output):
             lines += ["", f"`{outcome.step.name}` printed, last lines:", "", "```text"]
             lines += [outcome.output, "```"]

@@ -40,3 +40,18 @@ def test_a_cache_that_cannot_be_written_is_not_kept_and_the_read_goes_on(records
         assert not list((records / "rows").iterdir())
     finally:
         subprocess.run(["chattr", "-i", str(records / "rows")], check=True)
+
+
+def test_what_waits_for_the_first_read_runs_once_before_it_and_never_on_hits(
+    records: Path,
+) -> None:
+    cache.remembered("rows", {"x": 1}, lambda: {"rows": 3})
+    calls: list[str] = []
+    with cache.before_first_read(lambda: calls.append("started")):
+        cache.remembered("rows", {"x": 1}, lambda: calls.append("read") or {"rows": 3})
+        assert calls == []  # a hit: nothing to overlap, nothing started
+        cache.remembered("rows", {"x": 2}, lambda: calls.append("read") or {"rows": 4})
+        cache.remembered("rows", {"x": 3}, lambda: calls.append("read") or {"rows": 5})
+    assert calls == ["started", "read", "read"]
+    cache.remembered("rows", {"x": 4}, lambda: {"rows": 6})  # outside the block: no call
+    assert calls == ["started", "read", "read"]
