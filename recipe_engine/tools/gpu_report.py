@@ -56,9 +56,9 @@ METHODS = {
 }  # fmt: skip
 VARIANTS = {
     "plain": (),
-    "packing": ("+stage.llm.train.packing=true",),
-    "padding-free": ("+stage.llm.train.padding_free=true",),
-    "liger": ("+stage.llm.train.use_liger_kernel=true",),
+    "packing": ("++stage.llm.train.packing=true",),
+    "padding-free": ("++stage.llm.train.padding_free=true",),
+    "liger": ("++stage.llm.train.use_liger_kernel=true",),
 }
 # Dense bf16 tensor-core peak, TFLOP/s, by the name torch gives the card.
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
@@ -147,7 +147,7 @@ def throughput_steps(folder: Path, gpu: str) -> list[Step]:
                 "recipe=text-lora", "model=smollm2-135m", "device=cuda", *QUIET,
                 f"stage.llm.train.per_device_train_batch_size={THROUGHPUT_BATCH}",
                 f"stage.llm.train.max_length={THROUGHPUT_SEQ}",
-                f"+stage.llm.train.max_steps={THROUGHPUT_STEPS}",
+                f"++stage.llm.train.max_steps={THROUGHPUT_STEPS}",
                 *method_overrides, *variant_overrides, f"output_root={root}",
             )  # fmt: skip
             needs = ("cuda", *(["bitsandbytes"] if method == "qlora" else []),
