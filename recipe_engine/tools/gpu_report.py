@@ -125,8 +125,9 @@ def committed(folder: Path) -> str:
 
 
 def tokens_per_second(folder: Path, gpu: str) -> str:
-    """Training tokens/s from the stage's log, and the model FLOPs utilization (6 N per token
-    against the card's dense bf16 peak)."""
+    """Training tokens/s from the stage's log, and the model FLOPs utilization: 6 N FLOPs per
+    token against the card's dense bf16 peak (full fine-tuning's count; LoRA and QLoRA skip
+    most weight gradients, so theirs reads high by up to a third)."""
     from recipe_engine.tools.bench_trl import stage_log
 
     log = stage_log(folder, "llm")

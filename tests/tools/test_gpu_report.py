@@ -89,3 +89,18 @@ def test_a_step_after_the_budget_is_spent_is_not_run(tmp_path):
     spent = Session(tmp_path, Machine("NVIDIA H100", frozenset()), dry=False, budget_s=0)
     outcome = spent.run(python_step("late", "print(1)"))
     assert outcome.status == NOT_RUN and "out of time" in outcome.result
+
+
+def test_throughput_is_read_from_the_stage_log_with_its_mfu(tmp_path):
+    from recipe_engine.tools.gpu_report import tokens_per_second
+
+    entry = tmp_path / "store" / "abc123"
+    entry.mkdir(parents=True)
+    (entry / "manifest.json").write_text('{"stage": "llm"}')
+    records = [{"step": 10, "num_tokens": 5e5}, {"step": 20, "train_runtime": 2.0}]
+    (entry / "metrics.jsonl").write_text("\n".join(map(str, records)).replace("'", '"'))
+    # 250,000 tokens/s * 6 * 134.5e6 FLOPs = 201.75 TFLOP/s of an H100's 989: 20.4%.
+    assert tokens_per_second(tmp_path, "NVIDIA H100 80GB HBM3") == (
+        "250,000 tokens/s, MFU 20.4% (20 steps)"
+    )
+    assert "MFU n/a (unknown card)" in tokens_per_second(tmp_path, "Some GPU")
