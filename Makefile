@@ -40,10 +40,11 @@ run: install
 study-table: run
 	$(PY) -m recipe_engine.tools.study_table
 
-# Two worker processes, one test file each (a file's tests share its fixtures); the fuzzer's
+# Two worker processes, one test file each (a file's tests share its fixtures), the longest
+# files first (tests/conftest.py: LONGEST_FIRST, not xdist's order by test count); the fuzzer's
 # seeded, bounded run is part of it (tests/fuzz/test_fuzz.py).
 test: install
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # Against a real two-node SLURM cluster started on this host (tests/cluster/slurm_cluster.py):
 # Debian's slurm-wlm, slurmdbd, munge and MariaDB (for sacct), installed as root when missing.
