@@ -140,8 +140,9 @@ def decide_packing(train: LibraryKwargs, facts: PackingFacts) -> PackingChoice:
         raise RecipeError(
             f"{key}.{asked[0]}=true would let the rows of a batch attend to each other: "
             f"`{facts.model_type}` with {facts.attention} attention builds no mask from "
-            "position_ids, so nothing keeps packed rows apart. Drop the key, or load the model "
-            "with FlashAttention 2/3 (its kernels read the row boundaries TRL passes).",
+            "position_ids, so nothing keeps packed rows apart. Drop the key, or use a model "
+            "whose config.json names attn_implementation flash_attention_2 (its kernels read "
+            "the row boundaries TRL passes).",
             key=f"{key}.{asked[0]}",
         )
     return PackingChoice(train, kept_apart_by=where)

@@ -51,7 +51,7 @@ def test_a_model_whose_mask_ignores_position_ids_is_refused_with_the_fix() -> No
     with pytest.raises(RecipeError, match="attend to each other") as refusal:
         decide_packing(PACKED, facts)
     assert refusal.value.key == "stage.llm.train.packing"
-    assert "FlashAttention" in str(refusal.value)
+    assert "flash_attention_2" in str(refusal.value)
 
 
 @pytest.mark.parametrize(
