@@ -40,31 +40,34 @@ run: install
 study-table: run
 	$(PY) -m recipe_engine.tools.study_table
 
-# Two worker processes, one test file each (a file's tests share its fixtures); the fuzzer's
+# Two worker processes, one test file each (a file's tests share its fixtures), the longest
+# files first (tests/conftest.py: LONGEST_FIRST, not xdist's order by test count); the fuzzer's
 # seeded, bounded run is part of it (tests/fuzz/test_fuzz.py).
 test: install
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+
+# Debian packages a test target needs (a system service: SLURM, a browser), installed as root
+# when missing; never skipped.
+define apt_install
+	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing $$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+endef
 
 # Against a real two-node SLURM cluster started on this host (tests/cluster/slurm_cluster.py):
 # Debian's slurm-wlm, slurmdbd, munge and MariaDB (for sacct), installed as root when missing.
 CLUSTER_PACKAGES := slurm-wlm slurmdbd munge mariadb-server
 test-cluster: install
-	@missing=$$(for p in $(CLUSTER_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "installing $$missing"; \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
-	fi
+	$(call apt_install,$(CLUSTER_PACKAGES))
 	$(PY) -m pytest -q -m cluster tests/cluster
 
 # `recipe-engine ui` in a real browser (tests/browser/): Debian's chromium, installed as root
 # when missing, driven by Playwright from PyPI (no browser download: `executable_path`).
 BROWSER_PACKAGES := chromium
 test-browser: install
-	@missing=$$(for p in $(BROWSER_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "installing $$missing"; \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
-	fi
+	$(call apt_install,$(BROWSER_PACKAGES))
 	$(PY) -m pytest -q -m browser tests/browser
 
 # The user guide's screenshots of the UI (docs/ui/*.png, shown in docs/ui.md), taken by the

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,9 +42,23 @@ TEXT_MODELS = ("tiny-llama", "tiny-qwen2")
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache for the module: every artefact is built once and shared by the tests."""
-    return tmp_path_factory.mktemp("tiny-cache")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One cache for the module: every artefact is built once and shared by the tests, with
+    the thread count `make install` built the user's cache with (torch's default): the tiny
+    VLMs' pre-training sums in an order that depends on it, and the builds here are compared
+    bitwise with those, whatever the suite's workers use (tests/conftest.py)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(_default_threads())
+    yield tmp_path_factory.mktemp("tiny-cache")
+    torch.set_num_threads(before)
+
+
+def _default_threads() -> int:
+    """torch's own thread count in a process started without OMP_NUM_THREADS."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    code = "import torch; print(torch.get_num_threads())"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    return int(done.stdout)
 
 
 def _rows(folder: Path, split: str) -> list[dict]:

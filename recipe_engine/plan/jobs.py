@@ -118,25 +118,33 @@ def _host_gib(stage: StagePlan, per_node: int) -> float:
 
 
 @dataclass(frozen=True)
+class Asked:
+    """One amount a job asks for, and the key that set it (named in a refusal)."""
+
+    amount: int | float
+    key: str
+
+
+@dataclass(frozen=True)
 class ResourceRequest:
-    """What one job asks SLURM for, with the key that set each amount (named in a refusal)."""
+    """What one job asks SLURM for."""
 
     who: str  # "Stage `llm`", "Each sweep job"
-    nodes: tuple[int, str]
-    gpus_per_node: tuple[int, str]
-    cpus_per_task: tuple[int, str]
-    mem_gb: tuple[float, str]
-    time_min: tuple[int, str]
+    nodes: Asked
+    gpus_per_node: Asked
+    cpus_per_task: Asked
+    mem_gb: Asked
+    time_min: Asked
 
 
 def _stage_request(job: StageJob) -> ResourceRequest:
     return ResourceRequest(
         who=f"Stage `{job.stage}`",
-        nodes=(job.nodes, "nodes"),
-        gpus_per_node=(job.gpus_per_node, "device"),
-        cpus_per_task=(job.cpus_per_task, "slurm.cpus_per_task"),
-        mem_gb=(job.mem_gb, "slurm.mem_gb"),
-        time_min=(job.time_min, "slurm.time"),
+        nodes=Asked(job.nodes, "nodes"),
+        gpus_per_node=Asked(job.gpus_per_node, "device"),
+        cpus_per_task=Asked(job.cpus_per_task, "slurm.cpus_per_task"),
+        mem_gb=Asked(job.mem_gb, "slurm.mem_gb"),
+        time_min=Asked(job.time_min, "slurm.time"),
     )
 
 
@@ -144,9 +152,11 @@ def check_request(request: ResourceRequest, partition: Partition) -> None:
     """What the partition cannot give, refused with the key that asked for it (sbatch would
     refuse it too, with a message that names neither)."""
     where, who = f"partition `{partition.name}`", request.who
-    (nodes, nodes_key), (gpus, gpus_key) = request.nodes, request.gpus_per_node
-    (cpus, cpus_key), (mem, mem_key) = request.cpus_per_task, request.mem_gb
-    minutes, time_key = request.time_min
+    nodes, nodes_key = request.nodes.amount, request.nodes.key
+    gpus, gpus_key = request.gpus_per_node.amount, request.gpus_per_node.key
+    cpus, cpus_key = request.cpus_per_task.amount, request.cpus_per_task.key
+    mem, mem_key = request.mem_gb.amount, request.mem_gb.key
+    minutes, time_key = request.time_min.amount, request.time_min.key
     if nodes > partition.nodes:
         raise RecipeError(
             f"{who} asks for {nodes} nodes (`{nodes_key}`), but {where} has "
@@ -189,9 +199,9 @@ def sweep_job_request(launcher: Mapping[str, Any]) -> ResourceRequest:
     mem = launcher.get("mem_gb")
     return ResourceRequest(
         who="Each sweep job",
-        nodes=(int(launcher.get("nodes") or 1), key + "nodes"),
-        gpus_per_node=(int(launcher.get("gpus_per_node") or 0), key + "gpus_per_node"),
-        cpus_per_task=(int(launcher.get("cpus_per_task") or 1), key + "cpus_per_task"),
-        mem_gb=(float(mem) if mem is not None else 0.0, key + "mem_gb"),
-        time_min=(int(launcher.get("timeout_min") or 1), key + "timeout_min"),
+        nodes=Asked(int(launcher.get("nodes") or 1), key + "nodes"),
+        gpus_per_node=Asked(int(launcher.get("gpus_per_node") or 0), key + "gpus_per_node"),
+        cpus_per_task=Asked(int(launcher.get("cpus_per_task") or 1), key + "cpus_per_task"),
+        mem_gb=Asked(float(mem) if mem is not None else 0.0, key + "mem_gb"),
+        time_min=Asked(int(launcher.get("timeout_min") or 1), key + "timeout_min"),
     )

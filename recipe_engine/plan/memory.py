@@ -53,6 +53,9 @@ INT8_BYTES = 1.0
 # only pass through saves no linear inputs: the element-wise ops keep 4h + 3I.
 TRAINED_H, TRAINED_I = 6, 4
 PASS_H, PASS_I = 4, 3
+# Liger's SwiGLU kernel saves only the gate and up projections' outputs and recomputes the
+# activation and product in the backward pass (liger_kernel/ops/swiglu.py).
+LIGER_I = 2
 # Logits are never materialized: TRL's SFTTrainer (>= 1.16) patches the model with a fused
 # LM head (trl/kernels/chunked_logprob.py) that projects at most TOKEN_TILE tokens at a time
 # onto one VOCAB_TILE-wide buffer, whatever the vocabulary (trl/trainer/utils.py
@@ -123,6 +126,10 @@ class MemoryRequest:
     gradient_checkpointing: bool = False
     optim: str = "adamw_torch_fused"
     attention: str = "sdpa"  # eager also keeps the attention matrix
+    # Padding-free (TRL's, or BFD packing): a batch runs as one sequence of its rows' tokens;
+    # sdpa and eager then attend through a mask over the whole sequence (plan.packing).
+    padding_free: bool = False
+    liger: bool = False  # Liger's kernels (plan.kernels): the MLP saves less
     sharding: Sharding = field(default_factory=Sharding)
     overhead_gib: float = 0.0
     sequences_per_row: int = 1  # 2 for preference pairs: prompt + chosen, prompt + rejected
@@ -345,6 +352,8 @@ def _activations(req: MemoryRequest) -> float:
         )
         total += _stack(req, language)
         total += 2 * _tokens(req) * shape.hidden_size * width  # final norm, lm_head input
+        if req.padding_free and not req.attention.startswith("flash"):
+            total += _tokens(req) ** 2  # the boolean mask keeping the rows apart, one a step
     return total
 
 
@@ -386,10 +395,11 @@ def _stack(req: MemoryRequest, stack: Stack) -> float:
     each layer's input plus one layer recomputed at a time."""
     width, tokens = WIDTH[req.dtype], stack.tokens
     h, i = (TRAINED_H, TRAINED_I) if stack.trained else (PASS_H, PASS_I)
-    per_layer = tokens * (h * stack.hidden + i * stack.mlp) * width
+    per_layer = tokens * (h * stack.hidden + (LIGER_I if req.liger else i) * stack.mlp) * width
     if req.attention == "eager":  # the softmax matrix (fp32 upcast) and its output
-        seq = tokens // max(req.batch, 1)
-        per_layer += req.batch * stack.heads * seq * seq * (4 + width)
+        sequences = 1 if req.padding_free else max(req.batch, 1)
+        seq = tokens // sequences
+        per_layer += sequences * stack.heads * seq * seq * (4 + width)
     if req.gradient_checkpointing:
         return stack.layers * tokens * stack.hidden * width + per_layer
     return stack.layers * per_layer

@@ -21,6 +21,7 @@ from recipe_engine.plan.memory import (
 )
 from recipe_engine.plan.memory_fit import StageMemory
 from recipe_engine.plan.model_shape import model_shape
+from recipe_engine.plan.packing import attention_implementation, flattens_rows
 from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.plan.recipe_plan import PolicyPlan
 from recipe_engine.resolve.inputs import LongestRow, ModelFiles
@@ -73,6 +74,9 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
         images_per_row=lengths.images if shape.vision else 0,
         gradient_checkpointing=stage.gradient_checkpointing,
         optim=str(stage.train.get("optim") or DEFAULT_OPTIM),
+        attention=attention_implementation(given.files.config),
+        padding_free=flattens_rows(stage.train),
+        liger=bool(stage.train.get("use_liger_kernel")) and device == "cuda",
         sharding=_sharding(placement, given.zero_stage),
         overhead_gib=CUDA_WORKSPACE_GIB if device == "cuda" else 0.0,
         stage=given.name,
@@ -125,6 +129,8 @@ def _text_tokens(
         lengths.messages, 1
     )
     limit = train.get("max_length", None if kind == "vlm" else DEFAULT_MAX_LENGTH)
+    if train.get("packing") and limit:  # rows packed into sequences of max_length tokens
+        return int(limit), (f"rows packed into {limit}-token sequences",)
     tokens = min(estimated, int(limit)) if limit else estimated
     return max(tokens, 1), (f"longest row ~{estimated} text tokens",)
 

@@ -18,6 +18,7 @@ from typing import Any
 from recipe_engine.config import library_keys
 from recipe_engine.config.bounds import check_engine_values
 from recipe_engine.config.components import validate_components
+from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.config.schema import (
     EngineConfig,
     ModelConfig,
@@ -31,9 +32,16 @@ from recipe_engine.plan.determinism import Determinism, decide_determinism
 from recipe_engine.plan.feedback import check_kl_batches, check_labels, feedback_notes
 from recipe_engine.plan.hardware import parse_gpus, profile_gpus
 from recipe_engine.plan.jobs import check_launch
+from recipe_engine.plan.kernels import KernelChoice, checkpointing_needed, decide_liger
 from recipe_engine.plan.keys import set_fingerprints
 from recipe_engine.plan.memory_fit import StageMemory
 from recipe_engine.plan.memory_inputs import MemoryInputs, stage_memory
+from recipe_engine.plan.packing import (
+    PackingChoice,
+    PackingFacts,
+    attention_implementation,
+    decide_packing,
+)
 from recipe_engine.plan.placement import (
     PlacementPlan,
     PlacementRefused,
@@ -64,6 +72,8 @@ from recipe_engine.resolve.sources import InitSource, check_model_entry
 VISION_SIDE = {"vision_tower", "projector"}
 # Training memory per trainable parameter: fp32 gradient + two AdamW moments.
 TRAINABLE_BYTES = 12
+# `parallel` values under which a stage's placement is the plan's to choose.
+AUTO_PLACED = ("auto", "single")
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "float16": 2, "4bit": 0.5, "8bit": 1}
 
 
@@ -128,8 +138,11 @@ def _plan_stage(
         policy = decide_policy(name, stage, context.model, context.inputs.model.inventory)
     rows = rows_through_template(context.inputs, shared)
     stage, chosen_by = choose_trainer(name, stage, rows)
-    context = dataclasses.replace(context, stage=stage)
+    context, packing = _packed(dataclasses.replace(context, stage=stage), rows)
+    context, policy, checkpoint_notes = _checkpointed(context, policy, rows)
     placement = _place(context, policy, rows)
+    context, kernels = _kernels(context, placement)
+    stage = context.stage
     if placement.quantization == "none":  # skipped where bitsandbytes cannot run (recorded)
         policy = dataclasses.replace(policy, quantization=None)
     check_rows_fit_trainer(name, stage, rows)
@@ -140,14 +153,7 @@ def _plan_stage(
     held_out_notes = check_held_out_rows(name, stage, rows, context.cfg.eval.enabled)
     _check_rows_reach_training(name, policy, rows)
     determinism = _determinism(context.cfg, stage, placement)
-    trainer = trainer_settings(
-        stage, placement, context.cfg.seed, context.model.kind, rows.eval_rows > 0
-    )
-    if placement.mode == "deepspeed":
-        trainer["deepspeed"] = deepspeed_settings(context.inputs.deepspeed)
-    autocast = _bf16_autocast(context, placement)
-    if autocast:
-        trainer["bf16"] = True
+    trainer, autocast = _trainer(dataclasses.replace(context, stage=stage), placement, rows)
     return StagePlan(
         name=name,
         fingerprint="",  # set once every stage's placement is known
@@ -166,11 +172,31 @@ def _plan_stage(
             *trainer_notes(name, stage, policy, chosen_by),
             *feedback_notes(name, stage),
             *loss_notes,
+            *packing.notes,
+            *packing.tokens_note(placement.world_size),
+            *kernels.notes,
+            *checkpoint_notes,
             *held_out_notes,
             *autocast,
         ],
         memory=_memory(context, policy, rows, placement),
     )
+
+
+def _trainer(
+    context: StageContext, placement: PlacementPlan, rows: Rows
+) -> tuple[LibraryKwargs, list[str]]:
+    """The trainer's settings, and the note where a float32 stage trains under bf16 autocast."""
+    stage = context.stage
+    trainer = trainer_settings(
+        stage, placement, context.cfg.seed, context.model.kind, rows.eval_rows > 0
+    )
+    if placement.mode == "deepspeed":
+        trainer["deepspeed"] = deepspeed_settings(context.inputs.deepspeed)
+    autocast = _bf16_autocast(context, placement)
+    if autocast:
+        trainer["bf16"] = True
+    return trainer, autocast
 
 
 def _bf16_autocast(context: StageContext, placement: PlacementPlan) -> list[str]:
@@ -371,6 +397,53 @@ def _snapshot_policy(context: StageContext) -> PolicyPlan | None:
         return decide_policy(context.name, context.stage, context.model, snapshot)
     except RecipeError:
         return None
+
+
+# --------------------------------------------------------------------------- packing, kernels
+
+
+def _model_config(context: StageContext) -> dict[str, Any] | None:
+    files = context.inputs.model.files
+    return files.config if files else None
+
+
+def _packed(context: StageContext, rows: Rows) -> tuple[StageContext, PackingChoice]:
+    """The stage with packing / padding-free as they can run (`plan.packing`)."""
+    config = _model_config(context)
+    facts = PackingFacts(
+        name=context.name,
+        trainer=context.stage.trainer,
+        model_type=(config or {}).get("model_type"),
+        attention=attention_implementation(config),
+        image_rows=has_images(rows.format),
+    )
+    choice = decide_packing(context.stage.train, facts)
+    stage = dataclasses.replace(context.stage, train=choice.train)
+    return dataclasses.replace(context, stage=stage), choice
+
+
+def _checkpointed(
+    context: StageContext, policy: PolicyPlan, rows: Rows
+) -> tuple[StageContext, PolicyPlan, list[str]]:
+    """Gradient checkpointing turned on where the estimate fits one GPU only with it (a stage
+    that places itself: `parallel` auto or single, not on the CPU)."""
+    cfg = context.cfg
+    if context.stage.evaluate_only or cfg.device == "cpu" or cfg.parallel not in AUTO_PLACED:
+        return context, policy, []
+    why = checkpointing_needed(_memory(context, policy, rows, None))
+    if why is None:
+        return context, policy, []
+    stage = dataclasses.replace(context.stage, gradient_checkpointing=True)
+    policy = dataclasses.replace(policy, gradient_checkpointing=True)
+    return dataclasses.replace(context, stage=stage), policy, [why]
+
+
+def _kernels(context: StageContext, placement: PlacementPlan) -> tuple[StageContext, KernelChoice]:
+    """The stage with `use_liger_kernel` where Liger's kernels run (`plan.kernels`)."""
+    model_type = (_model_config(context) or {}).get("model_type")
+    choice = decide_liger(context.stage.train, placement.device, model_type)
+    stage = dataclasses.replace(context.stage, train=choice.train)
+    return dataclasses.replace(context, stage=stage), choice
 
 
 # --------------------------------------------------------------------------- loss and notes

@@ -9,7 +9,6 @@ opened for the export. The version is tagged with the stage key and its lineage.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.run.exporting import ExportPlan
@@ -73,7 +72,7 @@ def _run_for(where: TrackedRun, plan: ExportPlan) -> TrackedRun:
     return TrackedRun(where.tracking_uri, where.experiment_id, created.info.run_id)
 
 
-def version_tags(plan: ExportPlan, folder: Path) -> dict[str, Any]:
+def version_tags(plan: ExportPlan, folder: Path) -> dict[str, str]:
     final = plan.manifest
     return {
         "recipe_engine.recipe": final.recipe,

@@ -209,6 +209,10 @@ def verify_trainer(trainer: Any, placement: PlacementPlan, expected_steps: int) 
             f"The trainer runs with world size {args.world_size}, the plan with "
             f"{placement.world_size}. Launch with the planned number of processes."
         )
+    if getattr(args, "packing", False):
+        # Packed rows are counted once TRL has tokenized and packed them: the plan, which
+        # reads no tokenizer, cannot count them.
+        expected_steps = planned_steps(args, len(trainer.train_dataset), placement.world_size)
     steps = trainer.set_initial_training_values(args, trainer.get_train_dataloader())[-1]
     if steps != expected_steps:
         raise GuardViolation(

@@ -4,7 +4,9 @@
 - the default two-stage run, then the same command again (goal: the cached rerun takes
   under 15% of the first run's wall time);
 - a three-value sweep over the llm stage's learning rate against one vision stage plus three
-  llm stages run back to back (goal: within 10%).
+  llm stages run back to back (goal: within 10%);
+- the engine against plain TRL, without and with packing, for text-lora and r3-two-stage:
+  wall time and training tokens/s, medians of 3 pairs (`tools/bench_packing.py`).
 
 Each figure is the wall time of a fresh `python -m recipe_engine` process, as a user sees it.
 """
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 
 from recipe_engine.config.compose import available
+from recipe_engine.tools.bench_packing import bench_packing
 
 QUIET = ["eval.compare=false"]
 
@@ -74,6 +77,7 @@ def main() -> None:
         bench_plan()
         bench_cached_rerun(Path(tmp))
         bench_sweep(Path(tmp))
+        bench_packing(Path(tmp), pairs=3)
 
 
 if __name__ == "__main__":

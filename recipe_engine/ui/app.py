@@ -23,6 +23,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from recipe_engine.files import JsonObject
 from recipe_engine.ui.graph import layout
 from recipe_engine.ui.paths import OutputFolder, Refused
 from recipe_engine.ui.reports import comparisons, experiments, report_page, sweep_page, sweeps
@@ -161,7 +162,7 @@ class _Pages:
         )
 
 
-def stage_json(stage: StageView) -> dict[str, Any]:
+def stage_json(stage: StageView) -> JsonObject:
     progress = stage.progress
     return {
         "name": stage.name,
@@ -173,7 +174,7 @@ def stage_json(stage: StageView) -> dict[str, Any]:
     }
 
 
-def run_json(run: RunView) -> dict[str, Any]:
+def run_json(run: RunView) -> JsonObject:
     return {
         "path": run.path,
         "recipe": run.recipe,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from recipe_engine.files import JsonObject
 
 WIDTH, HEIGHT = 560, 220
 PAD_LEFT, PAD_RIGHT, PAD_Y = 56, 12, 18
@@ -41,12 +42,12 @@ class Curve:
             for x, y in self.points
         )
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         x0, x1, y0, y1 = self.bounds() if self.points else (0, 0, 0, 0)
         return {"name": self.name, "points": self.polyline(), "steps": [x0, x1], "values": [y0, y1]}
 
 
-def curve(name: str, records: Sequence[dict[str, Any]], key: str) -> Curve:
+def curve(name: str, records: Sequence[JsonObject], key: str) -> Curve:
     """`key` by step from metrics.jsonl's records (non-finite values left out)."""
     points = [
         (float(r["step"]), float(r[key]))

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.files import JsonObject
 from recipe_engine.store.gc import find_runs
 from recipe_engine.store.jobs import JOBS_FILE, load_jobs
 from recipe_engine.store.records import SUMMARY_FILE, Manifest, RunSummary, StageRow
@@ -129,7 +130,7 @@ def read_run(folder: OutputFolder, run_dir: Path, trained_by: dict[str, str]) ->
     return view
 
 
-def _config(run_dir: Path) -> dict[str, Any]:
+def _config(run_dir: Path) -> JsonObject:
     """The config Hydra saved with the run (read as data: nothing is resolved)."""
     path = run_dir / ".hydra" / "config.yaml"
     try:

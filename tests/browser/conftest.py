@@ -4,27 +4,18 @@ progress, and `recipe-engine ui` serving its output folder, each started as a us
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from engine_cli import SHORT_STAGES, free_port, start_engine, stop_group
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # `make ui-screenshots` sets it: each page's screenshot goes there (docs/ui/).
 SCREENSHOTS = os.environ.get("UI_SCREENSHOTS")
-SHORT = (
-    "output_root=out",
-    "data.max_samples=16",
-    "eval.max_samples=4",
-    "++stage.llm.train.max_steps=2",
-    "++stage.vision.train.max_steps=2",
-)
 # The live run: a vision stage long enough to watch, each step logged (other keys than SHORT's).
 LIVE = (
     "recipe=r3-two-stage",
@@ -35,34 +26,6 @@ LIVE = (
     "++stage.vision.train.logging_steps=1",
     "++stage.llm.train.max_steps=2",
 )
-
-
-def engine(*args: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "recipe_engine", *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,  # stopped with its children (a torchrun or a compare child)
-    )
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -77,9 +40,9 @@ def workdir(tmp_path_factory) -> Path:
     """An experiment already written (`compare recipes=[...]`), as `make run` leaves one, and
     a two-job sweep reusing its r1 stage."""
     cwd = tmp_path_factory.mktemp("browser")
-    sweep = ("-m", "recipe=r1-llm-only", "eval.max_new_tokens=8,9", *SHORT[:-1])
-    for args in (("compare", "recipes=[r1-llm-only,r3-two-stage]", *SHORT), sweep):
-        done = engine(*args, cwd=cwd)
+    sweep = ("-m", "recipe=r1-llm-only", "eval.max_new_tokens=8,9", *SHORT_STAGES[:-1])
+    for args in (("compare", "recipes=[r1-llm-only,r3-two-stage]", *SHORT_STAGES), sweep):
+        done = start_engine(*args, cwd=cwd)
         output, _ = done.communicate(timeout=1800)
         assert done.returncode == 0, output[-3000:]
     return cwd
@@ -89,11 +52,11 @@ def workdir(tmp_path_factory) -> Path:
 def live_run(workdir) -> Iterator[Path]:
     """A real r3-two-stage run training its vision stage while the tests look at it; yields
     its run folder once the stage has logged its first steps."""
-    run = engine(*LIVE, cwd=workdir)
+    run = start_engine(*LIVE, cwd=workdir)
     try:
         yield _run_folder_once_training(workdir / "out", run)
     finally:
-        stop(run)
+        stop_group(run)
 
 
 def _run_folder_once_training(out: Path, run: subprocess.Popen) -> Path:
@@ -113,7 +76,7 @@ def _run_folder_once_training(out: Path, run: subprocess.Popen) -> Path:
 def server(workdir) -> Iterator[str]:
     """`recipe-engine ui` over the output folder; yields its address."""
     port = free_port()
-    ui = engine("ui", "output_root=out", f"ui.port={port}", cwd=workdir)
+    ui = start_engine("ui", "output_root=out", f"ui.port={port}", cwd=workdir)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -125,7 +88,7 @@ def server(workdir) -> Iterator[str]:
                 time.sleep(0.5)
         yield url
     finally:
-        stop(ui)
+        stop_group(ui)
 
 
 @pytest.fixture

@@ -387,6 +387,22 @@ CONFIG = {
         "+stage.kto.train.sync_ref_model=true",
         expect=("stage.kto.train.sync_ref_model", "adapter-disabled base", "stage.kto.lora=null"),
     ),
+    "wrapped packing lets rows attend to each other": case(
+        "recipe=text-lora",
+        "stage.llm.train.packing=true",
+        "stage.llm.train.packing_strategy=wrapped",
+        expect=("stage.llm.train.packing_strategy=wrapped", "attend to each other", "=bfd"),
+    ),
+    "padding-free without packing keeps max_length": case(
+        "recipe=text-lora",
+        "stage.llm.train.padding_free=true",
+        expect=("stage.llm.train.padding_free=true", "stage.llm.train.max_length=null"),
+    ),
+    "packing image rows": case(
+        "recipe=r1-llm-only",
+        "stage.llm.train.packing=true",
+        expect=("image rows", "stage.llm.train.packing=true", "Drop stage.llm.train.packing"),
+    ),
 }
 
 ARGV = {

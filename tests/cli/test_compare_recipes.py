@@ -10,18 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from engine_cli import SHORT_STAGES
 
 from recipe_engine.cli.main import main
 from recipe_engine.resolve.tiny import build_dataset
 
 RECIPES = ("r1-llm-only", "r3-two-stage")
-SHORT = (
-    "output_root=out",
-    "data.max_samples=16",
-    "eval.max_samples=4",
-    "++stage.llm.train.max_steps=2",
-    "++stage.vision.train.max_steps=2",
-)
+SHORT = SHORT_STAGES
 
 
 def compare_recipes(cwd: Path, *more: str) -> subprocess.CompletedProcess:

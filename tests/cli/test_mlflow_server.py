@@ -4,8 +4,6 @@ backend), read back through MLflow's client."""
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,10 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import mlflow
 import pytest
-from engine_cli import engine
-
-mlflow = pytest.importorskip("mlflow")
+from engine_cli import engine, free_port, start_group, stop_group
 
 SHORT_R3 = (
     "recipe=r3-two-stage",
@@ -34,12 +31,6 @@ SHORT_R3 = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real `mlflow server` on a free loopback port, stopped (it and the workers it starts,
@@ -52,20 +43,13 @@ def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         *("--artifacts-destination", str(folder / "artifacts")),
         *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
     ]
-    log = (folder / "server.log").open("w")
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = start_group(command, cwd=folder, log=folder / "server.log")
     uri = f"http://127.0.0.1:{port}"
     try:
         wait_until_healthy(uri, server, folder / "server.log")
         yield uri
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
+        stop_group(server, grace=20)
 
 
 def wait_until_healthy(uri: str, server: subprocess.Popen, log: Path) -> None:

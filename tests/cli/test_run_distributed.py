@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from engine_cli import engine
+from engine_cli import engine, free_port
 
 SMALL = [
     "recipe=r1-llm-only",
@@ -81,12 +80,6 @@ def weight_hashes(output_root: Path) -> dict[str, str]:
     files = sorted(output_root.glob("store/*/*.safetensors"))
     assert files, f"no weights under {output_root}"
     return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_two_nodes_on_loopback_train_one_stage(tmp_path):

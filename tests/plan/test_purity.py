@@ -5,35 +5,21 @@ pure data out, unit-testable in milliseconds."""
 from __future__ import annotations
 
 import ast
-import json
-import pkgutil
-import subprocess
-import sys
 from pathlib import Path
+
+from fresh_imports import MODEL_LIBRARIES, loaded_after_importing, package_modules
 
 import recipe_engine.plan
 
 PLAN = Path(recipe_engine.plan.__file__).parent
-HEAVY = ("torch", "transformers", "peft", "trl", "datasets", "huggingface_hub", "bitsandbytes")
+HEAVY = (*MODEL_LIBRARIES, "huggingface_hub", "bitsandbytes")
 # Modules whose use is I/O: files, processes, sockets, the environment.
 IO_MODULES = {"os", "pathlib", "subprocess", "shutil", "socket", "tempfile", "urllib", "http", "io"}
 IO_CALLS = {"open", "input", "print", "exec", "eval"}
 
 
-def plan_modules() -> list[str]:
-    found = pkgutil.walk_packages([str(PLAN)], prefix="recipe_engine.plan.")
-    return ["recipe_engine.plan", *(m.name for m in found)]
-
-
 def test_importing_every_plan_module_loads_no_heavy_library():
-    script = (
-        "import importlib, json, sys\n"
-        f"for name in {plan_modules()!r}: importlib.import_module(name)\n"
-        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == []
+    assert loaded_after_importing(package_modules(recipe_engine.plan), HEAVY) == []
 
 
 def test_plan_modules_do_no_io():

@@ -19,7 +19,6 @@ import dataclasses
 import importlib.util
 import inspect
 import os
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +29,7 @@ import torch
 import transformers.trainer
 from accelerate.state import AcceleratorState
 from datasets import Dataset
+from engine_cli import free_port
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 from transformers.utils import import_utils
@@ -192,12 +192,6 @@ def two_gpu_plan() -> PlacementPlan:
 
 def lora() -> LoraConfig:
     return LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_args(tmp_path: Path, plan: PlacementPlan):

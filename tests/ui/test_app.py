@@ -12,20 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_cli import engine
+from engine_cli import SHORT_STAGES, engine
 from starlette.testclient import TestClient
 
 from recipe_engine.store.records import RunSummary
 from recipe_engine.ui.app import create_app
 from recipe_engine.ui.server import LOOPBACK
 
-SHORT = (
-    "output_root=out",
-    "data.max_samples=16",
-    "eval.max_samples=4",
-    "++stage.llm.train.max_steps=2",
-    "++stage.vision.train.max_steps=2",
-)
+SHORT = SHORT_STAGES
 
 
 def ok(*args: str, cwd: Path) -> None:

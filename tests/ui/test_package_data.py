@@ -8,11 +8,9 @@ import fnmatch
 import re
 from pathlib import Path
 
-import pytest
+import tomllib  # Python 3.11+, as the suite runs
 
 import recipe_engine
-
-tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the suite runs on 3.11
 
 PACKAGE = Path(recipe_engine.__file__).parent
 ROOT = PACKAGE.parent

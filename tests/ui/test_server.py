@@ -13,15 +13,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from engine_cli import free_port
+
 from recipe_engine.errors import EXIT_USER_ERROR
 
 LISTEN = "0A"  # the TCP state of a listening socket in /proc/net/tcp
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def listening_addresses(port: int) -> set[str]:

@@ -1,0 +1,182 @@
+"""Packing, padding-free, Liger's kernels and gradient checkpointing as the plan decides them:
+pure decisions on hand-written inputs (no torch)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import transformers
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.plan.kernels import checkpointing_needed, decide_liger
+from recipe_engine.plan.memory import MemoryRequest, estimate_memory
+from recipe_engine.plan.memory_fit import StageMemory
+from recipe_engine.plan.model_shape import model_shape
+from recipe_engine.plan.packing import (
+    MASKS_FROM_POSITIONS,
+    PackingFacts,
+    attention_implementation,
+    decide_packing,
+    flattens_rows,
+)
+
+FACTS = PackingFacts("llm", "sft", "qwen2", "sdpa", image_rows=False)
+PACKED = {"packing": True, "max_length": 128, "per_device_train_batch_size": 4}
+
+
+def test_unset_options_leave_the_stage_as_it_was() -> None:
+    train = {"learning_rate": 1e-3}
+    choice = decide_packing(train, FACTS)
+    assert choice.train is train and choice.notes == [] and choice.tokens_note(1) == []
+
+
+def test_bfd_packing_on_sdpa_keeps_rows_apart_and_says_the_tokens_a_step() -> None:
+    choice = decide_packing({**PACKED, "gradient_accumulation_steps": 2}, FACTS)
+    assert choice.train["packing"] is True
+    [note] = choice.tokens_note(world_size=2)
+    assert "mask transformers builds from position_ids (qwen2)" in note
+    assert "up to 2048 tokens a step (4 x 128 x 2 accumulation x 2 device(s))" in note
+
+
+def test_flash_attention_keeps_rows_apart_on_any_model() -> None:
+    facts = dataclasses.replace(FACTS, model_type="gpt2", attention="flash_attention_2")
+    assert "cu_seq_lens" in decide_packing(PACKED, facts).kept_apart_by
+
+
+def test_a_model_whose_mask_ignores_position_ids_is_refused_with_the_fix() -> None:
+    facts = dataclasses.replace(FACTS, model_type="gpt2")
+    with pytest.raises(RecipeError, match="attend to each other") as refusal:
+        decide_packing(PACKED, facts)
+    assert refusal.value.key == "stage.llm.train.packing"
+    assert "flash_attention_2" in str(refusal.value)
+
+
+@pytest.mark.parametrize(
+    ("train", "key"),
+    [
+        ({**PACKED, "packing_strategy": "wrapped"}, "stage.llm.train.packing_strategy"),
+        ({"packing": True, "max_length": None}, "stage.llm.train.max_length"),
+        ({"padding_free": True}, "stage.llm.train.padding_free"),  # max_length 1024
+    ],
+)
+def test_what_trl_refuses_or_lets_rows_mix_is_refused_in_the_plan(train: dict, key: str) -> None:
+    with pytest.raises(RecipeError) as refusal:
+        decide_packing(train, FACTS)
+    assert refusal.value.key == key
+
+
+def test_padding_free_without_a_length_runs_and_counts_rows() -> None:
+    choice = decide_packing({"padding_free": True, "max_length": None}, FACTS)
+    assert "8 rows a step" in choice.tokens_note(1)[0]
+
+
+def test_image_rows_are_refused() -> None:
+    with pytest.raises(RecipeError, match="image rows"):
+        decide_packing(PACKED, dataclasses.replace(FACTS, image_rows=True))
+
+
+def test_dpo_padding_free_falls_back_and_leaves_the_key_as_without() -> None:
+    choice = decide_packing(
+        {"padding_free": True, "beta": 0.1}, dataclasses.replace(FACTS, trainer="dpo")
+    )
+    assert choice.train == {"beta": 0.1}
+    assert "DPOTrainer pads" in choice.notes[0]
+
+
+def test_an_unreadable_model_config_falls_back_to_unpacked_with_the_reason() -> None:
+    choice = decide_packing(PACKED, dataclasses.replace(FACTS, model_type=None))
+    assert "packing" not in choice.train and "cannot be checked" in choice.notes[0]
+
+
+def test_attention_and_flattening_as_trl_and_transformers_read_them() -> None:
+    assert attention_implementation({"model_type": "llama"}) == "sdpa"
+    assert attention_implementation({"_attn_implementation": "eager"}) == "eager"
+    assert flattens_rows({"packing": True})  # bfd turns padding-free on
+    assert not flattens_rows({"packing": True, "packing_strategy": "wrapped"})
+
+
+def test_every_listed_model_builds_its_mask_from_position_ids() -> None:
+    """The list against the installed transformers: each model's decoder passes position_ids
+    to masking_utils' mask factories, which detect packed rows from them."""
+    models = Path(transformers.__file__).parent / "models"
+    call = re.compile(
+        r"(create_causal_mask|create_sliding_window_causal_mask|mask_function)\(|mask_kwargs = \{"
+    )
+    for model_type in MASKS_FROM_POSITIONS:
+        folder = model_type.removesuffix("_text")
+        source = (models / folder / f"modeling_{folder}.py").read_text()
+        assert "masking_utils import" in source, model_type
+        lines = source.splitlines()
+        calls = [i for i, line in enumerate(lines) if call.search(line)]
+        assert any("position_ids" in "".join(lines[i : i + 12]) for i in calls), model_type
+
+
+# --------------------------------------------------------------------------- Liger
+
+
+def test_liger_is_skipped_off_cuda_and_the_key_is_dropped() -> None:
+    choice = decide_liger({"use_liger_kernel": True, "seed": 1}, "cpu", "llama")
+    assert choice.train == {"seed": 1} and not choice.liger
+    assert "CUDA" in choice.notes[0]
+
+
+def test_liger_is_skipped_for_a_family_it_does_not_patch() -> None:
+    choice = decide_liger({"use_liger_kernel": True}, "cuda", "gpt2")
+    assert choice.train == {} and "`gpt2`" in choice.notes[0]
+
+
+def test_liger_is_passed_on_cuda_for_a_supported_family() -> None:
+    choice = decide_liger({"use_liger_kernel": True}, "cuda", "qwen2")
+    assert choice.train == {"use_liger_kernel": True} and choice.liger
+
+
+# --------------------------------------------------------------------------- memory
+
+SHAPE = model_shape(
+    {
+        "hidden_size": 2048,
+        "num_hidden_layers": 24,
+        "intermediate_size": 8192,
+        "vocab_size": 32000,
+        "num_attention_heads": 16,
+    }
+)
+FULL = MemoryRequest(
+    shape=SHAPE,
+    param_counts={"language_model": 1_500_000_000},
+    trained=("language_model",),
+    dtype="bfloat16",
+    accelerated=True,
+    batch=8,
+    text_tokens=1024,
+)
+
+
+def test_liger_shrinks_the_saved_mlp_activations() -> None:
+    plain = estimate_memory(FULL).activations
+    assert estimate_memory(dataclasses.replace(FULL, liger=True)).activations < plain
+
+
+def test_padding_free_on_sdpa_counts_the_mask_over_the_whole_sequence() -> None:
+    plain = estimate_memory(FULL).activations
+    flat = estimate_memory(dataclasses.replace(FULL, padding_free=True)).activations
+    assert flat * 2**30 - plain * 2**30 == pytest.approx((8 * 1024) ** 2)
+    flash = dataclasses.replace(FULL, padding_free=True, attention="flash_attention_2")
+    assert estimate_memory(flash).activations == plain
+
+
+def test_checkpointing_is_chosen_only_where_it_makes_the_stage_fit() -> None:
+    peak = estimate_memory(FULL).peak
+    checkpointed = estimate_memory(dataclasses.replace(FULL, gradient_checkpointing=True)).peak
+    between = (peak + checkpointed) / 2
+
+    def memory(capacity: float) -> StageMemory:
+        return StageMemory(estimate_memory(FULL), "cuda:0", capacity, FULL)
+
+    assert "does not fit cuda:0" in (checkpointing_needed(memory(between)) or "")
+    assert checkpointing_needed(memory(peak + 1)) is None  # fits already
+    assert checkpointing_needed(memory(checkpointed / 2)) is None  # would not help
+    assert checkpointing_needed(None) is None
