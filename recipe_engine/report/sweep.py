@@ -199,12 +199,18 @@ def read_jobs(path: Path) -> list[SweepJob]:
         return []
     with _lock(path):
         lines = path.read_text(encoding="utf-8").splitlines()
+    return parse_jobs(lines)
+
+
+def parse_jobs(lines: Sequence[str]) -> list[SweepJob]:
+    """jobs.jsonl's lines as jobs by number; a line cut short (by a crash, or a write still in
+    progress for a reader that takes no lock) is skipped, the other jobs still count."""
     jobs: dict[int, SweepJob] = {}
     for line in lines:
         try:
             job = SweepJob.from_json(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash; the other jobs still count
+        except (ValueError, KeyError, TypeError):
+            continue
         jobs[job.job] = job
     return [jobs[n] for n in sorted(jobs)]
 

@@ -4,17 +4,15 @@ table of settings and scores (`report.sweep`'s rows) that the page sorts."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import markdown
 from markupsafe import Markup
 
-from recipe_engine.report.sweep import JOBS_FILE, table_rows
+from recipe_engine.report.sweep import JOBS_FILE, SweepJob, parse_jobs, table_rows
 from recipe_engine.ui.paths import OutputFolder, Refused
 from recipe_engine.ui.runs import run_folders
 
@@ -40,7 +38,7 @@ class Report:
 class Sweep:
     path: str  # the sweep folder, relative
     headers: list[str]
-    rows: list[dict[str, str]]
+    rows: list[list[str]]  # cells in the headers' order
 
 
 def experiments(folder: OutputFolder) -> list[Report]:
@@ -83,17 +81,9 @@ def sweep_page(folder: OutputFolder, relative: str) -> Sweep:
     return Sweep(relative, headers, rows)
 
 
-def _jobs(path: Path) -> list[dict[str, Any]]:
-    """The sweep's jobs by number (a job recorded twice keeps its last), read without the
-    writers' lock: a line cut short by a write in progress is skipped."""
-    jobs: dict[int, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-            jobs[int(record["job"])] = record
-        except (ValueError, KeyError, TypeError):
-            continue
-    return [jobs[n] for n in sorted(jobs)]
+def _jobs(path: Path) -> list[SweepJob]:
+    """The sweep's jobs, read without the writers' lock (the UI creates no file)."""
+    return parse_jobs(path.read_text(encoding="utf-8", errors="replace").splitlines())
 
 
 def markdown_html(text: str, folder: str) -> Markup:

@@ -126,7 +126,7 @@ def test_load_4bit_qwen2_vl(saved: dict[str, Path]) -> None:
     assert sorted(quantized_modules(model)) == sorted(
         n for n in linears if component_of(n, "qwen2_vl") == "language_model"
     )
-    dtypes = {c: set(v["dtype"]) for c, v in census(model, layout="qwen2_vl").items()}
+    dtypes = {c: set(v.dtype) for c, v in census(model, layout="qwen2_vl").items()}
     assert "torch.uint8" in dtypes["language_model"]
     for comp in ("vision_tower", "projector", "lm_head", "embeddings"):
         assert dtypes[comp] == {"torch.bfloat16"}, comp
