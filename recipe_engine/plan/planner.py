@@ -27,6 +27,7 @@ from recipe_engine.config.schema import (
 )
 from recipe_engine.config.trainers import SFT, trainer_kinds
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.files import JsonObject
 from recipe_engine.plan import dag
 from recipe_engine.plan.determinism import Determinism, decide_determinism
 from recipe_engine.plan.feedback import check_kl_batches, check_labels, feedback_notes
@@ -402,7 +403,7 @@ def _snapshot_policy(context: StageContext) -> PolicyPlan | None:
 # --------------------------------------------------------------------------- packing, kernels
 
 
-def _model_config(context: StageContext) -> dict[str, Any] | None:
+def _model_config(context: StageContext) -> JsonObject | None:
     files = context.inputs.model.files
     return files.config if files else None
 

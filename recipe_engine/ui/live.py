@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
+from recipe_engine.files import JsonObject
 from recipe_engine.report.plots import read_metrics
 from recipe_engine.store.store import ENGINE_MARKER, KEY_LENGTH
 
@@ -114,7 +114,7 @@ def partial_made_between(store: Path, since: float, started: float) -> str | Non
     return max(made)[1] if made else None
 
 
-def progress(entry: Path, settings: dict[str, Any]) -> Progress | None:
+def progress(entry: Path, settings: JsonObject) -> Progress | None:
     """A training stage's progress from its store folder (`<key>.partial`), or None before its
     first logged step; `settings` are the stage's trainer settings (the total's fallback)."""
     records = [r for r in read_metrics(entry / "metrics.jsonl") if "loss" in r]
@@ -146,7 +146,7 @@ def _step_of(path: Path) -> int:
     return int(path.parent.name.rsplit("-", 1)[-1])
 
 
-def _total_from_settings(last: dict[str, Any], settings: dict[str, Any]) -> int | None:
+def _total_from_settings(last: JsonObject, settings: JsonObject) -> int | None:
     """Before the first checkpoint: `max_steps`, else the steps an epoch takes (step / epoch
     so far) times the epochs asked for."""
     max_steps = settings.get("max_steps")

@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -43,7 +42,7 @@ class StageView:
     progress: live.Progress | None = None
     row: StageRow | None = None  # the summary's row, once the run finished
     trained_by: str | None = None  # a reused stage: the run that trained it
-    settings: dict[str, Any] = field(default_factory=dict)  # the recipe's stage config
+    settings: JsonObject = field(default_factory=dict)  # the recipe's stage config
 
     @property
     def key(self) -> str:
@@ -140,7 +139,7 @@ def _config(run_dir: Path) -> JsonObject:
     return data if isinstance(data, dict) else {}
 
 
-def _graph_stages(config: dict[str, Any]) -> list[StageView]:
+def _graph_stages(config: JsonObject) -> list[StageView]:
     stages = []
     for name, settings in (config.get("stage") or {}).items():
         settings = settings if isinstance(settings, dict) else {}

@@ -16,6 +16,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from recipe_engine.files import JsonObject
 from recipe_engine.report.plots import read_metrics
 from recipe_engine.store.records import Manifest
 from recipe_engine.ui.charts import Curve, curve
@@ -87,7 +88,7 @@ def _plan_of(manifest: Manifest) -> list[tuple[str, str]]:
     return rows
 
 
-def _asked(settings: dict[str, Any]) -> list[tuple[str, str]]:
+def _asked(settings: JsonObject) -> list[tuple[str, str]]:
     """What the recipe asks of a stage not committed yet (the plan decides the rest)."""
     lora = settings.get("lora") or {}
     quantization = settings.get("quantization") or {}
@@ -121,7 +122,7 @@ def _gib(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f} GiB"
 
 
-def _pairs(settings: dict[str, Any]) -> list[tuple[str, str]]:
+def _pairs(settings: JsonObject) -> list[tuple[str, str]]:
     return [(str(k), _text(v)) for k, v in sorted(settings.items())]
 
 
