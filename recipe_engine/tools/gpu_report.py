@@ -272,6 +272,11 @@ def dry_command(step: Step) -> tuple[str, ...]:
     return (*step.command[:3], *checks, "--dry-run")
 
 
+# What reading a step's result may raise: its files missing or odd, or, without the wheelhouse
+# on this process's path, a reader's import.
+UNREADABLE = (OSError, ValueError, KeyError, RuntimeError, ZeroDivisionError, ImportError)
+
+
 @dataclass
 class Session:
     """One report's run: where steps write, the machine, the clock, what each step did."""
@@ -319,7 +324,7 @@ class Session:
             return Outcome(step, FAILED, seconds, f"exit {done.returncode}: {last}", _tail(output))
         try:
             result = step.result(done.stdout)
-        except (OSError, ValueError, KeyError, RuntimeError, ZeroDivisionError, ImportError) as error:
+        except UNREADABLE as error:
             return Outcome(step, FAILED, seconds, f"ran, but {error}", _tail(output))
         return Outcome(step, RAN, seconds, result or "exit 0", _tail(output))
 
