@@ -15,7 +15,7 @@ CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 FLOOR_VENV ?= /tmp/recipe-engine-floor
 
-.PHONY: install run study-table test test-cluster test-browser ui ui-screenshots fuzz bench bench-memory bench-trl gpu-check gpu-report bench-startup field-tables lint docs clean floor-test constraints
+.PHONY: install run study-table test test-cluster test-browser ui ui-screenshots fuzz bench bench-memory bench-trl gpu-check gpu-report gpu-wheels bench-startup field-tables lint docs clean floor-test constraints
 
 install: $(STAMP)
 
@@ -139,11 +139,20 @@ gpu-check: install
 # a merged export served by vLLM. No venv and no index there: the image's python3 and the
 # wheelhouse taken along (.gpu-wheels). `make gpu-report DRY=1` runs anywhere: it plans every step,
 # prints the commands, runs what a CPU can and writes docs/gpu/<date>-dry.md.
+# GPU_BUDGET_S shortens it to a lease's device time (steps run in docs/gpu/README.md's order);
+# GPU_CHECKS picks gpu_check's checks.
 GPU_PYTHON ?= python3
 GPU_REPORT_DIR ?= docs/gpu
 GPU_WHEELS ?= .gpu-wheels
+GPU_BUDGET_S ?= 1500
+GPU_CHECKS ?=
 gpu-report:
-	$(GPU_PYTHON) -m recipe_engine.tools.gpu_report --out-dir $(GPU_REPORT_DIR) --wheels $(GPU_WHEELS) $(if $(DRY),--dry-run)
+	$(GPU_PYTHON) -m recipe_engine.tools.gpu_report --out-dir $(GPU_REPORT_DIR) --wheels $(GPU_WHEELS) --budget-s $(GPU_BUDGET_S) $(if $(GPU_CHECKS),--gpu-checks $(GPU_CHECKS)) $(if $(DRY),--dry-run)
+
+# Here, before a GPU session: the wheelhouse gpu-report takes along (one device call: 64 MiB with
+# the working tree), with SmolLM2's config and tokenizer for the throughput steps.
+gpu-wheels: install
+	$(PY) -m recipe_engine.tools.gpu_wheels $(GPU_WHEELS)
 
 # Where a first command's seconds go before the first step and after the last, against plain TRL
 # (docs/performance.md, "Start-up"; a few minutes on CPU).

@@ -151,6 +151,10 @@ class TrainingLog:
     steps: int
     train_runtime: float  # seconds, as the Trainer measures them
     num_tokens: float = float("nan")  # training tokens seen; nan where the log has none
+    # Tokens/s between the first and the last logged step that counted tokens, by the records'
+    # wall-clock times: without the first step's warm-up (CUDA kernels, allocator, the
+    # dataloader's start) that train_runtime includes; nan with fewer than two such records.
+    steady_rate: float = float("nan")
 
 
 def stage_log(output_root: Path, stage: str) -> TrainingLog:
@@ -163,7 +167,15 @@ def stage_log(output_root: Path, stage: str) -> TrainingLog:
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     final = next(r for r in reversed(records) if "train_runtime" in r)
     tokens = next((r["num_tokens"] for r in reversed(records) if "num_tokens" in r), float("nan"))
-    return TrainingLog(final.get("step", 0), final["train_runtime"], tokens)
+    return TrainingLog(final.get("step", 0), final["train_runtime"], tokens, steady_rate(records))
+
+
+def steady_rate(records: list[JsonObject]) -> float:
+    timed = [r for r in records if "num_tokens" in r and "time" in r]
+    if len(timed) < 2 or timed[-1]["time"] <= timed[0]["time"]:
+        return float("nan")
+    first, last = timed[0], timed[-1]
+    return (last["num_tokens"] - first["num_tokens"]) / (last["time"] - first["time"])
 
 
 def timed(command: list[str]) -> tuple[float, str]:

@@ -132,16 +132,23 @@ def committed(folder: Path) -> str:
 
 
 def tokens_per_second(folder: Path, gpu: str) -> str:
-    """Training tokens/s from the stage's log, and the model FLOPs utilization: 6 N FLOPs per
-    token against the card's dense bf16 peak (full fine-tuning's count; LoRA and QLoRA skip
-    most weight gradients, so theirs reads high by up to a third)."""
+    """Training tokens/s from the stage's log, over the whole training (train_runtime) and after
+    its first logged step (the warm-up left out), and the model FLOPs utilization of each: 6 N
+    FLOPs per token against the card's dense bf16 peak (full fine-tuning's count; LoRA and
+    QLoRA skip most weight gradients, so theirs reads high by up to a third)."""
     from recipe_engine.tools.bench_trl import stage_log
 
     log = stage_log(folder, "llm")
-    rate = log.num_tokens / log.train_runtime
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in gpu), None)
-    mfu = f"{6 * SMOLLM2_PARAMS * rate / (peak * 1e12):.1%}" if peak else "n/a (unknown card)"
-    return f"{rate:,.0f} tokens/s, MFU {mfu} ({log.steps} steps)"
+
+    def rate(tokens_per_s: float) -> str:
+        mfu = f"{6 * SMOLLM2_PARAMS * tokens_per_s / (peak * 1e12):.1%}" if peak else "n/a"
+        return f"{tokens_per_s:,.0f} tokens/s, MFU {mfu}"
+
+    whole = f"{rate(log.num_tokens / log.train_runtime)}{'' if peak else ' (unknown card)'}"
+    steady = log.steady_rate
+    after = "" if steady != steady else f"; after the first logged step {rate(steady)}"  # nan
+    return f"{whole} ({log.steps} steps){after}"
 
 
 def smollm2(folder: Path, shape: Path | None) -> tuple[str, ...]:
@@ -172,6 +179,7 @@ def throughput_steps(folder: Path, gpu: str, shape: Path | None = None) -> list[
                 f"stage.llm.train.per_device_train_batch_size={THROUGHPUT_BATCH}",
                 f"stage.llm.train.max_length={THROUGHPUT_SEQ}",
                 f"++stage.llm.train.max_steps={THROUGHPUT_STEPS}",
+                "stage.llm.train.logging_steps=5",
                 *method_overrides, *variant_overrides, f"output_root={root}",
             )  # fmt: skip
             needs = ("cuda", *(["bitsandbytes"] if method == "qlora" else []),
@@ -316,8 +324,9 @@ class Session:
                                   env=env)  # fmt: skip
         except subprocess.TimeoutExpired as timeout:
             tail = _text(timeout.stdout) + _text(timeout.stderr)
-            return Outcome(step, FAILED, time.monotonic() - started,
-                           f"stopped at its limit ({limit:.0f} s)", _tail(tail))  # fmt: skip
+            why = (f"stopped at its limit ({limit:.0f} s)" if limit == step.limit_s
+                   else f"stopped after {limit:.0f} s: the report's budget ran out")  # fmt: skip
+            return Outcome(step, FAILED, time.monotonic() - started, why, _tail(tail))
         seconds, output = time.monotonic() - started, done.stdout + done.stderr
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]

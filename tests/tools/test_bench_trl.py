@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from recipe_engine.tools.bench_trl import QUIET, TrainingLog, plain_trl_job, stage_log
+from recipe_engine.tools.bench_trl import QUIET, plain_trl_job, stage_log, steady_rate
 
 
 def test_the_plain_script_is_handed_the_engines_resolved_library_arguments(tmp_path):
@@ -25,4 +25,13 @@ def test_the_stage_log_reads_steps_runtime_and_tokens_of_the_stored_stage(tmp_pa
     (entry / "manifest.json").write_text(json.dumps({"stage": "llm"}))
     records = [{"step": 10, "loss": 1.0, "num_tokens": 4000.0}, {"step": 20, "train_runtime": 8.0}]
     (entry / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert stage_log(tmp_path, "llm") == TrainingLog(steps=20, train_runtime=8.0, num_tokens=4000.0)
+    log = stage_log(tmp_path, "llm")
+    assert (log.steps, log.train_runtime, log.num_tokens) == (20, 8.0, 4000.0)
+    assert log.steady_rate != log.steady_rate  # nan: no two timed records
+
+
+def test_the_steady_rate_leaves_the_first_logged_step_out():
+    records = [{"step": 1, "time": 10.0, "num_tokens": 1000.0},
+               {"step": 5, "time": 12.0, "num_tokens": 5000.0},
+               {"step": 10, "time": 14.0, "num_tokens": 10000.0, "train_runtime": 9.0}]  # fmt: skip
+    assert steady_rate(records) == 9000.0 / 4.0

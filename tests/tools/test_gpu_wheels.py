@@ -1,0 +1,42 @@
+"""`make gpu-wheels`: the pins it asks for, and bitsandbytes cut to what a CUDA 13 image loads."""
+
+from __future__ import annotations
+
+import zipfile
+
+from recipe_engine.tools.gpu_wheels import pinned, prune_bitsandbytes
+
+LIBRARIES = ("cpu", "cuda118", "cuda128", "cuda130", "cuda132", "rocm72", "xpu2025")
+
+
+def library(kind: str) -> str:
+    return f"bitsandbytes/libbitsandbytes_{kind}.so"
+
+
+def test_a_package_is_asked_for_at_its_constraints_pin_however_its_name_is_spelled(tmp_path):
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("hydra-core==1.3.8\npydantic_core==2.50.4\ntrl==1.16.0\n")
+    assert pinned("hydra_core", constraints) == "hydra-core==1.3.8"
+    assert pinned("pydantic-core", constraints) == "pydantic_core==2.50.4"
+    assert pinned("liger-kernel", constraints) == "liger-kernel"  # not pinned: the newest
+    assert pinned("antlr4-python3-runtime==4.9.3", constraints) == "antlr4-python3-runtime==4.9.3"
+
+
+def test_bitsandbytes_keeps_only_cuda_13_and_cpu_libraries_and_a_matching_record(tmp_path):
+    wheel = tmp_path / "bitsandbytes-0.50.2-py3-none-manylinux_2_24_x86_64.whl"
+    names = ["bitsandbytes/__init__.py", *(library(kind) for kind in LIBRARIES)]
+    record = "".join(f"{name},sha256=x,1\n" for name in names)
+    with zipfile.ZipFile(wheel, "w") as out:
+        for name in names:
+            out.writestr(name, b"\0" * 100_000)
+        out.writestr("bitsandbytes-0.50.2.dist-info/RECORD", record)
+    assert prune_bitsandbytes(wheel) > 0
+    with zipfile.ZipFile(wheel) as kept:
+        files = set(kept.namelist())
+        left = kept.read("bitsandbytes-0.50.2.dist-info/RECORD").decode()
+    libraries = {n for n in files if n.endswith(".so")}
+    assert libraries == {library(kind) for kind in ("cpu", "cuda130", "cuda132")}
+    assert "bitsandbytes/__init__.py" in files
+    assert {line.split(",")[0] for line in left.splitlines()} == files - {
+        "bitsandbytes-0.50.2.dist-info/RECORD"
+    }
