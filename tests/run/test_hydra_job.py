@@ -21,3 +21,18 @@ def test_a_run_that_stops_returns_its_exit_code_and_keeps_its_traceback(tmp_path
     [message] = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert "the run stopped: RuntimeError: No plan was made for this job's config" in message
     assert (run_dir / "traceback.txt").is_file() and (run_dir / ".hydra").is_dir()
+
+
+def test_a_finished_rank_leaves_its_process_group_before_the_interpreter_exits(tmp_path):
+    """A gloo group left to the interpreter's exit can abort the process (SIGABRT) after a run
+    that committed everything: each rank destroys its group once its part is done."""
+    import torch.distributed as dist
+
+    from recipe_engine.run.hydra_job import leave_process_group
+
+    store = dist.FileStore(str(tmp_path / "rendezvous"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    assert dist.is_initialized()
+    leave_process_group()
+    assert not dist.is_initialized()
+    leave_process_group()  # no group (a single-process run): nothing to do
