@@ -145,6 +145,8 @@ def leave_process_group() -> None:
     here a two-process ZeRO-3 run whose every stage committed exited -6 once in three full
     test runs, under load. Only after a run that finished: a failed rank may leave others
     inside a collective, where destroying the group would hang."""
+    if "torch" not in sys.modules:  # a run that trained nothing: no group, and no torch import
+        return
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
