@@ -134,9 +134,9 @@ bench-trl: install
 gpu-check: install
 	$(PY) -m recipe_engine.tools.gpu_check --out docs/gpu/gpu-check-$$(date +%F).md
 
-# One GPU session's report, docs/gpu/<date>.md, within 25 minutes (docs/gpu/README.md): gpu-check,
-# engine vs plain TRL, SmolLM2 tokens/s and MFU, the CUDA memory table, DeepSpeed / FSDP to commit,
-# a merged export served by vLLM. No venv and no index there: the image's python3 and the
+# One GPU session's report, docs/gpu/<date>.md, within 25 minutes (docs/gpu/README.md): SmolLM2
+# tokens/s and MFU, DeepSpeed / FSDP to commit, gpu-check, the CUDA memory table, engine vs plain
+# TRL, a merged export served by vLLM. No venv and no index there: the image's python3 and the
 # wheelhouse taken along (.gpu-wheels). `make gpu-report DRY=1` runs anywhere: it plans every step,
 # prints the commands, runs what a CPU can and writes docs/gpu/<date>-dry.md.
 # GPU_BUDGET_S shortens it to a lease's device time (steps run in docs/gpu/README.md's order);

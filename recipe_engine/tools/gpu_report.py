@@ -4,15 +4,17 @@
     python -m recipe_engine.tools.gpu_report --dry-run      # anywhere: plan, print, write
 
 On a GPU machine without a package index it runs, each step with its own time limit and all
-within `--budget-s` (25 minutes by default), and writes docs/gpu/<date>.md:
-- `wheelhouse`: the wheels taken along (docs/gpu/README.md) installed with `--target` under
-  /tmp, put on every step's PYTHONPATH;
-- `gpu-check` (`tools.gpu_check`);
-- the engine against plain TRL (`tools.bench_trl --device cuda --parts engine`);
+within `--budget-s` (25 minutes by default), and writes docs/gpu/<date>.md. In this order,
+what no session has measured yet first, so a short lease still reports it:
+- `wheelhouse`: the wheels taken along (`make gpu-wheels`; docs/gpu/README.md) installed with
+  `--target` under /tmp, put on every step's PYTHONPATH and on this process's;
 - SmolLM2-135M tokens/s and MFU in LoRA, QLoRA and full fine-tuning at a batch that fills the
-  GPU, plain and with packing, padding-free and Liger;
-- the CUDA memory table of every configuration `tools.bench_memory` knows;
+  GPU, plain, packed (BFD: padding-free) and packed with Liger (on random weights of its
+  shape where only that was taken along);
 - DeepSpeed ZeRO-2, ZeRO-3 and FSDP stages, each run to its commit;
+- `gpu-check` (`tools.gpu_check`, all checks or `--gpu-checks`);
+- the CUDA memory table of every configuration `tools.bench_memory` knows;
+- the engine against plain TRL (`tools.bench_trl --device cuda --parts engine`);
 - a merged export served by vLLM, whose greedy answers on held-out probes must match
   transformers'.
 A step that cannot run here (no CUDA, vllm not installed, out of time) is listed as not run,
