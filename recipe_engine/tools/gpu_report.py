@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -148,7 +149,7 @@ def tokens_per_second(folder: Path, gpu: str) -> str:
 
     whole = f"{rate(log.num_tokens / log.train_runtime)}{'' if peak else ' (unknown card)'}"
     steady = log.steady_rate
-    after = "" if steady != steady else f"; after the first logged step {rate(steady)}"  # nan
+    after = "" if math.isnan(steady) else f"; after the first logged step {rate(steady)}"
     return f"{whole} ({log.steps} steps){after}"
 
 
