@@ -140,14 +140,18 @@ gpu-check: install
 # wheelhouse taken along (.gpu-wheels). `make gpu-report DRY=1` runs anywhere: it plans every step,
 # prints the commands, runs what a CPU can and writes docs/gpu/<date>-dry.md.
 # GPU_BUDGET_S shortens it to a lease's device time (steps run in docs/gpu/README.md's order);
-# GPU_CHECKS picks gpu_check's checks.
+# GPU_CHECKS picks gpu_check's checks, GPU_ONLY the step groups (throughput, distributed,
+# gpu-check, memory, bench-trl, vllm; or one step as group:name), and GPU_LOGS=x.tar.gz keeps
+# every step's whole output.
 GPU_PYTHON ?= python3
 GPU_REPORT_DIR ?= docs/gpu
 GPU_WHEELS ?= .gpu-wheels
 GPU_BUDGET_S ?= 1500
 GPU_CHECKS ?=
+GPU_ONLY ?=
+GPU_LOGS ?=
 gpu-report:
-	$(GPU_PYTHON) -m recipe_engine.tools.gpu_report --out-dir $(GPU_REPORT_DIR) --wheels $(GPU_WHEELS) --budget-s $(GPU_BUDGET_S) $(if $(GPU_CHECKS),--gpu-checks $(GPU_CHECKS)) $(if $(DRY),--dry-run)
+	$(GPU_PYTHON) -m recipe_engine.tools.gpu_report --out-dir $(GPU_REPORT_DIR) --wheels $(GPU_WHEELS) --budget-s $(GPU_BUDGET_S) $(if $(GPU_CHECKS),--gpu-checks $(GPU_CHECKS)) $(if $(GPU_ONLY),--only $(GPU_ONLY)) $(if $(GPU_LOGS),--logs $(GPU_LOGS)) $(if $(DRY),--dry-run)
 
 # Here, before a GPU session: the wheelhouse gpu-report takes along (one device call: 64 MiB with
 # the working tree), with SmolLM2's config and tokenizer for the throughput steps.

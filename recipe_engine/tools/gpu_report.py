@@ -4,19 +4,22 @@
     python -m recipe_engine.tools.gpu_report --dry-run      # anywhere: plan, print, write
 
 On a GPU machine without a package index it runs, each step with its own time limit and all
-within `--budget-s` (25 minutes by default), and writes docs/gpu/<date>.md. In this order,
-what no session has measured yet first, so a short lease still reports it:
+within `--budget-s` (25 minutes by default), and writes docs/gpu/<date>.md. Steps whose result
+is a pass or a commit run side by side (the card has room, and they time nothing); each timed
+step runs alone (`gpu_steps`). In this order:
 - `wheelhouse`: the wheels taken along (`make gpu-wheels`; docs/gpu/README.md) installed with
   `--target` under /tmp, put on every step's PYTHONPATH and on this process's;
-- SmolLM2-135M tokens/s and MFU in LoRA, QLoRA and full fine-tuning at a batch that fills the
-  GPU, plain, packed (BFD: padding-free) and packed with Liger (on random weights of its
-  shape where only that was taken along);
-- DeepSpeed ZeRO-2, ZeRO-3 and FSDP stages, each run to its commit;
-- `gpu-check` (`tools.gpu_check`, all checks or `--gpu-checks`);
-- the CUDA memory table of every configuration `tools.bench_memory` knows;
-- the engine against plain TRL (`tools.bench_trl --device cuda --parts engine`);
+- side by side: DeepSpeed ZeRO-2, ZeRO-3 and FSDP stages, each run to its commit; `gpu-check`
+  (`tools.gpu_check`, all checks or `--gpu-checks`); the CUDA memory table of every
+  configuration `tools.bench_memory` knows;
+- alone: SmolLM2-135M tokens/s and MFU in LoRA, QLoRA and full fine-tuning at a batch that
+  fills the GPU, plain, packed (BFD: padding-free) and packed with Liger (on random weights of
+  its shape where only that was taken along); the engine against plain TRL
+  (`tools.bench_trl --device cuda --parts engine`);
 - a merged export served by vLLM, whose greedy answers on held-out probes must match
   transformers'.
+`--only GROUP[:STEP] ...` runs part of it (a lease shorter than the whole), and `--logs` keeps
+every step's whole output in one archive.
 A step that cannot run here (no CUDA, vllm not installed, out of time) is listed as not run,
 with why, in the closing section. `--dry-run` runs on a CPU: it plans every step, prints the
 exact commands, runs the CPU-possible one (`gpu_check --dry-run`) and writes the report with
@@ -28,22 +31,29 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import shlex
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
 
 from recipe_engine.tables import markdown_table
 from recipe_engine.tools.gpu_models import SHAPE, SHAPED
+from recipe_engine.tools.gpu_steps import (
+    BUDGET_S,
+    FAILED,
+    NOT_RUN,
+    RAN,
+    Machine,
+    Outcome,
+    Session,
+    Step,
+    last_line,
+    step_env,
+)
 from recipe_engine.versions import package_version
 
-BUDGET_S = 25 * 60
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes", "datasets",
              "deepspeed", "vllm", "liger-kernel")  # fmt: skip
 QUIET = ("eval.enabled=false", "eval.compare=false")
@@ -70,51 +80,8 @@ VARIANTS = {
 }
 # Dense bf16 tensor-core peak, TFLOP/s, by the name torch gives the card.
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
-RAN, FAILED, NOT_RUN = "ran", "failed", "not run"
+GROUPS = ("throughput", "distributed", "gpu-check", "memory", "bench-trl", "vllm")
 MODELS = "recipe_engine.tools.gpu_models"  # the model work steps run in their own processes
-
-
-@dataclass(frozen=True)
-class Step:
-    """One command of the report: its section, what it needs besides Python, its limit, and
-    how its result is read from its scratch folder (a line for the report)."""
-
-    section: str
-    name: str
-    command: tuple[str, ...]
-    limit_s: int
-    needs: tuple[str, ...] = ("cuda",)
-    runs_dry: bool = False  # runs on a CPU in the dry mode (as it is: it is cheap there)
-    result: Callable[[str], str] = lambda output: ""  # from what it printed and wrote
-
-    def shown(self) -> str:
-        return shlex.join(self.command)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    step: Step
-    status: str  # RAN | FAILED | NOT_RUN
-    seconds: float = 0.0
-    result: str = ""  # what it measured, or why it failed / did not run
-    output: str = ""  # the tail of what it printed
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What this machine offers the steps."""
-
-    gpu: str  # the card's name, "" without CUDA
-    installed: frozenset[str]
-
-    def missing(self, step: Step) -> str:
-        """Why `step` cannot run here, "" when it can."""
-        for need in step.needs:
-            if need == "cuda" and not self.gpu:
-                return "no CUDA"
-            if need != "cuda" and need not in self.installed:
-                return f"{need} not installed"
-        return ""
 
 
 def python() -> str:
@@ -165,12 +132,13 @@ def smollm2(folder: Path, shape: Path | None) -> tuple[str, ...]:
 
 def shape_step(folder: Path, shape: Path) -> Step:
     command = (python(), "-m", MODELS, "random-weights", str(shape), str(folder / SHAPED))
-    return Step("SmolLM2-135M throughput", "random weights of its config", command, 300, ())
+    return Step("SmolLM2-135M throughput", "random weights of its config", command, 300, (),
+                group="setup", serves=("throughput", "memory", "vllm"))  # fmt: skip
 
 
 def throughput_steps(folder: Path, gpu: str, shape: Path | None = None) -> list[Step]:
     """SmolLM2-135M per method and variant, each in its own output_root under `folder`."""
-    steps = [shape_step(folder, shape)] if shape else []
+    steps = []
     for method, method_overrides in METHODS.items():
         for variant, variant_overrides in VARIANTS.items():
             name = f"{method} {variant}"
@@ -187,7 +155,15 @@ def throughput_steps(folder: Path, gpu: str, shape: Path | None = None) -> list[
                      *(["liger_kernel"] if "liger" in variant else []))  # fmt: skip
             read = lambda _output, root=root: tokens_per_second(root, gpu)  # noqa: E731
             steps.append(
-                Step("SmolLM2-135M throughput", name, engine(*overrides), 240, needs, result=read)
+                Step(
+                    "SmolLM2-135M throughput",
+                    name,
+                    engine(*overrides),
+                    240,
+                    needs,
+                    result=read,
+                    group="throughput",
+                )  # fmt: skip
             )
     return steps
 
@@ -206,7 +182,16 @@ def distributed_steps(folder: Path) -> list[Step]:
         command = engine(*overrides, "device=cuda", *SMALL, f"output_root={root}")
         read = lambda _output, root=root: committed(root)  # noqa: E731
         steps.append(
-            Step("DeepSpeed and FSDP, run to commit", name, command, 300, needs, result=read)
+            Step(
+                "DeepSpeed and FSDP, run to commit",
+                name,
+                command,
+                300,
+                needs,
+                result=read,
+                alone=False,
+                group="distributed",
+            )  # fmt: skip
         )
     return steps
 
@@ -223,9 +208,17 @@ def export_steps(folder: Path, shape: Path | None = None) -> list[Step]:
     compare = (python(), "-m", MODELS, "compare-vllm", str(export))
     needs = ("cuda", "vllm")
     return [
-        Step(section, "train", train, 300, needs),
-        Step(section, "export merge=true", export_command, 120, needs),
-        Step(section, "vLLM against transformers", compare, 600, needs, result=_last),
+        Step(section, "train", train, 300, needs, group="vllm"),
+        Step(section, "export merge=true", export_command, 120, needs, group="vllm"),
+        Step(
+            section,
+            "vLLM against transformers",
+            compare,
+            600,
+            needs,
+            result=last_line,
+            group="vllm",
+        ),
     ]
 
 
@@ -254,107 +247,44 @@ def install_wheels(session: Session, wheels: Path) -> None:
 def all_steps(
     folder: Path, gpu: str, shape: Path | None = None, checks: Sequence[str] = ()
 ) -> list[Step]:
-    """Every measuring step of the report, in the order they run: what no earlier session
-    measured first (throughput, distributed commits), so a short lease still reports them."""
+    """Every measuring step of the report, in the order they run: the steps that time nothing
+    first, side by side (distributed commits, gpu-check, the memory table), then each timed
+    step alone (throughput, the engine against plain TRL), then vLLM."""
     gpu_check = (python(), "-m", "recipe_engine.tools.gpu_check", *checks,
                  "--out", str(folder / "gpu-check.md"))  # fmt: skip
     bench_trl = (python(), "-m", "recipe_engine.tools.bench_trl", "--device", "cuda",
                  "--parts", "engine")  # fmt: skip
-    bench_memory = (python(), "-m", "recipe_engine.tools.bench_memory", "--device", "cuda")
-    memory_section = "CUDA memory, every bench-memory configuration"
+    local = ("--smollm2", str(folder / SHAPED)) if shape else ()
+    bench_memory = (python(), "-m", "recipe_engine.tools.bench_memory", "--device", "cuda",
+                    "--jobs", "4", *local)  # fmt: skip
+    memory = "CUDA memory, every bench-memory configuration"
     return [
-        *throughput_steps(folder, gpu, shape),
+        *([shape_step(folder, shape)] if shape else []),
         *distributed_steps(folder),
-        Step("gpu-check", "gpu_check", gpu_check, 600, runs_dry=True, result=_last),
-        Step(memory_section, "bench_memory", bench_memory, 480, result=_last),
-        Step("Engine against plain TRL", "bench_trl", bench_trl, 300, result=_last),
+        Step(
+            "gpu-check",
+            "gpu_check",
+            gpu_check,
+            600,
+            runs_dry=True,
+            result=last_line,
+            alone=False,
+            group="gpu-check",
+        ),  # fmt: skip
+        Step(
+            memory, "bench_memory", bench_memory, 480, result=last_line, alone=False, group="memory"
+        ),  # fmt: skip
+        *throughput_steps(folder, gpu, shape),
+        Step(
+            "Engine against plain TRL",
+            "bench_trl",
+            bench_trl,
+            300,
+            result=last_line,
+            group="bench-trl",
+        ),  # fmt: skip
         *export_steps(folder, shape),
     ]
-
-
-def dry_command(step: Step) -> tuple[str, ...]:
-    """What a step runs in the dry mode: gpu_check says what it would run, without CUDA."""
-    if step.name != "gpu_check":
-        return step.command
-    checks = step.command[3 : step.command.index("--out")]
-    return (*step.command[:3], *checks, "--dry-run")
-
-
-# What reading a step's result may raise: its files missing or odd, or, without the wheelhouse
-# on this process's path, a reader's import.
-UNREADABLE = (OSError, ValueError, KeyError, RuntimeError, ZeroDivisionError, ImportError)
-
-
-@dataclass
-class Session:
-    """One report's run: where steps write, the machine, the clock, what each step did."""
-
-    folder: Path
-    machine: Machine
-    dry: bool
-    budget_s: float = BUDGET_S
-    started: float = field(default_factory=time.monotonic)
-    outcomes: list[Outcome] = field(default_factory=list)
-
-    def left_s(self) -> float:
-        return self.budget_s - (time.monotonic() - self.started)
-
-    def run(self, step: Step) -> Outcome:
-        print(f"$ {step.shown()}", flush=True)
-        why = "" if self.dry and step.runs_dry else self.machine.missing(step)
-        if self.dry and not step.runs_dry:
-            why = f"dry mode{f'; here: {why}' if why else ''}"
-        elif not why and self.left_s() < 30:
-            why = "out of time (the report's budget was spent)"
-        if why:
-            outcome = Outcome(step, NOT_RUN, result=why)
-        else:
-            command = dry_command(step) if self.dry else step.command
-            outcome = self._execute(replace(step, command=command))
-        self.outcomes.append(outcome)
-        print(f"  -> {outcome.status}: {outcome.result}", flush=True)
-        return outcome
-
-    def _execute(self, step: Step) -> Outcome:
-        started = time.monotonic()
-        limit = min(step.limit_s, max(self.left_s(), 1))
-        env = step_env(self.folder)
-        try:
-            done = subprocess.run(step.command, capture_output=True, text=True, timeout=limit,
-                                  env=env)  # fmt: skip
-        except subprocess.TimeoutExpired as timeout:
-            tail = _text(timeout.stdout) + _text(timeout.stderr)
-            why = (f"stopped at its limit ({limit:.0f} s)" if limit == step.limit_s
-                   else f"stopped after {limit:.0f} s: the report's budget ran out")  # fmt: skip
-            return Outcome(step, FAILED, time.monotonic() - started, why, _tail(tail))
-        seconds, output = time.monotonic() - started, done.stdout + done.stderr
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            return Outcome(step, FAILED, seconds, f"exit {done.returncode}: {last}", _tail(output))
-        try:
-            result = step.result(done.stdout)
-        except UNREADABLE as error:
-            return Outcome(step, FAILED, seconds, f"ran, but {error}", _tail(output))
-        return Outcome(step, RAN, seconds, result or "exit 0", _tail(output))
-
-
-def step_env(folder: Path) -> dict[str, str]:
-    """The steps' environment: offline, the wheelhouse's packages first on the path."""
-    site = folder / "site-packages"
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-
-
-def _last(output: str) -> str:
-    return (output.strip().splitlines() or [""])[-1]
-
-
-def _text(output: str | bytes | None) -> str:
-    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
-
-
-def _tail(output: str, lines: int = 25) -> str:
-    return "\n".join(output.strip().splitlines()[-lines:])
 
 
 # What a step may need besides CUDA, as the import names the steps check.
@@ -430,17 +360,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--gpu-checks", nargs="*", default=[], metavar="CHECK", help="gpu_check's (default: all)"
     )
+    parser.add_argument(
+        "--only", nargs="*", default=[], metavar="GROUP[:STEP]",
+        help=f"the steps to run (default: all): {', '.join(GROUPS)}, or one step as group:name",
+    )  # fmt: skip
+    parser.add_argument("--logs", type=Path, help="an archive (.tar.gz) of every step's output")
     options = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gpu-report-", dir="/tmp") as scratch:
         folder = Path(scratch)
-        session = Session(folder, Machine("", frozenset()), options.dry_run, options.budget_s)
+        session = Session(folder, Machine("", frozenset()), options.dry_run, options.budget_s,
+                          tuple(options.only))  # fmt: skip
         if options.wheels:
             install_wheels(session, options.wheels)
         session.machine = detect_machine(folder)
         shape = smollm2_shape(session.machine, options.wheels)
-        for step in all_steps(folder, session.machine.gpu, shape, options.gpu_checks):
-            session.run(step)
+        session.run_steps(all_steps(folder, session.machine.gpu, shape, options.gpu_checks))
         path = write_report(session, options.out_dir)
+        if options.logs:
+            print(f"wrote {session.keep_logs(options.logs)}")
     print(f"wrote {path}")
     return 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from recipe_engine.tools.bench_memory import CASES, long_feedback, long_pairs
+from recipe_engine.tools.bench_memory import CASES, case_arguments, long_feedback, long_pairs
 
 
 def test_case_names_are_unique_and_preference_rows_name_their_trainer() -> None:
@@ -46,3 +46,15 @@ def test_long_feedback_outgrows_max_length_with_both_labels_in_every_batch(tmp_p
         len(row["prompt"].split()) < 16 < 512 < len(row["completion"].split()) for row in rows
     )
     assert [row["label"] for row in rows[:4]] == [True, False, True, False]
+
+
+def test_a_local_smollm2_folder_replaces_the_gguf_in_smollm2s_cases_only(tmp_path: Path) -> None:
+    """Where only SmolLM2's shape reached a GPU machine (the GGUF is more than a call carries)."""
+    data = {"chat": tmp_path / "chat.jsonl"}
+    text = next(c for c in CASES if c.name == "smollm2 lora b2 s128")
+    vision = next(c for c in CASES if c.name == "tiny-qwen2-vl vision-full b8")
+    local = tmp_path / "smollm2"
+    args = case_arguments(text, data, "cuda", tmp_path / "out", local)
+    assert {"model=smollm2-135m", f"model.id={local}", "model.gguf_file=null"} <= set(args)
+    assert f"model.id={local}" not in case_arguments(vision, data, "cuda", tmp_path, local)
+    assert not any(a.startswith("model.id=") for a in case_arguments(text, data, "cpu", tmp_path))

@@ -9,18 +9,8 @@ import sys
 from datetime import date
 from pathlib import Path
 
-import pytest
-
-from recipe_engine.tools.gpu_report import (
-    FAILED,
-    NOT_RUN,
-    RAN,
-    Machine,
-    Session,
-    Step,
-    all_steps,
-    write_report,
-)
+from recipe_engine.tools.gpu_report import all_steps
+from recipe_engine.tools.gpu_steps import Machine
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = (
@@ -55,40 +45,6 @@ def test_make_gpu_report_dry_runs_end_to_end_and_writes_the_report(tmp_path):
     assert "recipe=r2-vision-only parallel=fsdp device=cuda" in done.stdout
     assert "'stage.llm.freeze.components=[embeddings,lm_head]'" in report
     assert "gpu_models compare-vllm" in report and "bench_memory --device cuda" in report
-
-
-def python_step(name: str, code: str, limit_s: int = 60, needs: tuple[str, ...] = ()) -> Step:
-    return Step("Section", name, (sys.executable, "-c", code), limit_s, needs)
-
-
-@pytest.fixture
-def session(tmp_path) -> Session:
-    return Session(tmp_path, Machine("", frozenset({"deepspeed"})), dry=False)
-
-
-def test_a_step_runs_fails_or_is_not_run_with_why(session, tmp_path):
-    ok = session.run(python_step("ok", "print('measured 5 tokens/s')"))
-    failed = session.run(python_step("broken", "import sys; print('boom'); sys.exit(3)"))
-    needs_gpu = session.run(python_step("gpu", "print(1)", needs=("cuda",)))
-    needs_vllm = session.run(python_step("vllm", "print(1)", needs=("vllm",)))
-    slow = session.run(python_step("slow", "import time; time.sleep(30)", limit_s=1))
-    assert (ok.status, ok.result) == (RAN, "exit 0")
-    assert (
-        failed.status == FAILED and failed.result.startswith("exit 3") and "boom" in failed.output
-    )
-    assert (needs_gpu.status, needs_gpu.result) == (NOT_RUN, "no CUDA")
-    assert (needs_vllm.status, needs_vllm.result) == (NOT_RUN, "vllm not installed")
-    assert slow.status == FAILED and "limit" in slow.result
-    report = write_report(session, tmp_path / "docs").read_text()
-    assert "boom" in report  # a failed step's last lines are in the report
-    assert "- Section: `vllm`: vllm not installed" in report
-    assert "- Section: `ok`" not in report
-
-
-def test_a_step_after_the_budget_is_spent_is_not_run(tmp_path):
-    spent = Session(tmp_path, Machine("NVIDIA H100", frozenset()), dry=False, budget_s=0)
-    outcome = spent.run(python_step("late", "print(1)"))
-    assert outcome.status == NOT_RUN and "out of time" in outcome.result
 
 
 def test_throughput_is_read_from_the_stage_log_with_its_mfu(tmp_path):
