@@ -19,6 +19,9 @@ from pathlib import Path
 # SmolLM2-135M's config and tokenizer without weights (a few MB), taken along in the wheelhouse
 # where its GGUF (98 MB) cannot be, and the model folder the report builds from it.
 SHAPE, SHAPED = "smollm2-shape", "smollm2-random-weights"
+# The embedded tiny models and datasets, built where the wheelhouse is (`gpu_wheels`): building
+# them pre-trains the tiny VLMs on a CPU (minutes), which a lease cannot spare.
+TINY_CACHE = "recipe-engine-cache"
 
 
 def write_shape(target: Path) -> int:

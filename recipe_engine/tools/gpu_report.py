@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,9 +40,10 @@ from datetime import date
 from pathlib import Path
 
 from recipe_engine.tables import markdown_table
-from recipe_engine.tools.gpu_models import SHAPE, SHAPED
+from recipe_engine.tools.gpu_models import SHAPE, SHAPED, TINY_CACHE
 from recipe_engine.tools.gpu_steps import (
     BUDGET_S,
+    CACHE,
     FAILED,
     NOT_RUN,
     RAN,
@@ -242,6 +244,8 @@ def install_wheels(session: Session, wheels: Path) -> None:
     elif session.run(step).status == RAN:
         # The steps' results are read in this process too (bench_trl's log reader needs them).
         sys.path.insert(0, str(session.folder / "site-packages"))
+    if (wheels / TINY_CACHE).is_dir():  # a copy: the steps write their caches beside it
+        shutil.copytree(wheels / TINY_CACHE, session.folder / CACHE)
 
 
 def all_steps(

@@ -22,6 +22,7 @@ from typing import IO
 
 BUDGET_S = 25 * 60
 RAN, FAILED, NOT_RUN = "ran", "failed", "not run"
+CACHE = "recipe-engine-cache"  # the engine's cache the steps share, under the scratch folder
 
 
 @dataclass(frozen=True)
@@ -250,10 +251,14 @@ def dry_command(step: Step) -> tuple[str, ...]:
 
 
 def step_env(folder: Path) -> dict[str, str]:
-    """The steps' environment: offline, the wheelhouse's packages first on the path."""
+    """The steps' environment: offline, the wheelhouse's packages first on the path, and the
+    engine's cache under `folder` where the report laid one there (`CACHE`)."""
     site = folder / "site-packages"
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    if (folder / CACHE).is_dir():
+        env["RECIPE_ENGINE_CACHE"] = str(folder / CACHE)
+    return env
 
 
 def last_line(output: str) -> str:

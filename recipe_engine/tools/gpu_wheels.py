@@ -10,18 +10,22 @@ what one device call carries (64 MiB with the working tree; docs/gpu/README.md).
   runs CUDA 13, and the whole wheel (43 MB) would fill a call alone; 7 MB remain.
 - SmolLM2-135M's config and tokenizer (`gpu_models shape`), 3.5 MB, for the throughput
   steps, where its 98 MB GGUF fits no call.
+- The embedded tiny models and datasets as the engine's cache holds them, 12 MB: built on a
+  GPU machine, the tiny VLMs' pre-training took the first 250 s of a lease (on its CPU, as
+  everywhere: their weights must not depend on the machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
-from recipe_engine.tools.gpu_models import SHAPE, write_shape
+from recipe_engine.tools.gpu_models import SHAPE, TINY_CACHE, write_shape
 
 # What the image lacks, or holds at versions other than the pins (KINDS.md's package list):
 # its accelerate, huggingface_hub, tokenizers and safetensors are admissible and stay.
@@ -88,6 +92,26 @@ def prune_bitsandbytes(wheel: Path) -> int:
     return before - wheel.stat().st_size
 
 
+def copy_tiny_cache(dest: Path) -> Path:
+    """The embedded tiny models and datasets, from this machine's cache (built there first
+    where missing), laid out as a cache of their own under `dest`."""
+    from recipe_engine.resolve.tiny import (
+        TINY_DATASETS,
+        TINY_MODELS,
+        build_dataset,
+        build_tiny_model,
+    )
+
+    target = dest / TINY_CACHE
+    built = [*map(build_tiny_model, TINY_MODELS), *map(build_dataset, TINY_DATASETS)]
+    for folder in built:
+        kept = target / folder.parent.name / folder.name  # models/<name> or data/<name>
+        if kept.exists():
+            shutil.rmtree(kept)
+        shutil.copytree(folder, kept)
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.gpu_wheels")
     parser.add_argument("dest", nargs="?", type=Path, default=Path(".gpu-wheels"))
@@ -99,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     for wheel in dest.glob("bitsandbytes-*.whl"):
         print(f"{wheel.name}: {prune_bitsandbytes(wheel) / 1e6:.1f} MB of other platforms left out")
     write_shape(dest / SHAPE)
+    print(f"wrote {copy_tiny_cache(dest)}")
     total = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
     print(f"{dest}: {total / 1e6:.1f} MB (a device call carries 64 MiB with the working tree)")
     return 0
