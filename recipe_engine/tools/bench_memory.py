@@ -240,10 +240,15 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in CASES if any(w in c.name for w in wanted)]
 
         def measure(case: Case) -> Measured | CaseFailed:
+            """One configuration, said as it ends (a run cut short still shows the ended)."""
             try:
-                return run_case(case, data, options.device, options.smollm2)
+                result = run_case(case, data, options.device, options.smollm2)
             except CaseFailed as why:
+                print(f"  {case.name}: failed: {why}", file=sys.stderr, flush=True)
                 return why
+            print(f"  {case.name}: {' | '.join(_row(case, result)[1:])}, in {result.wall_s:.0f} s",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return result
 
         with ThreadPoolExecutor(max_workers=max(options.jobs, 1)) as pool:
             results = list(pool.map(measure, cases))
@@ -254,7 +259,6 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             errors.append(result.error_pct)
             rows.append(_row(case, result))
-            print(f"  {case.name}: done in {result.wall_s:.0f} s", file=sys.stderr)
     header = ["configuration", "estimated MiB", "measured MiB", "error", "tracking / train s"]
     print("\n".join(text_table(rows, header)))
     return _verdict(errors, failed)

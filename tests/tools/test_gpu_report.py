@@ -101,3 +101,11 @@ def test_where_only_smollm2s_shape_was_taken_along_its_steps_train_random_weight
     # Without vLLM, the export's training and export would measure nothing: neither runs.
     export = [s for s in steps if s.section == "A merged export served by vLLM"]
     assert all("vllm" in s.needs for s in export)
+
+
+def test_gpu_checks_result_is_its_closing_count_not_where_it_wrote_its_table():
+    from recipe_engine.tools.gpu_report import checks_summary
+
+    printed = "default-bf16  PASS\n\n1 passed, 0 failed, 0 skipped\nreport: /tmp/x.md"
+    assert checks_summary(printed) == "1 passed, 0 failed, 0 skipped"
+    assert checks_summary("(dry run: 7 check(s) selected, none run)").startswith("(dry run")

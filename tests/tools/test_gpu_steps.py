@@ -132,3 +132,14 @@ def test_every_steps_whole_output_is_kept_in_one_archive(session, tmp_path):
         names = set(tar.getnames())
         assert {"logs/talks.stdout.log", "logs/talks.stderr.log", "run-root/runs/job.log"} <= names
         assert tar.extractfile("logs/talks.stderr.log").read() == b"err\n"
+
+
+def test_steps_share_the_engine_cache_the_report_laid_under_its_folder(tmp_path, monkeypatch):
+    from recipe_engine.tools.gpu_steps import CACHE, step_env
+
+    monkeypatch.delenv("RECIPE_ENGINE_CACHE", raising=False)
+    assert "RECIPE_ENGINE_CACHE" not in step_env(tmp_path)
+    (tmp_path / CACHE).mkdir()
+    env = step_env(tmp_path)
+    assert env["RECIPE_ENGINE_CACHE"] == str(tmp_path / CACHE)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "site-packages")

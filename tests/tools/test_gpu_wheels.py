@@ -40,3 +40,22 @@ def test_bitsandbytes_keeps_only_cuda_13_and_cpu_libraries_and_a_matching_record
     assert {line.split(",")[0] for line in left.splitlines()} == files - {
         "bitsandbytes-0.50.2.dist-info/RECORD"
     }
+
+
+def test_the_tiny_models_and_datasets_travel_as_a_cache_the_engine_reads(tmp_path, monkeypatch):
+    """Laid out as the engine's cache (models/<name>, data/<name>), so RECIPE_ENGINE_CACHE
+    pointed at it finds every embedded model and dataset without building one."""
+    from recipe_engine.files import default_cache_dir
+    from recipe_engine.resolve.tiny import TINY_DATASETS, TINY_MODELS, build_tiny_model
+    from recipe_engine.tools.gpu_models import TINY_CACHE
+    from recipe_engine.tools.gpu_wheels import copy_tiny_cache
+
+    carried = copy_tiny_cache(tmp_path)
+    assert carried == tmp_path / TINY_CACHE
+    models = {p.name for p in (carried / "models").iterdir()}
+    data = {p.name for p in (carried / "data").iterdir()}
+    assert len(models) == len(TINY_MODELS) and len(data) == len(TINY_DATASETS)
+    monkeypatch.setenv("RECIPE_ENGINE_CACHE", str(carried))
+    assert default_cache_dir() == carried
+    assert build_tiny_model("tiny-qwen2-vl").parent == carried / "models"
+    assert {p.name for p in (carried / "models").iterdir()} == models  # found, none built
