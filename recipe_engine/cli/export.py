@@ -5,13 +5,11 @@ the hub, and registered as an MLflow model version."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from recipe_engine.cli.argv import split_hydra_flags
+from recipe_engine.cli.argv import config_dirs, split_hydra_flags
+from recipe_engine.config.export_options import ExportOptions, compose_export
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.report.inspection import SUMMARY_FILE
 from recipe_engine.report.model_card import CardFacts, model_card
@@ -33,49 +31,14 @@ STAGE_OR_RUN: a run folder (its last trained stage), RUN_DIR:STAGE, a store fold
                   MLFLOW_TRACKING_URI is set); registered_model=NAME (default <recipe>-<stage>)
   output_root=DIR where store keys are looked up (default: outputs)"""
 
-OPTIONS = (
-    "to",
-    "merge",
-    "base",
-    "format",
-    "push",
-    "repo",
-    "register",
-    "registered_model",
-    "output_root",
-)
-BOOLEANS = {"true": True, "false": False}
 KEY = re.compile(r"^[0-9a-f]{6,40}$")
-GGUF_HOWTO = (
-    "`format=gguf`: no maintained Hugging Face to GGUF converter installs from the package "
-    "index (llama.cpp's convert_hf_to_gguf.py ships with its sources only). Export the merged "
-    "folder, then convert it with llama.cpp:\n"
-    "  python -m recipe_engine export {target} to=DIR\n"
-    "  git clone https://github.com/ggml-org/llama.cpp\n"
-    "  pip install -r llama.cpp/requirements/requirements-convert_hf_to_gguf.txt\n"
-    "  python llama.cpp/convert_hf_to_gguf.py DIR --outfile DIR.gguf --outtype f16"
-)
-
-
-@dataclass(frozen=True)
-class ExportOptions:
-    target: str
-    to: Path | None = None
-    merge: bool = True
-    base: str | None = None
-    push: bool = False
-    repo: str | None = None
-    register: bool = False  # as an MLflow model version
-    registered_model: str | None = None  # None: <recipe>-<stage>
-    output_root: Path = Path("outputs")
 
 
 def main(args: list[str], multirun: bool) -> int:
     """The `export` verb."""
     if multirun:
         raise RecipeError("`export` takes no sweep: drop -m/--multirun.")
-    words, _ = split_hydra_flags(args)
-    options = parse_options(words)
+    options = parse_options(args)
     source = stage_folder(options.target, options.output_root)
     plan = decide_export(ExportRequest(source, options.to, options.merge, options.base))
     folder = write_export(plan, export_card(plan))
@@ -103,65 +66,15 @@ def stage_card(folder: Path) -> str | None:
         return None
 
 
-def parse_options(words: list[str]) -> ExportOptions:
-    targets = [w for w in words if "=" not in w]
+def parse_options(args: list[str]) -> ExportOptions:
+    """The one stage or run to export (the word without `=`), and export's keys composed by
+    Hydra (`config.export_options`)."""
+    overrides, flags = split_hydra_flags(args)
+    targets = [w for w in overrides if "=" not in w and not w.startswith("~")]
     if len(targets) != 1:
         raise RecipeError(f"`export` takes one stage or run, got {len(targets)}.\n{USAGE}")
-    given: dict[str, str] = {}
-    for word in (w for w in words if "=" in w):
-        key, value = word.split("=", 1)
-        key = key.lstrip("+~")
-        if key not in OPTIONS:
-            raise RecipeError(
-                f"`export` has no option `{key}`.{did_you_mean(key, OPTIONS)} "
-                f"Options: {', '.join(OPTIONS)}.",
-                key=key,
-            )
-        given[key] = value
-    return _typed(targets[0], given)
-
-
-def _typed(target: str, given: dict[str, str]) -> ExportOptions:
-    for key in ("merge", "push", "register"):
-        if key in given and given[key].lower() not in BOOLEANS:
-            raise RecipeError(f"`{key}={given[key]}`: use true or false.", key=key)
-    fmt = given.get("format", "hf")
-    if fmt == "gguf":
-        raise RecipeError(GGUF_HOWTO.format(target=target), key="format")
-    if fmt != "hf":
-        raise RecipeError(f"`format={fmt}`: use hf or gguf.", key="format")
-    push = BOOLEANS[given.get("push", "false").lower()]
-    repo = given.get("repo")
-    if push and not (repo and re.fullmatch(r"[\w.-]+/[\w.-]+", repo)):
-        raise RecipeError("`push=true` needs `repo=ORG/NAME` (the hub repository).", key="repo")
-    register = _registering(given)
-    return ExportOptions(
-        target=target,
-        to=Path(given["to"]).expanduser() if given.get("to") else None,
-        merge=BOOLEANS[given.get("merge", "true").lower()],
-        base=given.get("base"),
-        push=push,
-        repo=repo,
-        register=register,
-        registered_model=given.get("registered_model"),
-        output_root=Path(given.get("output_root", "outputs")).expanduser(),
-    )
-
-
-def _registering(given: dict[str, str]) -> bool:
-    """`register=`, by default whether MLFLOW_TRACKING_URI names a tracking server (as it
-    turns MLflow on for transformers); checked for mlflow before anything is written."""
-    default = "true" if os.environ.get("MLFLOW_TRACKING_URI") else "false"
-    register = BOOLEANS[given.get("register", default).lower()]
-    if register and importlib.util.find_spec("mlflow") is None:
-        raise RecipeError(
-            "`register=true` (MLFLOW_TRACKING_URI is set, or register= was given) needs "
-            "MLflow: pip install 'recipe-engine[mlflow]', or register=false.",
-            key="register",
-        )
-    if "registered_model" in given and not register:
-        raise RecipeError("`registered_model=` names the model `register=true` registers.")
-    return register
+    keys = [w for w in overrides if w not in targets]
+    return compose_export(targets[0], keys, config_dirs(flags))
 
 
 def stage_folder(target: str, output_root: Path) -> Path:

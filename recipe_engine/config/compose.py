@@ -290,9 +290,10 @@ def translate_error(error: BaseException, extra_dirs: Sequence[str] = ()) -> Rec
         )
     detail = str(cause).splitlines()[0]
     where = f"`{key}`: " if key else ""
-    return RecipeError(
-        f"Invalid value for {where}{detail}. Fix the override or the YAML entry.", key=key
-    )
+    # OmegaConf names the type it wanted; a switch's words are worth saying.
+    switch = "is not a valid bool" in detail
+    fix = "Fix it: use true or false." if switch else "Fix the override or the YAML entry."
+    return RecipeError(f"Invalid value for {where}{detail}. {fix}", key=key)
 
 
 def _unparsable(error: OverrideParseException) -> RecipeError:
