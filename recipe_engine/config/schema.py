@@ -161,6 +161,9 @@ class SlurmConfig:
     signal_delay_s: int = 120
     setup: list[str] = field(default_factory=list)  # shell lines before the job (module load)
     additional_parameters: LibraryKwargs = field(default_factory=dict)  # other sbatch options
+    # A stage on several nodes: the port its first node's torchrun listens on for the others.
+    # None: 20000 + the job id mod 20000 (every node reaches it alone, from SLURM_JOB_ID).
+    master_port: int | None = None
 
 
 @dataclass

@@ -102,9 +102,21 @@ def _stage_job(
         signal_delay_s=min(slurm.signal_delay_s, time_minutes(slurm.time) * 30),
         partition=partition.name,
         after=after,
+        master_port=_master_port(slurm.master_port),
     )
     check_request(_stage_request(job), partition)
     return job
+
+
+def _master_port(port: int | None) -> int | None:
+    """`slurm.master_port`, a port an unprivileged job may listen on."""
+    if port is not None and not 1024 <= port <= 65535:
+        raise RecipeError(
+            f"`slurm.master_port={port}` is not a port a job can listen on: give one from "
+            "1024 to 65535, or leave it unset (20000 + the job id mod 20000).",
+            key="slurm.master_port",
+        )
+    return port
 
 
 def _host_gib(stage: StagePlan, per_node: int) -> float:

@@ -104,6 +104,16 @@ class StagePlan:
         return self.config.evaluate_only
 
 
+# A multi-node stage's rendezvous port without slurm.master_port: 20000 + job id mod 20000.
+PORT_BASE, PORT_SPAN = 20000, 20000
+
+
+def rendezvous_port(master_port: int | None, job_id: int) -> int:
+    """The port a multi-node job's first node listens on for the others: every node reaches
+    the same number alone, from `slurm.master_port` or SLURM's job id."""
+    return master_port or PORT_BASE + job_id % PORT_SPAN
+
+
 @dataclass(frozen=True)
 class StageJob:
     """One stage's SLURM job, as `plan` prints it and `run` submits it."""
@@ -119,6 +129,7 @@ class StageJob:
     signal_delay_s: int  # SLURM signals the job this long before its time limit (requeue)
     partition: str
     after: tuple[str, ...]  # stages whose jobs must end well first (afterok)
+    master_port: int | None = None  # several nodes: slurm.master_port (None: from the job id)
 
     def describe(self) -> str:
         gpus = f", {self.gpus_per_node} GPU(s) per node" if self.gpus_per_node else ""
@@ -126,8 +137,14 @@ class StageJob:
         return (
             f"job: {self.nodes} node(s), {self.processes_per_node} process(es) per node{gpus}, "
             f"{self.cpus_per_task} CPU(s), {self.mem_gb} GB, {self.time_min} min on partition "
-            f"{self.partition}{after}"
+            f"{self.partition}{after}{self._rendezvous()}"
         )
+
+    def _rendezvous(self) -> str:
+        if self.nodes == 1:
+            return ""
+        port = self.master_port or f"{PORT_BASE} + job id mod {PORT_SPAN}"
+        return f"; rendezvous on the first node's port {port}"
 
 
 @dataclass

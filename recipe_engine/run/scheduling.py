@@ -22,6 +22,7 @@ import io
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -30,12 +31,11 @@ from pathlib import Path
 
 from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.recipe_plan import RecipePlan, StageJob
+from recipe_engine.plan.recipe_plan import RecipePlan, StageJob, rendezvous_port
 from recipe_engine.run import mlflow_tracking
 from recipe_engine.store.jobs import SubmittedJob, save_jobs
 
 # The rendezvous port of a multi-node stage: one per job id, so jobs sharing a node differ.
-PORT_BASE, PORT_SPAN = 20000, 20000
 
 
 def submit_recipe(plan: RecipePlan, args: list[str], run_dir: Path) -> list[SubmittedJob]:
@@ -63,6 +63,7 @@ def submit_recipe(plan: RecipePlan, args: list[str], run_dir: Path) -> list[Subm
             nodes=job.nodes,
             processes_per_node=job.processes_per_node,
             mlflow_parent=parent,
+            master_port=job.master_port,
         )
         try:
             with contextlib.redirect_stderr(io.StringIO()):  # submitit echoes sbatch's stderr
@@ -186,6 +187,7 @@ class StageTask:
     nodes: int
     processes_per_node: int
     mlflow_parent: str | None = None  # the MLflow run the stage's run nests under
+    master_port: int | None = None  # slurm.master_port, as planned
 
     def __call__(self) -> str:
         command = [*self._launcher(), *self._engine_args()]
@@ -228,6 +230,9 @@ class StageTask:
         import submitit
 
         env = submitit.JobEnvironment()
+        port = rendezvous_port(self.master_port, int(env.job_id))
+        if env.node == 0:
+            refuse_a_taken_port(port, self.stage)
         return [
             sys.executable,
             "-m",
@@ -236,10 +241,26 @@ class StageTask:
             f"--node_rank={env.node}",
             f"--nproc_per_node={self.processes_per_node}",
             f"--master_addr={node_address(env.hostnames[0])}",
-            f"--master_port={PORT_BASE + int(env.job_id) % PORT_SPAN}",
+            f"--master_port={port}",
             "-m",
             "recipe_engine",
         ]
+
+
+def refuse_a_taken_port(port: int, stage: str) -> None:
+    """On the first node, before torchrun: a port another program holds would leave every
+    node waiting for a rendezvous that never comes. The others cannot pick another number
+    without talking to this node, so the job stops here, saying which key to set."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As torch's TCPStore binds: a port left in TIME_WAIT by an ended job is free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as error:
+            raise RuntimeError(
+                f"stage {stage}: the rendezvous port {port} on the first node is taken "
+                f"({error.strerror}); set slurm.master_port to a free port and run again"
+            ) from None
 
 
 def node_address(node: str) -> str:

@@ -16,6 +16,7 @@ from recipe_engine.plan.jobs import (
     sweep_job_request,
     time_minutes,
 )
+from recipe_engine.plan.recipe_plan import rendezvous_port
 from recipe_engine.plan.render import render_plan
 from recipe_engine.resolve.scheduler import Partition
 from recipe_engine.run.planning import plan_from_config
@@ -87,6 +88,28 @@ def test_a_stage_on_two_nodes_has_the_world_size_of_both(tmp_path):
     assert stage.placement.world_size == 2 and stage.placement.launcher == "srun-torchrun"
     [job] = planned.jobs.values()
     assert (job.nodes, job.processes_per_node) == (2, 1)
+
+
+def test_a_stage_on_two_nodes_plans_its_rendezvous_port(tmp_path):
+    """From the job id unless slurm.master_port says otherwise; either way the plan says it,
+    and every node reaches the same number alone."""
+    two_nodes = ("recipe=text-lora", "device=cpu", "parallel=ddp", "nodes=2", "nproc=1")
+    [derived] = slurm_plan(tmp_path, *two_nodes).jobs.values()
+    assert derived.master_port is None
+    assert "rendezvous on the first node's port 20000 + job id mod 20000" in derived.describe()
+    assert rendezvous_port(derived.master_port, 1234567) == 20000 + 1234567 % 20000
+    [chosen] = slurm_plan(tmp_path, *two_nodes, "slurm.master_port=29500").jobs.values()
+    assert chosen.master_port == 29500 and "port 29500" in chosen.describe()
+    assert rendezvous_port(chosen.master_port, 1234567) == 29500
+    [one_node] = slurm_plan(tmp_path, "recipe=text-lora", "device=cpu").jobs.values()
+    assert "rendezvous" not in one_node.describe()
+
+
+@pytest.mark.parametrize("port", ["80", "70000"])
+def test_a_master_port_no_job_can_listen_on_is_refused_naming_the_key(tmp_path, port):
+    with pytest.raises(RecipeError, match="1024 to 65535") as refused:
+        slurm_plan(tmp_path, "recipe=text-lora", "device=cpu", f"slurm.master_port={port}")
+    assert refused.value.key == "slurm.master_port"
 
 
 def test_the_same_stage_on_two_nodes_or_two_local_processes_has_one_key(tmp_path):
