@@ -216,7 +216,11 @@ class StageMetrics:
         return ", ".join(parts) or "-"
 
     def loss_text(self) -> str:
+        """ "2.000 -> 1.000": the first and last logged training loss; one number where only
+        one step was logged (a run shorter than logging_steps), which is no flat curve."""
         losses = self.train_losses
+        if len(losses) == 1:
+            return f"{losses[0]:.3f}"
         return f"{losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "-"
 
 

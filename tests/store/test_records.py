@@ -39,6 +39,12 @@ def test_a_manifest_round_trips_with_its_version_and_typed_metrics(tmp_path):
     assert read.metrics.eval_text() == "acc 50%" and read.metrics.loss_text() == "2.000 -> 1.000"
 
 
+def test_the_loss_cell_reads_first_to_last_and_one_logged_step_as_one_number():
+    assert StageMetrics(train_losses=[1.457]).loss_text() == "1.457"  # not "1.457 -> 1.457"
+    assert StageMetrics(train_losses=[2.0, 1.5, 1.0]).loss_text() == "2.000 -> 1.000"
+    assert StageMetrics().loss_text() == "-"
+
+
 def test_a_manifest_written_before_versioning_still_loads(tmp_path):
     old = {
         "stage": "llm",
