@@ -4,7 +4,9 @@ clients reach through HF_ENDPOINT: no mock of either client.
 
 Each test starts its own hub holding the tiny Qwen2 as `acme/tiny-lm` and the arithmetic rows
 as the dataset `acme/arith`, and runs `python -m recipe_engine` with a Hugging Face cache of
-its own.
+its own. The two tests that start from a stage trained on that hub start from a copy of one
+such run, made once for the module (`trained_from_hub`): every engine process costs seconds
+of imports before it does anything.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -36,11 +40,18 @@ SHORT = (
 WEIGHTS = "model.safetensors"
 
 
-@pytest.fixture
-def hub() -> Iterator[HubServer]:
+def hub_with_the_tiny_model_and_rows() -> HubServer:
+    """A started hub holding MODEL and DATA, each at one commit: the same commit ids on every
+    such hub (a commit id is the hash of its files, and the files are built once)."""
     server = HubServer().start()
     server.commit(MODEL, build_tiny_model("tiny-qwen2"))
     server.commit(DATA, build_dataset("arithmetic"), kind="dataset")
+    return server
+
+
+@pytest.fixture
+def hub() -> Iterator[HubServer]:
+    server = hub_with_the_tiny_model_and_rows()
     yield server
     server.stop()
 
@@ -110,22 +121,73 @@ def committed(tmp_path: Path) -> list[str]:
     return sorted(p.parent.name for p in store.glob("*/COMPLETE")) if store.is_dir() else []
 
 
+HUB_RUN = (*HUB_MODEL, *HUB_DATA, *SHORT)
+
+
+@dataclass(frozen=True)
+class TrainedFromHub:
+    """`plan` then `run` of HUB_RUN with a fresh cache and output root, on a hub of its own
+    (stopped since): what each printed, wrote and asked the hub."""
+
+    folder: Path  # the runs' tmp_path: out/ (store, runs) and hf/ (the Hugging Face cache)
+    model_commit: str  # MODEL's and DATA's main when they ran
+    data_commit: str
+    planned: subprocess.CompletedProcess
+    plan_wrote_out: bool  # whether `out` existed once the plan had finished
+    trained: subprocess.CompletedProcess
+    requests_of_the_run: list[str]
+
+    def copy_into(self, tmp_path: Path) -> None:
+        """The output root and the cache, as a test's own (the cache's snapshot links are
+        relative, and the store records no absolute path): a test may change its copy."""
+        for part in ("out", "hf"):
+            shutil.copytree(self.folder / part, tmp_path / part, symlinks=True)
+
+
+@pytest.fixture(scope="module")
+def trained_from_hub(tmp_path_factory: pytest.TempPathFactory) -> TrainedFromHub:
+    """One hub stage trained for the tests that continue from one (they assert that it
+    trained); each works on a copy of it (`copy_into`) and a hub of its own."""
+    folder = tmp_path_factory.mktemp("trained-from-hub")
+    server = hub_with_the_tiny_model_and_rows()
+    try:
+        planned = engine(folder, server.endpoint, "plan", *HUB_RUN)
+        plan_wrote_out = (folder / "out").exists()
+        asked_before = len(server.requests)
+        trained = engine(folder, server.endpoint, *HUB_RUN)
+        return TrainedFromHub(
+            folder=folder,
+            model_commit=server.repos[("model", MODEL)].refs["main"],
+            data_commit=server.repos[("dataset", DATA)].refs["main"],
+            planned=planned,
+            plan_wrote_out=plan_wrote_out,
+            trained=trained,
+            requests_of_the_run=server.requests[asked_before:],
+        )
+    finally:
+        server.stop()
+
+
 def test_plan_pins_run_downloads_and_a_later_commit_changes_nothing(
-    hub: HubServer, tmp_path: Path
+    hub: HubServer, tmp_path: Path, trained_from_hub: TrainedFromHub
 ) -> None:
-    model_a = hub.repos[("model", MODEL)].refs["main"]
-    data_a = hub.repos[("dataset", DATA)].refs["main"]
-    args = (*HUB_MODEL, *HUB_DATA, *SHORT)
-    planned = engine(tmp_path, hub.endpoint, "plan", *args)
+    """The shared run's plan and run (`trained_from_hub`), then, on a copy of what they
+    wrote and a hub at the same commits, what later commits upstream change."""
+    model_a, data_a = trained_from_hub.model_commit, trained_from_hub.data_commit
+    assert hub.repos[("model", MODEL)].refs["main"] == model_a  # this hub: the same commits
+    assert hub.repos[("dataset", DATA)].refs["main"] == data_a
+    planned = trained_from_hub.planned
     assert planned.returncode == 0, planned.stderr[-3000:]
     assert f"revision:  {model_a[:12]} (default branch, resolved now from the hub" in planned.stdout
     assert f"data rev:  {data_a[:12]} (default branch, resolved now from the hub" in planned.stdout
-    assert not (tmp_path / "out").exists(), "plan writes nothing"
+    assert not trained_from_hub.plan_wrote_out, "plan writes nothing"
 
-    trained = engine(tmp_path, hub.endpoint, *args)
+    trained = trained_from_hub.trained
     assert trained.returncode == 0, trained.stderr[-3000:]
+    trained_from_hub.copy_into(tmp_path)
     assert summary(tmp_path) == ["trained"]
-    assert f"GET /{MODEL}/resolve/{model_a}/{WEIGHTS}" in hub.requests  # downloaded, at A
+    downloads = trained_from_hub.requests_of_the_run
+    assert f"GET /{MODEL}/resolve/{model_a}/{WEIGHTS}" in downloads  # downloaded, at A
     pins = json.loads((tmp_path / "out" / "store" / "hub-revisions.json").read_text())
     assert pins["models"][MODEL]["commit"] == model_a
     assert pins["datasets"][DATA]["commit"] == data_a
@@ -136,19 +198,19 @@ def test_plan_pins_run_downloads_and_a_later_commit_changes_nothing(
     # Upstream moves on: both repositories get a new commit on main.
     hub.commit(MODEL, {**hub.repos[("model", MODEL)].snapshots[model_a], "README.md": b"v2"})
     hub.commit(DATA, {"train.jsonl": b'{"prompt": "1+1=", "completion": "2"}\n'}, kind="dataset")
-    again = engine(tmp_path, hub.endpoint, "plan", *args)
+    again = engine(tmp_path, hub.endpoint, "plan", *HUB_RUN)
     assert f"revision:  {model_a[:12]} (pinned 20" in again.stdout
     assert f"data rev:  {data_a[:12]} (pinned 20" in again.stdout
     assert f"key {key[:12]}" in again.stdout  # the same stage, so the same key
-    rerun = engine(tmp_path, hub.endpoint, *args)
+    rerun = engine(tmp_path, hub.endpoint, *HUB_RUN)
     assert rerun.returncode == 0 and summary(tmp_path) == ["cached"], rerun.stderr[-3000:]
     # Asking for the branch as it is now is another result: another key.
-    moved = engine(tmp_path, hub.endpoint, "plan", *args, "model.revision=main")
+    moved = engine(tmp_path, hub.endpoint, "plan", *HUB_RUN, "model.revision=main")
     assert moved.returncode == 0 and f"key {key[:12]}" not in moved.stdout
 
     # Offline, the cached copy is used: the same plan, and a run that trains from it.
     hub.stop()
-    offline = engine(tmp_path, "http://127.0.0.1:9", *args, "force=[llm]", offline=True)
+    offline = engine(tmp_path, "http://127.0.0.1:9", *HUB_RUN, "force=[llm]", offline=True)
     assert offline.returncode == 0, offline.stderr[-3000:]
     assert summary(tmp_path) == ["trained"] and committed(tmp_path) == [key]
 
@@ -217,22 +279,12 @@ def test_a_hub_that_does_not_answer_is_one_message_for_run(tmp_path: Path) -> No
     assert data.returncode == 2 and "could not load hub dataset `acme/arith`" in one_error(data)
 
 
-def test_a_connection_dropped_mid_file_resumes_to_the_same_bytes(
+def test_a_connection_that_keeps_dropping_fails_cleanly_and_one_dropped_mid_file_resumes(
     hub: HubServer, tmp_path: Path
 ) -> None:
-    hub.drop(MODEL, WEIGHTS, after=100_000, times=2)
-    result = engine(tmp_path, hub.endpoint, *HUB_MODEL, *SHORT)
-    assert result.returncode == 0 and summary(tmp_path) == ["trained"], result.stderr[-3000:]
-    gets = [r for r in hub.requests if r.startswith("GET") and r.endswith(WEIGHTS)]
-    assert len(gets) == 3  # cut twice, resumed twice (with a Range from where it stopped)
-    original = (build_tiny_model("tiny-qwen2") / WEIGHTS).read_bytes()
-    [cached] = (tmp_path / "hf" / "hub").glob(f"models--acme--tiny-lm/snapshots/*/{WEIGHTS}")
-    assert hashlib.sha256(cached.read_bytes()).digest() == hashlib.sha256(original).digest()
-
-
-def test_a_connection_that_keeps_dropping_fails_cleanly_and_a_rerun_resumes(
-    hub: HubServer, tmp_path: Path
-) -> None:
+    """A download cut every time fails the run cleanly (nothing half-written is kept); the
+    rerun's download, cut twice mid-file, resumes each time to the same bytes, and the rerun
+    trains and commits."""
     hub.drop(MODEL, WEIGHTS, after=100_000, times=100)
     failed = engine(tmp_path, hub.endpoint, *HUB_MODEL, *SHORT)
     message = one_error(failed)
@@ -244,10 +296,16 @@ def test_a_connection_that_keeps_dropping_fails_cleanly_and_a_rerun_resumes(
     assert not list(hub_cache.glob("blobs/*.incomplete")), "nor is kept to be trusted later"
     assert len(list(hub_cache.glob("blobs/*"))) == 5  # the whole files (config, tokenizer...)
 
-    hub.drops.clear()
+    hub.drop(MODEL, WEIGHTS, after=100_000, times=2)  # in place of the hundred cuts
+    asked_before = len(hub.requests)
     resumed = engine(tmp_path, hub.endpoint, *HUB_MODEL, *SHORT)
     assert resumed.returncode == 0 and summary(tmp_path) == ["trained"], resumed.stderr[-3000:]
     assert len(committed(tmp_path)) == 1
+    gets = [r for r in hub.requests[asked_before:] if r.startswith("GET") and r.endswith(WEIGHTS)]
+    assert len(gets) == 3  # cut twice, resumed twice (with a Range from where it stopped)
+    original = (build_tiny_model("tiny-qwen2") / WEIGHTS).read_bytes()
+    [cached] = (tmp_path / "hf" / "hub").glob(f"models--acme--tiny-lm/snapshots/*/{WEIGHTS}")
+    assert hashlib.sha256(cached.read_bytes()).digest() == hashlib.sha256(original).digest()
 
 
 def test_a_disk_that_fills_during_a_download_leaves_nothing_half_written(
@@ -307,14 +365,16 @@ print(json.dumps({"adapter": type(adapter).__name__, "pushed": type(pushed).__na
 
 
 def test_an_exported_adapter_names_its_hub_base_at_the_trained_revision(
-    hub: HubServer, tmp_path: Path
+    hub: HubServer, tmp_path: Path, trained_from_hub: TrainedFromHub
 ) -> None:
     """The adapter loads elsewhere with a fresh cache: PEFT fetches its base from the hub at
     the commit the stage trained on, after upstream moved on; the merged export, pushed, loads
-    by its repository id."""
+    by its repository id. The stage is a copy of the shared run's (`trained_from_hub`)."""
     model_a = hub.repos[("model", MODEL)].refs["main"]
-    trained = engine(tmp_path, hub.endpoint, *HUB_MODEL, *HUB_DATA, *SHORT)
+    assert model_a == trained_from_hub.model_commit  # the shared run's, on this hub too
+    trained = trained_from_hub.trained  # HUB_MODEL, HUB_DATA and SHORT
     assert trained.returncode == 0, trained.stderr[-3000:]
+    trained_from_hub.copy_into(tmp_path)
     [key] = committed(tmp_path)
     adapter = tmp_path / "adapter"
     exported = engine(tmp_path, hub.endpoint, "export", key[:8], "merge=false", f"to={adapter}")

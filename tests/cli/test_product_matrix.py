@@ -10,6 +10,7 @@ enough to prove the path: learning is shown by `make run` and the SmolLM2 test.
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import math
 from pathlib import Path
@@ -24,6 +25,16 @@ QUICK += ["eval.max_new_tokens=4"]
 COLOURS = {"red": (220, 40, 40), "green": (40, 180, 60), "blue": (50, 80, 230)}
 QUESTION = "What colour is the square?"
 ASK = QUESTION
+
+
+@pytest.fixture(autouse=True)
+def _earlier_tests_frozen() -> None:
+    """As tests/conftest.py freezes the heap before each file, here before each test too:
+    every run here is in pytest's process, and each one's collections and memory tracker
+    would walk what the earlier runs of this file left alive (measured with the freeze per
+    test: a third of this file's CPU seconds). A run's own objects are never frozen."""
+    gc.collect()  # earlier tests' garbage is freed here, not kept frozen
+    gc.freeze()
 
 
 def _pairs() -> list[tuple[str, str]]:

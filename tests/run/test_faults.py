@@ -1,9 +1,12 @@
 """Faults: SIGKILL the engine at chosen points, rerun the same command, check that it recovers.
 
-The engine runs in a subprocess through a helper script (written into a temporary folder) that
-arms one fault and then calls the CLI's `main`; the fault kills the process with SIGKILL at its
-point. All fault injection lives here, none in the engine. One chain of runs on one output
-root (r3-two-stage, 4 steps per stage, a checkpoint every 2 steps):
+Each run of the engine is its own process, forked by a helper script (written into a
+temporary folder) that imports the engine once: the child arms one fault, calls the CLI's
+`main` and exits with its exit code; the fault kills the child with SIGKILL at its point.
+Forking spares each run the seconds of CPU its imports cost, and every child starts from the
+helper's freshly imported state, never from an earlier run's. All fault injection lives here,
+none in the engine. One chain of runs on one output root (r3-two-stage, 4 steps per stage, a
+checkpoint every 2 steps):
 
   1. vision, mid-step: killed inside step 3 (after forward/backward, before the optimizer step).
   2. rerun: vision resumes from checkpoint-2; killed in Store.commit after the rename into
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -36,15 +40,73 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLED = -signal.SIGKILL
+RUN_TIMEOUT_S = 300  # a run that hangs ends with SIGALRM, and its exit code says so
 
 HELPER = '''
-"""Run the engine CLI with one fault armed by FAULT / FAULT_STAGE / FAULT_STEP."""
+"""Fork one engine run per request, each with one fault armed by FAULT / FAULT_STAGE /
+FAULT_STEP. A request is a JSON line on stdin (the CLI arguments, the fault's variables, the
+log file); the answer, on the file descriptor the fixture reads, is the child's exit code
+(negative: the signal that ended it)."""
+import importlib
+import importlib.util
 import json
 import os
 import pathlib
 import signal
 import sys
 
+ANSWERS = os.fdopen(os.dup(1), "w")  # exit codes only: whatever else is printed goes to stderr
+os.dup2(2, 1)
+
+# The imports every run makes (seconds of CPU each time), made once, before any child.
+import datasets  # noqa: E402,F401
+import peft  # noqa: E402,F401
+from transformers import Trainer  # noqa: E402
+from trl import SFTTrainer  # noqa: E402,F401
+
+import recipe_engine.cli.run  # noqa: E402,F401
+import recipe_engine.run.recipe as runner  # noqa: E402
+import recipe_engine.run.stage as execution  # noqa: E402
+from recipe_engine.cli.main import main  # noqa: E402
+
+# Where installed, every run imports these as well: accelerate imports deepspeed as it wraps
+# the model, and the end-of-run report draws the loss plot with matplotlib.
+for optional in ("deepspeed", "matplotlib.pyplot"):
+    if importlib.util.find_spec(optional.split(".")[0]) is not None:
+        importlib.import_module(optional)
+
+
+def serve():
+    """Fork a child per request and answer with its exit code; return, in the child, the
+    CLI arguments it is to run with."""
+    while line := sys.stdin.readline():
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            become(request)
+            return request["args"]
+        _, status = os.waitpid(pid, 0)
+        ANSWERS.write(json.dumps(os.waitstatus_to_exitcode(status)) + "\\n")
+        ANSWERS.flush()
+    raise SystemExit(0)  # the fixture closed stdin: the chain is done
+
+
+def become(request):
+    """The child: the request's variables, its output into the log, no stdin, a time limit."""
+    ANSWERS.close()
+    os.environ.update(request["env"])
+    sys.argv = [sys.argv[0], *request["args"]]
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    signal.alarm(request["timeout"])
+
+
+ARGS = serve()
 FAULT = os.environ.get("FAULT", "")
 STAGE = os.environ.get("FAULT_STAGE", "")
 STEP = int(os.environ.get("FAULT_STEP", "0"))
@@ -61,10 +123,6 @@ def die():
 def armed():
     return current["stage"] == STAGE
 
-
-import recipe_engine.run.recipe as runner  # noqa: E402
-import recipe_engine.run.stage as execution  # noqa: E402
-from transformers import Trainer  # noqa: E402
 
 real_run = execution.StageRecipe.run
 
@@ -150,9 +208,7 @@ elif FAULT == "between":
 elif FAULT:
     raise SystemExit(f"unknown fault {FAULT}")
 
-from recipe_engine.cli.main import main  # noqa: E402
-
-raise SystemExit(main(sys.argv[1:]))
+raise SystemExit(main(ARGS))
 '''
 
 
@@ -214,6 +270,55 @@ def losses_by_step(rows: list[dict[str, Any]]) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in rows if "loss" in r}
 
 
+class FaultServer:
+    """The helper script, started once: `run` forks it into one engine run and returns that
+    run's exit code (negative: the signal that ended it) and its output."""
+
+    def __init__(self, helper: Path, audit: Path, logs: Path) -> None:
+        # One OpenMP thread: a child forked after torch's thread pool has started can hang in
+        # its first parallel region. (`make test` runs each worker's torch on one thread too.)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "FAULT_AUDIT": str(audit),
+            "OMP_NUM_THREADS": "1",
+        }
+        self.logs = logs
+        self.process = subprocess.Popen(
+            [sys.executable, str(helper)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, name: str, args: list[str], fault: str, stage: str, step: int) -> tuple[int, str]:
+        log = self.logs / f"{name}.log"
+        request = {
+            "args": args,
+            "env": {"FAULT": fault, "FAULT_STAGE": stage, "FAULT_STEP": str(step)},
+            "log": str(log),
+            "timeout": RUN_TIMEOUT_S,
+        }
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        assert answer, f"the fault server ended (exit code {self.process.wait()})"
+        return json.loads(answer), log.read_text()
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()  # the server exits once stdin ends
+        try:
+            self.process.wait(timeout=60)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+
+
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory) -> dict[str, Any]:
     from recipe_engine.cli.argv import normalise_argv
@@ -230,38 +335,34 @@ def chain(tmp_path_factory) -> dict[str, Any]:
     store = Store(output_root)
     keys = {name: stage.fingerprint for name, stage in plan.stages.items()}
     audit = tmp / "audit.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FAULT_AUDIT": str(audit)}
+    server = FaultServer(helper, audit, logs=tmp)
 
     runs: dict[str, dict[str, Any]] = {}
-    for name, fault, stage, step, extra in CHAIN:
-        if name == "llm-fresh-checkpoint-save" and store.latest_checkpoint(keys["llm"]):
-            # Probes: fresh=true must remove the interrupted stage's folder, not resume from it.
-            (store.work_dir(keys["llm"]) / SENTINEL).write_text("x")
-            (store.checkpoints(keys["llm"]) / "checkpoint-2" / SENTINEL).write_text("x")
-        proc = subprocess.run(
-            [sys.executable, str(helper), *args, *extra],
-            cwd=ROOT,
-            env={**env, "FAULT": fault, "FAULT_STAGE": stage, "FAULT_STEP": str(step)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=300,
-        )
-        after: dict[str, Any] = {"rc": proc.returncode, "output": proc.stdout}
-        for stage_name, key in keys.items():
-            entry, work = store.entry(key), store.work_dir(key)
-            latest = store.latest_checkpoint(key)
-            after[stage_name] = {
-                "entry": tree(entry) if entry.is_dir() else None,
-                "entry_mtime": entry.stat().st_mtime_ns if entry.is_dir() else None,
-                "complete": store.is_complete(key),
-                "work": tree(work) if work.is_dir() else None,
-                "work_metrics": records(work / "metrics.jsonl"),
-                "entry_metrics": records(entry / "metrics.jsonl"),
-                "latest": latest.name if latest else None,
-            }
-        after["stale"] = sorted(p.name for p in store.root.glob("*.stale"))
-        runs[name] = after
+    try:
+        for name, fault, stage, step, extra in CHAIN:
+            if name == "llm-fresh-checkpoint-save" and store.latest_checkpoint(keys["llm"]):
+                # Probes: fresh=true must remove the interrupted stage's folder, not resume
+                # from it.
+                (store.work_dir(keys["llm"]) / SENTINEL).write_text("x")
+                (store.checkpoints(keys["llm"]) / "checkpoint-2" / SENTINEL).write_text("x")
+            rc, output = server.run(name, [*args, *extra], fault, stage, step)
+            after: dict[str, Any] = {"rc": rc, "output": output}
+            for stage_name, key in keys.items():
+                entry, work = store.entry(key), store.work_dir(key)
+                latest = store.latest_checkpoint(key)
+                after[stage_name] = {
+                    "entry": tree(entry) if entry.is_dir() else None,
+                    "entry_mtime": entry.stat().st_mtime_ns if entry.is_dir() else None,
+                    "complete": store.is_complete(key),
+                    "work": tree(work) if work.is_dir() else None,
+                    "work_metrics": records(work / "metrics.jsonl"),
+                    "entry_metrics": records(entry / "metrics.jsonl"),
+                    "latest": latest.name if latest else None,
+                }
+            after["stale"] = sorted(p.name for p in store.root.glob("*.stale"))
+            runs[name] = after
+    finally:
+        server.close()
     summaries = sorted(output_root.glob("runs/*/*/summary.json"), key=lambda p: p.stat().st_mtime)
     return {
         "runs": runs,
@@ -437,34 +538,40 @@ def test_metrics_log_has_one_record_per_step_after_resumes(chain):
     assert steps == sorted(set(steps)), steps
 
 
-CHECKPOINT_WRITER = """
-import os, signal, sys
-import transformers.trainer_callback as callbacks
-from transformers.trainer_callback import TrainerState
+def write_checkpoints_killed_mid_state(folder: Path) -> None:
+    """checkpoint-2 whole, then checkpoint-4 with SIGKILL halfway through its
+    trainer_state.json: TrainerState.save_to_json's own write, cut short. Run in a child."""
+    import transformers.trainer_callback as callbacks
+    from transformers.trainer_callback import TrainerState
 
-folder = sys.argv[1]
-os.makedirs(f"{folder}/checkpoint-2")
-os.makedirs(f"{folder}/checkpoint-4")
-TrainerState(global_step=2, max_steps=4).save_to_json(f"{folder}/checkpoint-2/trainer_state.json")
+    (folder / "checkpoint-2").mkdir(parents=True)
+    (folder / "checkpoint-4").mkdir(parents=True)
+    TrainerState(global_step=2, max_steps=4).save_to_json(
+        str(folder / "checkpoint-2" / "trainer_state.json")
+    )
 
-class Half:
-    def __init__(self, handle):
-        self.handle = handle
-    def __enter__(self):
-        return self
-    def __exit__(self, *exc):
-        self.handle.close()
-    def write(self, text):
-        self.handle.write(text[: len(text) // 2])
-        self.handle.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
+    class Half:
+        def __init__(self, handle: Any) -> None:
+            self.handle = handle
 
-def half_open(path, mode="r", *args, **kwargs):
-    return Half(open(path, mode, *args, **kwargs))
+        def __enter__(self) -> Half:
+            return self
 
-callbacks.open = half_open  # TrainerState.save_to_json's open() now dies mid-write
-TrainerState(global_step=4, max_steps=4).save_to_json(f"{folder}/checkpoint-4/trainer_state.json")
-"""
+        def __exit__(self, *exc: object) -> None:
+            self.handle.close()
+
+        def write(self, text: str) -> None:
+            self.handle.write(text[: len(text) // 2])
+            self.handle.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def half_open(path: str, mode: str = "r", *args: Any, **kwargs: Any) -> Half:
+        return Half(open(path, mode, *args, **kwargs))
+
+    callbacks.open = half_open  # TrainerState.save_to_json's open() now dies mid-write
+    TrainerState(global_step=4, max_steps=4).save_to_json(
+        str(folder / "checkpoint-4" / "trainer_state.json")
+    )
 
 
 def test_a_truncated_trainer_state_is_not_taken_for_a_complete_checkpoint(tmp_path):
@@ -474,10 +581,17 @@ def test_a_truncated_trainer_state_is_not_taken_for_a_complete_checkpoint(tmp_pa
 
     store, key = Store(tmp_path), "f" * 64
     folder = store.checkpoints(key)
-    proc = subprocess.run(
-        [sys.executable, "-c", CHECKPOINT_WRITER, str(folder)], capture_output=True, text=True
+    # A forked child, SIGKILLed as it writes: a real process death, without a fresh
+    # interpreter's seconds of importing transformers (this process has imported it).
+    writer = multiprocessing.get_context("fork").Process(
+        target=write_checkpoints_killed_mid_state, args=(folder,)
     )
-    assert proc.returncode == KILLED, proc.stderr
+    writer.start()
+    writer.join(timeout=120)
+    if writer.exitcode is None:  # hung: stopped with SIGTERM, which the assertion refuses
+        writer.terminate()
+        writer.join()
+    assert writer.exitcode == KILLED, writer.exitcode
     with pytest.raises(json.JSONDecodeError):  # what Trainer.train(resume_from_checkpoint=) hits
         TrainerState.load_from_json(str(folder / "checkpoint-4" / "trainer_state.json"))
     # A checkpoint whose trainer_state.json is cut short is skipped for the one before it.
