@@ -104,7 +104,8 @@ class StagePlan:
         return self.config.evaluate_only
 
 
-# A multi-node stage's rendezvous port without slurm.master_port: 20000 + job id mod 20000.
+# A multi-node stage's rendezvous port without slurm.master_port: 20000 + job id mod 20000,
+# one per job id, so jobs sharing a node differ.
 PORT_BASE, PORT_SPAN = 20000, 20000
 
 

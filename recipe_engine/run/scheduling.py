@@ -35,8 +35,6 @@ from recipe_engine.plan.recipe_plan import RecipePlan, StageJob, rendezvous_port
 from recipe_engine.run import mlflow_tracking
 from recipe_engine.store.jobs import SubmittedJob, save_jobs
 
-# The rendezvous port of a multi-node stage: one per job id, so jobs sharing a node differ.
-
 
 def submit_recipe(plan: RecipePlan, args: list[str], run_dir: Path) -> list[SubmittedJob]:
     """Every job of the plan, in graph order, each after its parent's; recorded in the run

@@ -43,7 +43,6 @@ from recipe_engine.tables import markdown_table
 from recipe_engine.tools.gpu_models import SHAPE, SHAPED, TINY_CACHE
 from recipe_engine.tools.gpu_steps import (
     BUDGET_S,
-    CACHE,
     FAILED,
     NOT_RUN,
     RAN,
@@ -172,7 +171,7 @@ def throughput_steps(folder: Path, gpu: str, shape: Path | None = None) -> list[
                     needs,
                     result=read,
                     group="throughput",
-                )  # fmt: skip
+                )
             )
     return steps
 
@@ -200,7 +199,7 @@ def distributed_steps(folder: Path) -> list[Step]:
                 result=read,
                 alone=False,
                 group="distributed",
-            )  # fmt: skip
+            )
         )
     return steps
 
@@ -252,7 +251,7 @@ def install_wheels(session: Session, wheels: Path) -> None:
         # The steps' results are read in this process too (bench_trl's log reader needs them).
         sys.path.insert(0, str(session.folder / "site-packages"))
     if (wheels / TINY_CACHE).is_dir():  # a copy: the steps write their caches beside it
-        shutil.copytree(wheels / TINY_CACHE, session.folder / CACHE)
+        shutil.copytree(wheels / TINY_CACHE, session.folder / TINY_CACHE)
 
 
 def all_steps(
@@ -281,10 +280,10 @@ def all_steps(
             result=checks_summary,
             alone=False,
             group="gpu-check",
-        ),  # fmt: skip
+        ),
         Step(
             memory, "bench_memory", bench_memory, 480, result=last_line, alone=False, group="memory"
-        ),  # fmt: skip
+        ),
         *throughput_steps(folder, gpu, shape),
         Step(
             "Engine against plain TRL",
@@ -293,7 +292,7 @@ def all_steps(
             300,
             result=last_line,
             group="bench-trl",
-        ),  # fmt: skip
+        ),
         *export_steps(folder, shape),
     ]
 

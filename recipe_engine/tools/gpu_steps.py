@@ -20,9 +20,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from recipe_engine.tools.gpu_models import TINY_CACHE
+
 BUDGET_S = 25 * 60
 RAN, FAILED, NOT_RUN = "ran", "failed", "not run"
-CACHE = "recipe-engine-cache"  # the engine's cache the steps share, under the scratch folder
 
 
 @dataclass(frozen=True)
@@ -202,10 +203,8 @@ class Session:
             return Outcome(step, FAILED, seconds, why, tail(output))
         seconds, (printed, output) = time.monotonic() - started.started, read_logs(started)
         if process.returncode != 0:
-            last = (output.strip().splitlines() or ["no output"])[-1]
-            return Outcome(
-                step, FAILED, seconds, f"exit {process.returncode}: {last}", tail(output)
-            )
+            why = f"exit {process.returncode}: {last_line(output) or 'no output'}"
+            return Outcome(step, FAILED, seconds, why, tail(output))
         try:
             result = step.result(printed)
         except UNREADABLE as error:
@@ -252,12 +251,12 @@ def dry_command(step: Step) -> tuple[str, ...]:
 
 def step_env(folder: Path) -> dict[str, str]:
     """The steps' environment: offline, the wheelhouse's packages first on the path, and the
-    engine's cache under `folder` where the report laid one there (`CACHE`)."""
+    engine's cache under `folder` where the report laid the carried one (`TINY_CACHE`)."""
     site = folder / "site-packages"
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    if (folder / CACHE).is_dir():
-        env["RECIPE_ENGINE_CACHE"] = str(folder / CACHE)
+    if (folder / TINY_CACHE).is_dir():
+        env["RECIPE_ENGINE_CACHE"] = str(folder / TINY_CACHE)
     return env
 
 

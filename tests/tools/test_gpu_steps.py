@@ -135,11 +135,12 @@ def test_every_steps_whole_output_is_kept_in_one_archive(session, tmp_path):
 
 
 def test_steps_share_the_engine_cache_the_report_laid_under_its_folder(tmp_path, monkeypatch):
-    from recipe_engine.tools.gpu_steps import CACHE, step_env
+    from recipe_engine.tools.gpu_models import TINY_CACHE
+    from recipe_engine.tools.gpu_steps import step_env
 
     monkeypatch.delenv("RECIPE_ENGINE_CACHE", raising=False)
     assert "RECIPE_ENGINE_CACHE" not in step_env(tmp_path)
-    (tmp_path / CACHE).mkdir()
+    (tmp_path / TINY_CACHE).mkdir()
     env = step_env(tmp_path)
-    assert env["RECIPE_ENGINE_CACHE"] == str(tmp_path / CACHE)
+    assert env["RECIPE_ENGINE_CACHE"] == str(tmp_path / TINY_CACHE)
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "site-packages")
