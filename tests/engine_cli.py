@@ -1,28 +1,167 @@
-"""Driving the engine as a user does: `python -m recipe_engine ...` in a subprocess."""
+"""Driving the engine as a user does: `python -m recipe_engine ...` in a process of its own."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# The checkout under test first on the path: interpreters a command starts afresh (torchrun's
+# workers, submitit's jobs) import it too, whatever is installed.
+USER_PATH = os.environ.get("PYTHONPATH")
+CHECKOUT_PATH = os.pathsep.join(
+    dict.fromkeys(filter(None, [str(ROOT), *(USER_PATH or "").split(os.pathsep)]))
+)
+# Variables read only when the engine or a library gets to them, never while importing: a
+# child forked from the imported engine can take them with any value.
+READ_LATE = frozenset({"PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST", "RECIPE_ENGINE_CACHE"})
 
 
 def engine(
-    *args: str, cwd: Path, timeout: int = 600, env: dict[str, str] | None = None
+    *args: str,
+    cwd: Path,
+    timeout: int = 600,
+    env: dict[str, str] | None = None,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    """`python -m recipe_engine ARGS` in `cwd`, its output captured. It is forked from a
+    process that imported the engine with this environment (tests/forked_engine.py), unless
+    `fresh`, or the test's own `env`, or OpenMP is not on one thread (a fork after its thread
+    pool started could hang): those run as fresh processes."""
+    command = [sys.executable, "-m", "recipe_engine", *args]
+    own_env = env is not None
+    env = command_env(env or os.environ)
+    if fresh or own_env or env.get("OMP_NUM_THREADS") != "1":
+        return subprocess.run(
+            command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    return ForkedEngine.for_env(env).run(command, cwd=cwd, env=env, timeout=timeout)
+
+
+def forked_engine(
+    *args: str,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    prelude: Path | None = None,
+    timeout: int = 600,
+) -> subprocess.CompletedProcess:
+    """`engine(*args)` always forked, OpenMP on one thread, with `prelude` (a Python file) run
+    first in the child: a test arms a fault there. `env`: variables added for this command,
+    read by the prelude or late by the engine."""
+    added = dict(env or {})
+    whole = {**single_thread_env(), **added}
+    return ForkedEngine.for_env(whole, read_late=added.keys()).run(
         [sys.executable, "-m", "recipe_engine", *args],
         cwd=cwd,
-        env={**(env or os.environ), "PYTHONUNBUFFERED": "1"},
-        capture_output=True,
-        text=True,
+        env=whole,
         timeout=timeout,
+        prelude=prelude,
     )
+
+
+def command_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A command's variables: unbuffered output, and the checkout first on the path unless the
+    test set its own."""
+    env = {**env, "PYTHONUNBUFFERED": "1"}
+    if env.get("PYTHONPATH") == USER_PATH:
+        env["PYTHONPATH"] = CHECKOUT_PATH
+    return env
+
+
+def single_thread_env() -> dict[str, str]:
+    """This process's variables for a command, OpenMP on one thread (as `make test` has it)."""
+    return command_env({**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+class ForkedEngine:
+    """tests/forked_engine.py, serving one command at a time: one per test process, started
+    again whenever a command's variables differ from those it imported with (a library of
+    the test process set one, say), outside those read late."""
+
+    _shared: ForkedEngine | None = None
+
+    def __init__(self, import_env: dict[str, str]) -> None:
+        self.import_env = import_env
+        self.lock = threading.Lock()
+        self.scratch = Path(tempfile.mkdtemp(prefix="forked-engine-"))
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("forked_engine.py"))],
+            env=import_env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        atexit.register(self.close)
+
+    @classmethod
+    def for_env(cls, env: Mapping[str, str], read_late: Iterable[str] = ()) -> ForkedEngine:
+        late = READ_LATE | set(read_late)
+        import_env = {k: v for k, v in env.items() if k not in late}
+        if cls._shared is None or cls._shared.import_env != import_env:
+            if cls._shared is not None:
+                cls._shared.close()
+            cls._shared = cls(import_env)
+        return cls._shared
+
+    def run(
+        self,
+        command: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        timeout: float,
+        prelude: Path | None = None,
+    ) -> subprocess.CompletedProcess:
+        """The command (`python -m recipe_engine` and its arguments) run by a forked child;
+        past `timeout` seconds its process group is killed and TimeoutExpired raised."""
+        out, err = self.scratch / "stdout", self.scratch / "stderr"
+        request = {
+            "args": command[3:],
+            "cwd": str(cwd),
+            "env": env,
+            "stdout": str(out),
+            "stderr": str(err),
+            "timeout": timeout,
+            "prelude": str(prelude) if prelude else None,
+        }
+        with self.lock:
+            self.ask(request)  # {"pid"}: it started
+            done = self.ask(None)
+            stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+        if done["timed_out"]:
+            raise subprocess.TimeoutExpired(command, timeout, output=stdout, stderr=stderr)
+        return subprocess.CompletedProcess(command, done["rc"], stdout, stderr)
+
+    def ask(self, request: dict | None) -> dict:
+        """Send a request (None: only read), and read the next answer."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        if request is not None:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"tests/forked_engine.py ended (exit code {self.process.wait()})"
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()  # it exits once stdin ends
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def manifests(output_root: Path) -> dict[str, dict]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from engine_cli import engine
 
 SHORT = (
     "output_root=out",
@@ -25,11 +25,7 @@ SHORT = (
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     cwd = tmp_path_factory.mktemp("kto-experiment")
-    done = subprocess.run(
-        [sys.executable, "-m", "recipe_engine", "compare", "recipes=[text-lora,r6-sft-kto-text]",
-         *SHORT],
-        cwd=cwd, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    done = engine("compare", "recipes=[text-lora,r6-sft-kto-text]", *SHORT, cwd=cwd)
     return cwd, done
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from engine_cli import engine
 
 SHORT = (
     "output_root=out",
@@ -24,10 +24,9 @@ SHORT = (
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     cwd = tmp_path_factory.mktemp("preference-experiment")
-    done = subprocess.run(
-        [sys.executable, "-m", "recipe_engine", "compare", "recipes=[r3-two-stage,r5-sft-dpo]",
-         *SHORT, "++stage.dpo.train.max_steps=4", "stage.dpo.data.max_samples=16"],
-        cwd=cwd, capture_output=True, text=True, timeout=600,
+    done = engine(
+        "compare", "recipes=[r3-two-stage,r5-sft-dpo]",
+        *SHORT, "++stage.dpo.train.max_steps=4", "stage.dpo.data.max_samples=16", cwd=cwd,
     )  # fmt: skip
     return cwd, done
 

@@ -17,13 +17,7 @@ def test_run_through_hydra_with_a_relative_output_root(tmp_path):
         "eval.max_samples=4",
         "stage.llm.train.max_steps=3",
     ]
-    first = subprocess.run(
-        [sys.executable, "-m", "recipe_engine", *short],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    first = engine(*short, cwd=tmp_path, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     [run_dir] = (tmp_path / "out" / "runs" / "text-lora").iterdir()
     assert (run_dir / ".hydra" / "config.yaml").is_file()  # Hydra's resolved config

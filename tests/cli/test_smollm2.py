@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from engine_cli import engine
+
 STEPS = 16
 HELD_OUT = 16
 
@@ -79,13 +81,7 @@ def qlora_overrides(data: Path) -> list[str]:
 def test_qlora_teaches_smollm2_an_answer_format_the_base_cannot_write(tmp_path):
     data = write_code_data(tmp_path / "codes")
     started = time.monotonic()
-    run = subprocess.run(
-        [sys.executable, "-m", "recipe_engine", *qlora_overrides(data)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    run = engine(*qlora_overrides(data), cwd=tmp_path, timeout=900)
     seconds = time.monotonic() - started
     assert run.returncode == 0, run.stderr[-3000:]
 
@@ -120,13 +116,7 @@ def test_qlora_teaches_smollm2_an_answer_format_the_base_cannot_write(tmp_path):
     # Exported merged, the outputs moved away: transformers' pipeline loads the folder alone
     # (from another working folder) and writes the format the stage learned.
     exported = tmp_path / "smollm2-codes"
-    export = subprocess.run(
-        [sys.executable, "-m", "recipe_engine", "export", str(run_dir), f"to={exported}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    export = engine("export", str(run_dir), f"to={exported}", cwd=tmp_path)
     assert export.returncode == 0, export.stderr[-3000:]
     (tmp_path / "out").rename(tmp_path / "moved-away")
     elsewhere = tmp_path / "elsewhere"

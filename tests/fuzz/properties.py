@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from engine_cli import engine
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
@@ -290,12 +291,7 @@ def _killed_run(root: Path) -> None:
 
 
 def _engine(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "recipe_engine", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return engine(*args, cwd=Path.cwd())
 
 
 PROPERTIES = {

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from engine_cli import engine
 
 from recipe_engine.cli.main import main
 from recipe_engine.report.doctor import _cuda_library, doctor_report
@@ -19,14 +18,7 @@ PLAIN_ENV = {"HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", "")}
 
 def test_cli_doctor_prints_every_section_and_exits_0():
     env = {**PLAIN_ENV, "WORLD_SIZE": "2", "LOCAL_RANK": "0", "TORCHELASTIC_RUN_ID": "job"}
-    done = subprocess.run(
-        [sys.executable, "-m", "recipe_engine", "doctor"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = engine("doctor", cwd=ROOT, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     for section in ("libraries", "launcher", "devices", "torch", "bitsandbytes", "placement"):

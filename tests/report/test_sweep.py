@@ -5,11 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import multiprocessing
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+from engine_cli import engine
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import RunMode
 from omegaconf import OmegaConf
@@ -37,20 +36,7 @@ SMALL = [
 
 def sweep(output_root: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
     """Run a multirun sweep as a user would; return the process and its sweep folder."""
-    result = subprocess.run(
-        [sys.executable, "-m", "recipe_engine", "-m", *SMALL, f"output_root={output_root}", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "HF_HUB_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            # Launchers that start fresh interpreters (submitit) import this checkout too.
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        },
-        timeout=400,
-    )
+    result = engine("-m", *SMALL, f"output_root={output_root}", *args, cwd=ROOT, timeout=400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (folder,) = (output_root / "sweeps" / "r3-two-stage").iterdir()
     return result, folder

@@ -1,10 +1,10 @@
 """Faults: SIGKILL the engine at chosen points, rerun the same command, check that it recovers.
 
-Each run of the engine is its own process, forked by a helper script (written into a
-temporary folder) that imports the engine once: the child arms one fault, calls the CLI's
-`main` and exits with its exit code; the fault kills the child with SIGKILL at its point.
-Forking spares each run the seconds of CPU its imports cost, and every child starts from the
-helper's freshly imported state, never from an earlier run's. All fault injection lives here,
+Each run of the engine is its own process, forked from the suite's engine that imported
+everything once (tests/forked_engine.py): the child runs PRELUDE, which arms one fault, then
+the CLI, and exits with its exit code; the fault kills the child with SIGKILL at its point.
+Every child starts from the freshly imported state, never from an earlier run's. All fault
+injection lives here,
 none in the engine. One chain of runs on one output root (r3-two-stage, 4 steps per stage, a
 checkpoint every 2 steps):
 
@@ -31,82 +31,31 @@ import json
 import multiprocessing
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_cli import forked_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLED = -signal.SIGKILL
-RUN_TIMEOUT_S = 300  # a run that hangs ends with SIGALRM, and its exit code says so
+RUN_TIMEOUT_S = 300  # a run that hangs is killed and the fixture raises TimeoutExpired
 
-HELPER = '''
-"""Fork one engine run per request, each with one fault armed by FAULT / FAULT_STAGE /
-FAULT_STEP. A request is a JSON line on stdin (the CLI arguments, the fault's variables, the
-log file); the answer, on the file descriptor the fixture reads, is the child's exit code
-(negative: the signal that ended it)."""
-import importlib
-import importlib.util
+PRELUDE = '''
+"""Arm one fault, named by FAULT / FAULT_STAGE / FAULT_STEP, in this forked engine run before
+the CLI starts (tests/forked_engine.py runs this file first), and audit every weights folder
+the run loads into FAULT_AUDIT."""
 import json
 import os
 import pathlib
 import signal
 import sys
 
-ANSWERS = os.fdopen(os.dup(1), "w")  # exit codes only: whatever else is printed goes to stderr
-os.dup2(2, 1)
+from transformers import Trainer
 
-# The imports every run makes (seconds of CPU each time), made once, before any child.
-import datasets  # noqa: E402,F401
-import peft  # noqa: E402,F401
-from transformers import Trainer  # noqa: E402
-from trl import SFTTrainer  # noqa: E402,F401
+import recipe_engine.run.recipe as runner
+import recipe_engine.run.stage as execution
 
-import recipe_engine.cli.run  # noqa: E402,F401
-import recipe_engine.run.recipe as runner  # noqa: E402
-import recipe_engine.run.stage as execution  # noqa: E402
-from recipe_engine.cli.main import main  # noqa: E402
-
-# Where installed, every run imports these as well: accelerate imports deepspeed as it wraps
-# the model, and the end-of-run report draws the loss plot with matplotlib.
-for optional in ("deepspeed", "matplotlib.pyplot"):
-    if importlib.util.find_spec(optional.split(".")[0]) is not None:
-        importlib.import_module(optional)
-
-
-def serve():
-    """Fork a child per request and answer with its exit code; return, in the child, the
-    CLI arguments it is to run with."""
-    while line := sys.stdin.readline():
-        request = json.loads(line)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            become(request)
-            return request["args"]
-        _, status = os.waitpid(pid, 0)
-        ANSWERS.write(json.dumps(os.waitstatus_to_exitcode(status)) + "\\n")
-        ANSWERS.flush()
-    raise SystemExit(0)  # the fixture closed stdin: the chain is done
-
-
-def become(request):
-    """The child: the request's variables, its output into the log, no stdin, a time limit."""
-    ANSWERS.close()
-    os.environ.update(request["env"])
-    sys.argv = [sys.argv[0], *request["args"]]
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    signal.alarm(request["timeout"])
-
-
-ARGS = serve()
 FAULT = os.environ.get("FAULT", "")
 STAGE = os.environ.get("FAULT_STAGE", "")
 STEP = int(os.environ.get("FAULT_STEP", "0"))
@@ -207,8 +156,6 @@ elif FAULT == "between":
     runner.run_or_reuse = run_or_reuse
 elif FAULT:
     raise SystemExit(f"unknown fault {FAULT}")
-
-raise SystemExit(main(ARGS))
 '''
 
 
@@ -270,53 +217,20 @@ def losses_by_step(rows: list[dict[str, Any]]) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in rows if "loss" in r}
 
 
-class FaultServer:
-    """The helper script, started once: `run` forks it into one engine run and returns that
-    run's exit code (negative: the signal that ended it) and its output."""
-
-    def __init__(self, helper: Path, audit: Path, logs: Path) -> None:
-        # One OpenMP thread: a child forked after torch's thread pool has started can hang in
-        # its first parallel region. (`make test` runs each worker's torch on one thread too.)
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "FAULT_AUDIT": str(audit),
-            "OMP_NUM_THREADS": "1",
-        }
-        self.logs = logs
-        self.process = subprocess.Popen(
-            [sys.executable, str(helper)],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def run(self, name: str, args: list[str], fault: str, stage: str, step: int) -> tuple[int, str]:
-        log = self.logs / f"{name}.log"
-        request = {
-            "args": args,
-            "env": {"FAULT": fault, "FAULT_STAGE": stage, "FAULT_STEP": str(step)},
-            "log": str(log),
-            "timeout": RUN_TIMEOUT_S,
-        }
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        answer = self.process.stdout.readline()
-        assert answer, f"the fault server ended (exit code {self.process.wait()})"
-        return json.loads(answer), log.read_text()
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()  # the server exits once stdin ends
-        try:
-            self.process.wait(timeout=60)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-                self.process.wait()
+def run_with_fault(
+    prelude: Path, args: list[str], audit: Path, fault: str, stage: str, step: int
+) -> tuple[int, str]:
+    """One engine run forked with the fault armed: its exit code (negative: the signal that
+    ended it) and its output."""
+    fault_env = {"FAULT": fault, "FAULT_STAGE": stage, "FAULT_STEP": str(step)}
+    done = forked_engine(
+        *args,
+        cwd=ROOT,
+        env={"FAULT_AUDIT": str(audit), **fault_env},
+        prelude=prelude,
+        timeout=RUN_TIMEOUT_S,
+    )
+    return done.returncode, done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")
@@ -327,42 +241,38 @@ def chain(tmp_path_factory) -> dict[str, Any]:
     from recipe_engine.store.store import Store
 
     tmp = tmp_path_factory.mktemp("faults")
-    helper = tmp / "faulty_engine.py"
-    helper.write_text(HELPER)
+    prelude = tmp / "arm_fault.py"
+    prelude.write_text(PRELUDE)
     output_root = tmp / "out"
     args = engine_args(output_root)
     plan = plan_from_config(compose_config(normalise_argv(args)[1]))
     store = Store(output_root)
     keys = {name: stage.fingerprint for name, stage in plan.stages.items()}
     audit = tmp / "audit.jsonl"
-    server = FaultServer(helper, audit, logs=tmp)
 
     runs: dict[str, dict[str, Any]] = {}
-    try:
-        for name, fault, stage, step, extra in CHAIN:
-            if name == "llm-fresh-checkpoint-save" and store.latest_checkpoint(keys["llm"]):
-                # Probes: fresh=true must remove the interrupted stage's folder, not resume
-                # from it.
-                (store.work_dir(keys["llm"]) / SENTINEL).write_text("x")
-                (store.checkpoints(keys["llm"]) / "checkpoint-2" / SENTINEL).write_text("x")
-            rc, output = server.run(name, [*args, *extra], fault, stage, step)
-            after: dict[str, Any] = {"rc": rc, "output": output}
-            for stage_name, key in keys.items():
-                entry, work = store.entry(key), store.work_dir(key)
-                latest = store.latest_checkpoint(key)
-                after[stage_name] = {
-                    "entry": tree(entry) if entry.is_dir() else None,
-                    "entry_mtime": entry.stat().st_mtime_ns if entry.is_dir() else None,
-                    "complete": store.is_complete(key),
-                    "work": tree(work) if work.is_dir() else None,
-                    "work_metrics": records(work / "metrics.jsonl"),
-                    "entry_metrics": records(entry / "metrics.jsonl"),
-                    "latest": latest.name if latest else None,
-                }
-            after["stale"] = sorted(p.name for p in store.root.glob("*.stale"))
-            runs[name] = after
-    finally:
-        server.close()
+    for name, fault, stage, step, extra in CHAIN:
+        if name == "llm-fresh-checkpoint-save" and store.latest_checkpoint(keys["llm"]):
+            # Probes: fresh=true must remove the interrupted stage's folder, not resume
+            # from it.
+            (store.work_dir(keys["llm"]) / SENTINEL).write_text("x")
+            (store.checkpoints(keys["llm"]) / "checkpoint-2" / SENTINEL).write_text("x")
+        rc, output = run_with_fault(prelude, [*args, *extra], audit, fault, stage, step)
+        after: dict[str, Any] = {"rc": rc, "output": output}
+        for stage_name, key in keys.items():
+            entry, work = store.entry(key), store.work_dir(key)
+            latest = store.latest_checkpoint(key)
+            after[stage_name] = {
+                "entry": tree(entry) if entry.is_dir() else None,
+                "entry_mtime": entry.stat().st_mtime_ns if entry.is_dir() else None,
+                "complete": store.is_complete(key),
+                "work": tree(work) if work.is_dir() else None,
+                "work_metrics": records(work / "metrics.jsonl"),
+                "entry_metrics": records(entry / "metrics.jsonl"),
+                "latest": latest.name if latest else None,
+            }
+        after["stale"] = sorted(p.name for p in store.root.glob("*.stale"))
+        runs[name] = after
     summaries = sorted(output_root.glob("runs/*/*/summary.json"), key=lambda p: p.stat().st_mtime)
     return {
         "runs": runs,

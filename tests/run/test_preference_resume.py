@@ -6,30 +6,29 @@ be; KTO's KL pairs are formed from the rows in their order, the same after the r
 from __future__ import annotations
 
 import hashlib
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from engine_cli import engine, forked_engine, single_thread_env
 
-HELPER = """
+# Run first in a forked engine (tests/forked_engine.py): kills it inside step FAULT_STEP of the
+# FAULT_TRAINER stage.
+PRELUDE = """
 import os, signal, sys
-STEP = int(os.environ.get("FAULT_STEP", "0"))
+STEP = int(os.environ["FAULT_STEP"])
 import trl
 from transformers import Trainer
 KILLED = getattr(trl, os.environ["FAULT_TRAINER"])
 real_step = Trainer.training_step
 def training_step(self, *args, **kwargs):
     loss = real_step(self, *args, **kwargs)  # forward + backward of step global_step + 1
-    if STEP and isinstance(self, KILLED) and self.state.global_step + 1 == STEP:
+    if isinstance(self, KILLED) and self.state.global_step + 1 == STEP:
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)  # before the optimizer step of STEP
     return loss
 Trainer.training_step = training_step
-from recipe_engine.cli.main import main
-sys.exit(main(sys.argv[1:]))
 """
 
 
@@ -52,19 +51,29 @@ def short(recipe: str, stage: str) -> tuple[str, ...]:
 PREFERENCE = {"dpo": ("r5-sft-dpo-text", "DPOTrainer"), "kto": ("r6-sft-kto-text", "KTOTrainer")}
 
 
-def engine(
-    tmp_path: Path, output_root: Path, stage: str, fault_step: int = 0
+def killed_at(
+    tmp_path: Path, output_root: Path, stage: str, step: int
 ) -> subprocess.CompletedProcess:
-    helper = tmp_path / "helper.py"
-    helper.write_text(HELPER)
+    """The stage's run, SIGKILLed inside training step `step`."""
+    prelude = tmp_path / "kill_at_step.py"
+    prelude.write_text(PRELUDE)
     recipe, trainer = PREFERENCE[stage]
-    return subprocess.run(
-        [sys.executable, str(helper), *short(recipe, stage), f"output_root={output_root}"],
-        env={**os.environ, "FAULT_STEP": str(fault_step), "FAULT_TRAINER": trainer},
-        capture_output=True,
-        text=True,
-        timeout=600,
+    return forked_engine(
+        *short(recipe, stage),
+        f"output_root={output_root}",
+        cwd=tmp_path,
+        env={"FAULT_STEP": str(step), "FAULT_TRAINER": trainer},
+        prelude=prelude,
     )
+
+
+def run(tmp_path: Path, output_root: Path, stage: str, fresh: bool) -> subprocess.CompletedProcess:
+    """The stage's run, forked or in a fresh interpreter; on one OpenMP thread either way."""
+    recipe, _ = PREFERENCE[stage]
+    args = (*short(recipe, stage), f"output_root={output_root}")
+    if fresh:
+        return engine(*args, cwd=tmp_path, env=single_thread_env(), fresh=True)
+    return forked_engine(*args, cwd=tmp_path)
 
 
 def stage_weights(output_root: Path, stage: str) -> str:
@@ -79,12 +88,13 @@ def stage_weights(output_root: Path, stage: str) -> str:
 
 @pytest.mark.parametrize("stage", PREFERENCE)
 def test_a_killed_preference_stage_resumes_and_commits_the_uninterrupted_weights(tmp_path, stage):
-    killed = engine(tmp_path, tmp_path / "a", stage, fault_step=5)
-    assert killed.returncode == -signal.SIGKILL
-    resumed = engine(tmp_path, tmp_path / "a", stage)
+    killed = killed_at(tmp_path, tmp_path / "a", stage, step=5)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    resumed = run(tmp_path, tmp_path / "a", stage, fresh=False)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     said = resumed.stdout + resumed.stderr
     assert f"stage {stage}: resuming from" in said and "checkpoint-4" in said
-    clean = engine(tmp_path, tmp_path / "b", stage)
+    # A fresh interpreter (its own hash seed, nothing inherited from the forked engine)
+    clean = run(tmp_path, tmp_path / "b", stage, fresh=True)
     assert clean.returncode == 0, clean.stderr[-3000:]
     assert stage_weights(tmp_path / "a", stage) == stage_weights(tmp_path / "b", stage)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from engine_cli import engine
 
 from recipe_engine.resolve.tiny import build_tiny_model
 
@@ -69,12 +70,7 @@ def test_doctor_names_the_cause_in_the_failed_runs_log(
 ) -> None:
     log = tmp_path / "train.log"
     log.write_text(seed_loading[placement].stderr)
-    doctor = subprocess.run(
-        [sys.executable, "-m", "recipe_engine", "doctor", f"log={log}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    doctor = engine("doctor", f"log={log}", cwd=tmp_path, timeout=120)
     assert doctor.returncode == 0, doctor.stderr[-2000:]
     section = doctor.stdout.split("== your log: known failures")[1].split("== advice")[0]
     assert named in section and "fix:" in section
