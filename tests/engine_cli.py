@@ -39,14 +39,14 @@ def engine(
     process that imported the engine with this environment (tests/forked_engine.py), unless
     `fresh`, or the test's own `env`, or OpenMP is not on one thread (a fork after its thread
     pool started could hang): those run as fresh processes."""
-    command = [sys.executable, "-m", "recipe_engine", *args]
     own_env = env is not None
     env = command_env(env or os.environ)
     if fresh or own_env or env.get("OMP_NUM_THREADS") != "1":
+        command = [sys.executable, "-m", "recipe_engine", *args]
         return subprocess.run(
             command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
         )
-    return ForkedEngine.for_env(env).run(command, cwd=cwd, env=env, timeout=timeout)
+    return forked_engine(*args, cwd=cwd, timeout=timeout)
 
 
 def forked_engine(
@@ -135,19 +135,17 @@ class ForkedEngine:
             "prelude": str(prelude) if prelude else None,
         }
         with self.lock:
-            self.ask(request)  # {"pid"}: it started
-            done = self.ask(None)
+            done = self.ask(request)
             stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
         if done["timed_out"]:
             raise subprocess.TimeoutExpired(command, timeout, output=stdout, stderr=stderr)
         return subprocess.CompletedProcess(command, done["rc"], stdout, stderr)
 
-    def ask(self, request: dict | None) -> dict:
-        """Send a request (None: only read), and read the next answer."""
+    def ask(self, request: dict) -> dict:
+        """Send a request and read its answer."""
         assert self.process.stdin is not None and self.process.stdout is not None
-        if request is not None:
-            self.process.stdin.write(json.dumps(request) + "\n")
-            self.process.stdin.flush()
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
         line = self.process.stdout.readline()
         assert line, f"tests/forked_engine.py ended (exit code {self.process.wait()})"
         return json.loads(line)

@@ -16,8 +16,8 @@ process (each process's own hash seed, say), as a fresh interpreter instead.
 
 Requests are JSON lines on stdin: {"args", "cwd", "env", "stdout", "stderr", "timeout",
 "prelude"}; `prelude` is an optional Python file the child runs first (tests/run/test_faults.py
-arms its faults there). Answers are JSON lines: {"pid"} when the child starts, then {"rc"}
-(negative: the signal that ended it; a command past its timeout ends with SIGKILL).
+arms its faults there). Each answer is a JSON line: {"rc", "timed_out"} (rc negative: the
+signal that ended the child; a command past its timeout ends with SIGKILL).
 """
 
 from __future__ import annotations
@@ -68,7 +68,6 @@ def serve() -> dict:
         pid = os.fork()
         if pid == 0:
             return request
-        answer({"pid": pid})
         code, timed_out = wait(pid, request["timeout"])
         answer({"rc": code, "timed_out": timed_out})
     raise SystemExit(0)

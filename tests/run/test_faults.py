@@ -4,9 +4,8 @@ Each run of the engine is its own process, forked from the suite's engine that i
 everything once (tests/forked_engine.py): the child runs PRELUDE, which arms one fault, then
 the CLI, and exits with its exit code; the fault kills the child with SIGKILL at its point.
 Every child starts from the freshly imported state, never from an earlier run's. All fault
-injection lives here,
-none in the engine. One chain of runs on one output root (r3-two-stage, 4 steps per stage, a
-checkpoint every 2 steps):
+injection lives here, none in the engine. One chain of runs on one output root (r3-two-stage,
+4 steps per stage, a checkpoint every 2 steps):
 
   1. vision, mid-step: killed inside step 3 (after forward/backward, before the optimizer step).
   2. rerun: vision resumes from checkpoint-2; killed in Store.commit after the rename into
