@@ -14,8 +14,9 @@ step runs alone (`gpu_steps`). In this order:
   configuration `tools.bench_memory` knows;
 - alone: SmolLM2-135M tokens/s and MFU in LoRA, QLoRA and full fine-tuning at a batch that
   fills the GPU, plain, packed (BFD: padding-free) and packed with Liger (on random weights of
-  its shape where only that was taken along); the engine against plain TRL
-  (`tools.bench_trl --device cuda --parts engine`);
+  its shape where only that was taken along); torch.profiler around five LoRA steps
+  (`tools.profile_step`); the engine against plain TRL (`tools.bench_trl --device cuda
+  --parts engine`); LoRA at larger batches (`sweep`);
 - a merged export served by vLLM, whose greedy answers on held-out probes must match
   transformers'.
 `--only GROUP[:STEP] ...` runs part of it (a lease shorter than the whole), and `--logs` keeps
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -61,6 +63,8 @@ QUIET = ("eval.enabled=false", "eval.compare=false")
 SMALL = ("data.max_samples=16", *QUIET)
 # SmolLM2-135M at a batch that fills an 80 GB card's compute (sequence 512, 20 steps).
 THROUGHPUT_BATCH, THROUGHPUT_SEQ, THROUGHPUT_STEPS = 64, 512, 20
+# Larger LoRA batches: text-lora's 800 rows of about 42 tokens make 64 rows a 2,700-token step.
+SWEEP_BATCHES = (256, 512)
 SMOLLM2_PARAMS = 134.5e6
 TIED = "stage.llm.freeze.components=[embeddings,lm_head]"
 METHODS = {
@@ -81,7 +85,8 @@ VARIANTS = {
 }
 # Dense bf16 tensor-core peak, TFLOP/s, by the name torch gives the card.
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
-GROUPS = ("throughput", "distributed", "gpu-check", "memory", "bench-trl", "vllm")
+GROUPS = ("throughput", "sweep", "profile", "distributed", "gpu-check", "memory", "bench-trl",
+          "vllm")  # fmt: skip
 MODELS = "recipe_engine.tools.gpu_models"  # the model work steps run in their own processes
 
 
@@ -140,40 +145,84 @@ def smollm2(folder: Path, shape: Path | None) -> tuple[str, ...]:
 
 def shape_step(folder: Path, shape: Path) -> Step:
     command = (python(), "-m", MODELS, "random-weights", str(shape), str(folder / SHAPED))
+    serves = ("throughput", "sweep", "profile", "memory", "vllm")
     return Step("SmolLM2-135M throughput", "random weights of its config", command, 300, (),
-                group="setup", serves=("throughput", "memory", "vllm"))  # fmt: skip
+                group="setup", serves=serves)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One SmolLM2-135M training the report times: a method of METHODS, a variant of VARIANTS,
+    the rows a step and the optimizer steps, at sequence THROUGHPUT_SEQ."""
+
+    method: str
+    variant: str
+    batch: int = THROUGHPUT_BATCH
+    steps: int = THROUGHPUT_STEPS
+
+    @property
+    def name(self) -> str:
+        suffix = "" if self.batch == THROUGHPUT_BATCH else f" b{self.batch}"
+        return f"{self.method} {self.variant}{suffix}"
+
+    def overrides(self, folder: Path, shape: Path | None, root: Path) -> tuple[str, ...]:
+        """text-lora on SmolLM2-135M (`smollm2`) so configured, into `root`."""
+        return (
+            "recipe=text-lora", *smollm2(folder, shape), "device=cuda", *QUIET,
+            f"stage.llm.train.per_device_train_batch_size={self.batch}",
+            f"stage.llm.train.max_length={THROUGHPUT_SEQ}",
+            f"++stage.llm.train.max_steps={self.steps}",
+            "stage.llm.train.logging_steps=5",
+            *METHODS[self.method], *VARIANTS[self.variant], f"output_root={root}",
+        )  # fmt: skip
+
+
+def throughput_step(
+    folder: Path, gpu: str, shape: Path | None, configuration: Configuration, group: str
+) -> Step:
+    """One configuration's tokens/s and MFU, in its own output_root under `folder`."""
+    name = configuration.name
+    root = folder / f"{group}-{name.replace(' + ', '-').replace(' ', '-')}"
+    method, variant = configuration.method, configuration.variant
+    needs = ("cuda", *(["bitsandbytes"] if method == "qlora" else []),
+             *(["liger_kernel"] if "liger" in variant else []))  # fmt: skip
+    read = lambda _output, root=root: tokens_per_second(root, gpu)  # noqa: E731
+    command = engine(*configuration.overrides(folder, shape, root))
+    return Step("SmolLM2-135M throughput", name, command, 240, needs, result=read, group=group)
 
 
 def throughput_steps(folder: Path, gpu: str, shape: Path | None = None) -> list[Step]:
-    """SmolLM2-135M per method and variant, each in its own output_root under `folder`."""
-    steps = []
-    for method, method_overrides in METHODS.items():
-        for variant, variant_overrides in VARIANTS.items():
-            name = f"{method} {variant}"
-            root = folder / f"throughput-{method}-{variant.replace(' + ', '-')}"
-            overrides = (
-                "recipe=text-lora", *smollm2(folder, shape), "device=cuda", *QUIET,
-                f"stage.llm.train.per_device_train_batch_size={THROUGHPUT_BATCH}",
-                f"stage.llm.train.max_length={THROUGHPUT_SEQ}",
-                f"++stage.llm.train.max_steps={THROUGHPUT_STEPS}",
-                "stage.llm.train.logging_steps=5",
-                *method_overrides, *variant_overrides, f"output_root={root}",
-            )  # fmt: skip
-            needs = ("cuda", *(["bitsandbytes"] if method == "qlora" else []),
-                     *(["liger_kernel"] if "liger" in variant else []))  # fmt: skip
-            read = lambda _output, root=root: tokens_per_second(root, gpu)  # noqa: E731
-            steps.append(
-                Step(
-                    "SmolLM2-135M throughput",
-                    name,
-                    engine(*overrides),
-                    240,
-                    needs,
-                    result=read,
-                    group="throughput",
-                )
-            )
-    return steps
+    """SmolLM2-135M per method and variant at THROUGHPUT_BATCH."""
+    return [
+        throughput_step(folder, gpu, shape, Configuration(method, variant), "throughput")
+        for method in METHODS
+        for variant in VARIANTS
+    ]
+
+
+def sweep_steps(folder: Path, gpu: str, shape: Path | None = None) -> list[Step]:
+    """LoRA at larger batches: whether the card's idle time is per step or per row."""
+    return [
+        throughput_step(folder, gpu, shape, Configuration("lora", "plain", batch), "sweep")
+        for batch in SWEEP_BATCHES
+    ]
+
+
+def profile_step(folder: Path, shape: Path | None = None) -> Step:
+    """torch.profiler around optimizer steps 6-10 of the LoRA configuration at
+    THROUGHPUT_BATCH (`tools.profile_step`): where a step's wall time goes."""
+    root = folder / "profile-lora-plain"
+    overrides = Configuration("lora", "plain", steps=12).overrides(folder, shape, root)
+    command = (python(), "-m", "recipe_engine.tools.profile_step", "--skip", "5", "--steps", "5",
+               "--", *overrides)  # fmt: skip
+    return Step("SmolLM2-135M throughput", "profile: lora plain", command, 240,
+                result=profile_summary, group="profile")  # fmt: skip
+
+
+def profile_summary(output: str) -> str:
+    """profile_step's closing line (its tables are in the step's log)."""
+    found = (line for line in reversed(output.splitlines()) if line.startswith("per optimizer"))
+    return next(found, last_line(output))
 
 
 def distributed_steps(folder: Path) -> list[Step]:
@@ -259,14 +308,15 @@ def all_steps(
 ) -> list[Step]:
     """Every measuring step of the report, in the order they run: the steps that time nothing
     first, side by side (distributed commits, gpu-check, the memory table), then each timed
-    step alone (throughput, the engine against plain TRL), then vLLM."""
+    step alone (throughput, one profiled step, the engine against plain TRL, larger batches),
+    then vLLM."""
     gpu_check = (python(), "-m", "recipe_engine.tools.gpu_check", *checks,
                  "--out", str(folder / "gpu-check.md"))  # fmt: skip
     bench_trl = (python(), "-m", "recipe_engine.tools.bench_trl", "--device", "cuda",
                  "--parts", "engine")  # fmt: skip
     local = ("--smollm2", str(folder / SHAPED)) if shape else ()
     bench_memory = (python(), "-m", "recipe_engine.tools.bench_memory", "--device", "cuda",
-                    "--jobs", "4", *local)  # fmt: skip
+                    "--jobs", "8", *local)  # fmt: skip
     memory = "CUDA memory, every bench-memory configuration"
     return [
         *([shape_step(folder, shape)] if shape else []),
@@ -285,6 +335,7 @@ def all_steps(
             memory, "bench_memory", bench_memory, 480, result=last_line, alone=False, group="memory"
         ),
         *throughput_steps(folder, gpu, shape),
+        profile_step(folder, shape),
         Step(
             "Engine against plain TRL",
             "bench_trl",
@@ -293,6 +344,17 @@ def all_steps(
             result=last_line,
             group="bench-trl",
         ),
+        # Where the engine's seconds around training go on this machine (+17 s against plain
+        # TRL on an H200, 1-4 s on the 2-core CPU machine): the cold plan's phases, a first run.
+        Step(
+            "Engine against plain TRL",
+            "bench_startup",
+            (python(), "-m", "recipe_engine.tools.bench_startup", "--parts", "phases,run"),
+            300,
+            result=last_line,
+            group="bench-trl",
+        ),
+        *sweep_steps(folder, gpu, shape),
         *export_steps(folder, shape),
     ]
 

@@ -37,7 +37,9 @@ def test_make_gpu_report_dry_runs_end_to_end_and_writes_the_report(tmp_path):
     assert re.search(r"\| gpu_check +\| ran +\|", report)
     not_run = report.split("## Not run")[1]
     steps = all_steps(tmp_path, "")
-    assert len(steps) == 18  # 9 throughputs, 3 distributed, gpu-check, memory, TRL, 3 export
+    # 9 throughputs, a profile, 2 larger batches, 3 distributed, gpu-check, memory, TRL and
+    # start-up, 3 export
+    assert len(steps) == 22
     for step in (s for s in steps if s.name != "gpu_check"):
         assert f"`{step.name}`: dry mode" in not_run
     assert "no wheels in" in not_run
@@ -96,11 +98,23 @@ def test_where_only_smollm2s_shape_was_taken_along_its_steps_train_random_weight
     steps = all_steps(tmp_path, "NVIDIA H200", wheels / SHAPE)
     assert steps[0].name == "random weights of its config"
     smollm2 = [s for s in steps if "model=smollm2-135m" in s.command]
-    assert len(smollm2) == 10  # 9 throughputs and the export's training
+    # 9 throughputs, the profiled one, 2 larger batches and the export's training
+    assert len(smollm2) == 13
     assert all(f"model.id={tmp_path / SHAPED}" in s.command for s in smollm2)
     # Without vLLM, the export's training and export would measure nothing: neither runs.
     export = [s for s in steps if s.section == "A merged export served by vLLM"]
     assert all("vllm" in s.needs for s in export)
+
+
+def test_the_profile_steps_result_is_its_closing_line_not_the_runs_summary():
+    from recipe_engine.tools.gpu_report import profile_summary
+
+    printed = (
+        "top 15 operators by the host's own time:\n...\n"
+        "per optimizer step over 5: 330.0 ms wall, device kernels 40.0 ms (12% busy), "
+        "2,100 kernel launches\nstage llm: committed\nloss plot: x.png"
+    )
+    assert profile_summary(printed).startswith("per optimizer step over 5: 330.0 ms wall")
 
 
 def test_gpu_checks_result_is_its_closing_count_not_where_it_wrote_its_table():
