@@ -24,14 +24,15 @@ from recipe_engine.plan.model_shape import model_shape
 from recipe_engine.plan.packing import attention_implementation, flattens_rows
 from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.plan.recipe_plan import PolicyPlan
-from recipe_engine.resolve.inputs import LongestRow, ModelFiles
+from recipe_engine.resolve.inputs import LongestRow, ModelFiles, TemplateTokens
 
 # SFTConfig's defaults for the keys the estimate reads (TRL 1.x / transformers 5.x).
 DEFAULT_BATCH = 8
 DEFAULT_MAX_LENGTH = 1024
 DEFAULT_OPTIM = "adamw_torch_fused"
-# Tokens from characters when no tokenizer is at hand: English BPE averages about four
-# characters a token; a chat template adds role markers around every message.
+# Tokens from characters: English BPE averages about four characters a token. A chat template
+# adds role markers around every message (measured with the model's tokenizer where it is at
+# hand, resolve.template_tokens; else this guess).
 CHARS_PER_TOKEN = 4
 TEMPLATE_TOKENS_PER_MESSAGE = 5
 
@@ -49,6 +50,9 @@ class MemoryInputs:
     capacity_gib: float | None = None
     zero_stage: int | None = None
     name: str = ""  # the stage's name, for the advice
+    # The longest row's text in the model's tokenizer (StageInputs.longest_tokens); None:
+    # guessed from its characters.
+    longest_tokens: int | None = None
 
 
 # --------------------------------------------------------------------------- the stage
@@ -62,7 +66,8 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
         return None
     lengths = given.longest
     shape = model_shape(given.files.config, given.files.processor, lengths.image_pixels)
-    text, assumed = _text_tokens(stage.train, lengths, given.kind)
+    text, assumed = _text_tokens(stage.train, lengths, given.kind, given.files.template,
+                                 given.longest_tokens)  # fmt: skip
     device = placement.device if placement else "cuda"
     request = MemoryRequest(
         shape=shape,
@@ -121,13 +126,25 @@ def _with_trainer(request: MemoryRequest, policy: PolicyPlan, stage: StageConfig
 
 
 def _text_tokens(
-    train: Mapping[str, Any], lengths: LongestRow, kind: str
+    train: Mapping[str, Any],
+    lengths: LongestRow,
+    kind: str,
+    template: TemplateTokens | None,
+    counted: int | None,
 ) -> tuple[int, tuple[str, ...]]:
-    """Text tokens of the longest row, capped by max_length (a batch pads to its longest). A
-    preference pair's row is its prompt and the longer answer (`resolve` counts it so)."""
-    estimated = lengths.chars // CHARS_PER_TOKEN + TEMPLATE_TOKENS_PER_MESSAGE * max(
-        lengths.messages, 1
+    """Text tokens of the longest row, capped by max_length (a batch pads to its longest): its
+    text as the model's tokenizer `counted` it (else its characters guessed as tokens), and
+    what the chat template adds, measured with that tokenizer where it is at hand (else
+    guessed). A preference pair's row is its prompt and the longer answer (`resolve` counts
+    it so)."""
+    messages = max(lengths.messages, 1)
+    around = (
+        template.fixed + template.per_message * messages
+        if template
+        else TEMPLATE_TOKENS_PER_MESSAGE * messages
     )
+    content = counted if counted is not None else lengths.chars // CHARS_PER_TOKEN
+    estimated = content + around
     limit = train.get("max_length", None if kind == "vlm" else DEFAULT_MAX_LENGTH)
     if train.get("packing") and limit:  # rows packed into sequences of max_length tokens
         return int(limit), (f"rows packed into {limit}-token sequences",)

@@ -384,6 +384,7 @@ def _memory(
             if deepspeed
             else None,
             name=context.name,
+            longest_tokens=context.inputs.longest_tokens,
         )
     )
 

@@ -31,8 +31,10 @@ RECORDS = {
     "inventory": 2,  # a model's parameters and modules on the meta device (2: LoRA's features)
     "models": 4,  # a model folder loads as its kind of model (4: its tokenizer files too)
     "rows": 4,  # a dataset's format and split sizes, checked row by row (4: its labels)
-    "lengths": 1,  # the longest training row (characters, messages, images)
+    "lengths": 3,  # the longest training row: characters, messages, images (3: its text)
     "libraries": 1,  # the libraries accept the planned SFTConfig / LoraConfig / bnb settings
+    "template-tokens": 1,  # what a chat template adds to a row, in its tokenizer's tokens
+    "row-tokens": 1,  # a row's text in a tokenizer's tokens
 }
 # Distributions of the `report_to` integrations (transformers' is_*_available checks).
 TRACKERS = (
@@ -60,6 +62,8 @@ LIBRARIES_BY_KIND = {
     "libraries": ("trl", "transformers", "peft", "bitsandbytes", "accelerate", *TRACKERS),
     "models": ("transformers", "safetensors", "huggingface_hub"),
     "lengths": ("datasets",),
+    "template-tokens": ("transformers", "tokenizers", "jinja2"),
+    "row-tokens": ("transformers", "tokenizers"),
 }
 
 

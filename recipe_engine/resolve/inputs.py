@@ -36,12 +36,25 @@ class TemplateFacts:
     support: str  # what it allows for assistant-only loss (plan.trainer_settings: MARKED ...)
 
 
+SAMPLE_CHARS = 65536  # enough text to fill any max_length the estimate caps at
+
+
+@dataclass(frozen=True)
+class TemplateTokens:
+    """What the chat template adds to a row, in tokens (resolve.template_tokens)."""
+
+    fixed: int  # once a row: the conversation's opening, a default system message
+    per_message: int  # around each message: role markers, separators
+
+
 @dataclass(frozen=True)
 class ModelFiles:
     """config.json and the processor's config, as the memory estimate reads them."""
 
     config: JsonObject  # the model's config.json, as transformers wrote it
     processor: JsonObject  # its processor's config files, merged (empty: none)
+    template: TemplateTokens | None = None  # None: no chat template or tokenizer read here
+    tokenizer: str | None = None  # the folder its tokenizer loads from; None: none here
 
 
 @dataclass
@@ -74,14 +87,18 @@ class LongestRow:
     messages: int = 0  # chat messages (plain text: one a turn)
     images: int = 0
     image_pixels: int = 0  # the largest image's width times height
+    # The text of the row with the most characters (its pieces, a line each; the first
+    # SAMPLE_CHARS of it): what the stage's tokenizer counts (resolve.template_tokens).
+    sample: str = ""
 
     def longest(self, other: LongestRow) -> LongestRow:
-        """Each measure the larger of the two rows'."""
+        """Each measure the larger of the two rows'; the text of the one with more characters."""
         return LongestRow(
             max(self.chars, other.chars),
             max(self.messages, other.messages),
             max(self.images, other.images),
             max(self.image_pixels, other.image_pixels),
+            other.sample if other.chars > self.chars else self.sample,
         )
 
     def to_json(self) -> JsonObject:  # the cache's "lengths" record
@@ -90,11 +107,15 @@ class LongestRow:
             "messages": self.messages,
             "images": self.images,
             "image_pixels": self.image_pixels,
+            "sample": self.sample,
         }
 
     @classmethod
     def from_json(cls, record: JsonObject) -> LongestRow:
-        return cls(record["chars"], record["messages"], record["images"], record["image_pixels"])
+        return cls(
+            record["chars"], record["messages"], record["images"], record["image_pixels"],
+            record["sample"],
+        )  # fmt: skip
 
 
 @dataclass
@@ -185,6 +206,9 @@ class StageInputs:
     model: ModelInputs
     data: dict[str, Rows]
     deepspeed: JsonObject | None = None  # the stage's own DeepSpeed config, read
+    # The longest row's text in the stage model's tokenizer, without the chat template's
+    # tokens (ModelFiles.template); None where the tokenizer is not at hand.
+    longest_tokens: int | None = None
 
 
 @dataclass

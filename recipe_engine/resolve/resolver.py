@@ -26,6 +26,7 @@ from recipe_engine.resolve.formats import is_plain_text, is_text_prompt_completi
 from recipe_engine.resolve.held_out import HeldOut, rows_identity
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.inputs import (
+    SAMPLE_CHARS,
     LabelCounts,
     LongestRow,
     ModelFiles,
@@ -39,6 +40,7 @@ from recipe_engine.resolve.inventory import ModelInventory, model_inventory
 from recipe_engine.resolve.machine import Machine, detect_machine
 from recipe_engine.resolve.models import model_location
 from recipe_engine.resolve.sources import PARENT, InitSource, model_source, parent_source
+from recipe_engine.resolve.template_tokens import longest_tokens, template_tokens, tokenizer_folder
 
 SNAPSHOTS = Path(__file__).parent / "model_snapshots"
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
@@ -62,7 +64,8 @@ def resolve_recipe(
         rows = _rows_each_way(data, model, cfg.seed, surveyed)
         for way in rows.values():
             way.hub_revision = revision
-        stages[name] = StageInputs(name, model, rows, deepspeed_config(name, stage.train))
+        tokens = longest_tokens(model.files, next(iter(rows.values())).longest)
+        stages[name] = StageInputs(name, model, rows, deepspeed_config(name, stage.train), tokens)
     return RecipeInputs(machine or detect_machine(), stages)
 
 
@@ -190,7 +193,9 @@ def _model_files(model: ModelConfig, init: InitSource) -> ModelFiles | None:
         if (folder / name).is_file():
             data = json.loads((folder / name).read_text())
             processor = {**data.get("image_processor", {}), **data, **processor}
-    return ModelFiles(config, processor)
+    tokenizer = tokenizer_folder(folder)
+    template = template_tokens(folder) if tokenizer else None
+    return ModelFiles(config, processor, template, str(tokenizer) if tokenizer else None)
 
 
 def _model_folder(model: ModelConfig, init: InitSource) -> Path | None:
@@ -365,32 +370,40 @@ def _row_counts(row: Mapping[str, Any]) -> LongestRow:
     """The row's sizes as one sequence the model runs: a preference pair's is its prompt and
     the longer answer (the trainer runs each answer after the prompt)."""
     if "chosen" in row and "rejected" in row:
-        shorter = min(("rejected", "chosen"), key=lambda k: sum(c for c, _, _ in _walk(row[k])))
+        shorter = min(
+            ("rejected", "chosen"), key=lambda k: sum(len(t) for t, _, _ in _walk(row[k]))
+        )
         row = {key: value for key, value in row.items() if key != shorter}
-    chars, messages, images, pixels = 0, 0, 0, 0
+    texts, messages, listed, placed, pixels = [], 0, 0, 0, 0
     for key, value in row.items():
         if key == "images":
-            images += len(value or [])
+            listed += len(value or [])
             sizes = [getattr(image, "size", None) for image in value or []]
             pixels = max([w * h for w, h in filter(None, sizes)], default=0)
             continue
         for text, is_message, image in _walk(value):
-            chars += text
+            texts += [text] if text else []
             messages += is_message
-            images += image
+            placed += image
     if not messages:  # plain text: a turn each
         messages = sum(1 for key in ("prompt", "completion", "chosen", "rejected") if key in row)
-    return LongestRow(chars, messages, images, pixels)
+    chars, sample = sum(map(len, texts)), "\n".join(texts)[:SAMPLE_CHARS]
+    # An image part in a message marks where one of the row's `images` goes: the same image.
+    return LongestRow(chars, messages, max(listed, placed), pixels, sample)
 
 
-def _walk(value: Any) -> list[tuple[int, int, int]]:
-    """(characters, is-a-message, is-an-image) for every piece inside a row's field."""
+def _text_length(value: Any) -> int:
+    return sum(len(text) for text, _, _ in _walk(value))
+
+
+def _walk(value: Any) -> list[tuple[str, int, int]]:
+    """(text, is-a-message, is-an-image) for every piece inside a row's field."""
     if isinstance(value, str):
-        return [(len(value), 0, 0)]
+        return [(value, 0, 0)]
     if isinstance(value, Mapping):
         if value.get("type") == "image":
-            return [(0, 0, 1)]
-        found = [(0, 1 if "role" in value else 0, 0)]
+            return [("", 0, 1)]
+        found = [("", 1 if "role" in value else 0, 0)]
         for key in ("content", "text"):
             if key in value and value[key] is not None:
                 found += _walk(value[key])

@@ -49,9 +49,9 @@ from recipe_engine.run.trainer import (
     check_finite_weights,
     check_parameter_devices,
     check_saved_weights,
-    checkpoint_is_finite,
     evaluate_held_out,
     make_trainer,
+    newest_finite,
     planned_steps,
     preflight,
     verify_trainer,
@@ -216,7 +216,8 @@ class StageRecipe:
 
     def train(self) -> None:
         """Train, resuming from the latest complete checkpoint of an interrupted attempt."""
-        resume = None if self.fresh else self._finite_checkpoint()
+        checkpoints = self.store.complete_checkpoints(self.stage.fingerprint)
+        resume = None if self.fresh else newest_finite(checkpoints, self.stage.name)
         if resume:
             log.info("stage %s: resuming from %s", self.stage.name, resume)
         if self.main_process:  # drop what an interrupted attempt logged past its checkpoint
@@ -235,19 +236,10 @@ class StageRecipe:
         self.metrics.measured_peak_gib = round(peak.peak_gib, 4)
         self.metrics.memory_measure = peak.method
         self.timings["memory_tracking_s"] = round(peak.tracking_s, 3)
-
-    def _finite_checkpoint(self) -> Path | None:
-        """The newest checkpoint to resume from whose weights are all finite: one written
-        after training diverged would carry the NaN on."""
-        for checkpoint in self.store.complete_checkpoints(self.stage.fingerprint):
-            if checkpoint_is_finite(checkpoint):
-                return checkpoint
-            log.warning(
-                "stage %s: not resuming from %s: its weights hold NaN or infinity",
-                self.stage.name,
-                checkpoint,
-            )
-        return None
+        if estimate and self.main_process:  # the plan's breakdown beside what training used
+            measured = f"{peak.peak_gib * 1024:.1f} MiB ({peak.method})"
+            log.info("stage %s: memory planned %s; measured %s", self.stage.name,
+                     estimate.describe(), measured)  # fmt: skip
 
     def commit(self) -> None:
         """Weights, processor and manifest into the store, atomically, by rank 0 alone."""

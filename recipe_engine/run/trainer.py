@@ -9,10 +9,11 @@ built trainer is checked: n_gpu, what `_wrap_model` would return, world size, st
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ from recipe_engine.files import JsonObject
 from recipe_engine.plan.placement import PlacementPlan
 
 SFT_KIND = TRAINERS[SFT]
+
+log = logging.getLogger("recipe_engine")
 
 
 class NonFiniteTraining(StageFailed):
@@ -393,3 +396,14 @@ def checkpoint_is_finite(checkpoint: Path) -> bool:
                 if tensor.is_floating_point() and not tensor.isfinite().all():
                     return False
     return True
+
+
+def newest_finite(checkpoints: Iterable[Path], stage: str) -> Path | None:
+    """The newest of a stage's complete `checkpoints` (newest first) whose weights are all
+    finite, to resume from: one written after training diverged would carry the NaN on."""
+    for checkpoint in checkpoints:
+        if checkpoint_is_finite(checkpoint):
+            return checkpoint
+        log.warning("stage %s: not resuming from %s: its weights hold NaN or infinity",
+                    stage, checkpoint)  # fmt: skip
+    return None

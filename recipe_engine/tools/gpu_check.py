@@ -15,6 +15,8 @@ folder), offline, on the tiny models `recipe_engine.tiny` builds on the spot:
                      mismatch before step 0
   resume-after-kill  SIGKILL after the first complete checkpoint; the rerun resumes from it
   memory-estimate    the plan's peak estimate against torch.cuda.max_memory_allocated
+  fused-head         the estimate's `logits` part covers the tile TRL's fused LM head projected
+                     (its rows and dtype in each stage's first forward: SFT on a VLM, text DPO)
 
 Checks that look inside the trainer run the engine through `gpu_probe.probe_run`, which wraps
 the stage's guard-and-preflight step and writes what it saw as JSON lines. The report (stdout,
@@ -273,6 +275,40 @@ def check_memory_estimate(root: Path) -> str:
     return detail
 
 
+# Two SFT stages (a VLM's vision and language stages, assistant-only loss), then a text SFT
+# stage and a DPO stage from it; each run's overrides, and its stages.
+FUSED_HEAD_RUNS = (
+    (("device=cuda", *SMALL), ("vision", "llm")),
+    (("recipe=r5-sft-dpo-text", "device=cuda", *SMALL), ("llm", "dpo")),
+)
+
+
+def check_fused_head(root: Path) -> str:
+    """The memory estimate's `logits` part covers the tile TRL's fused LM head really projected
+    in each stage's first forward: its rows (on CUDA only the labelled positions) in its dtype
+    (the autocast dtype under bf16 autocast), VOCAB_TILE wide."""
+    from recipe_engine.plan.memory import GIB, TOKEN_TILE, VOCAB_TILE, WIDTH
+
+    seen = []
+    for number, (args, stages) in enumerate(FUSED_HEAD_RUNS):
+        folder = root / f"run-{number}"
+        steps = max_steps(*stages, steps=1)
+        require_success(engine(folder, *args, *steps, probe="observe"))
+        plan = planned(folder, *args, *steps)
+        for record in probes(folder):
+            memory = plan.stages[record.stage].memory
+            if record.head is None or memory is None:
+                raise CheckFailed(f"{record.stage}: head {record.head}, estimate {memory}")
+            rows, dtype = record.head.head_rows, record.head.head_dtype
+            tile = min(rows, TOKEN_TILE) * VOCAB_TILE * WIDTH[dtype] / GIB
+            said = (f"{record.stage}: {rows} rows in {dtype} (tile {tile * 1024:.1f} MiB, "
+                    f"estimate's logits {memory.estimate.logits * 1024:.1f} MiB)")  # fmt: skip
+            if tile > memory.estimate.logits:
+                raise CheckFailed(f"{said}: the estimate is under the tile")
+            seen.append(said)
+    return "; ".join(seen)
+
+
 def max_steps(*stages: str, steps: int = 4) -> list[str]:
     return [f"stage.{stage}.train.max_steps={steps}" for stage in stages]
 
@@ -296,6 +332,7 @@ CHECKS = (
     Check("preflight-dtype", "a planted bf16 layer is caught before step 0", check_preflight_dtype),
     Check("resume-after-kill", "SIGKILL after a checkpoint; resumes", check_resume_after_kill),
     Check("memory-estimate", "plan estimate vs max_memory_allocated", check_memory_estimate),
+    Check("fused-head", "the estimate covers TRL's fused-head tile", check_fused_head),
 )
 
 

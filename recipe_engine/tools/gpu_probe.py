@@ -2,14 +2,17 @@
 guard-and-preflight step observed, one `ProbeRecord` per stage written as a JSON line.
 
 The record says whether CUDA autocast was on in the model's forward (the preflight's forward
-fires a hook) and what the placement guard promises, read off the real trainer.
+fires a hook), the tile TRL's fused LM head projected onto in that forward (its rows and the
+dtype it computed in: the memory estimate's `logits` part), and what the placement guard
+promises, read off the real trainer.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,16 @@ class ForwardFacts:
 
 
 @dataclass(frozen=True)
+class HeadFacts:
+    """TRL's fused LM head in the model's first forward: the positions it scored (on CUDA only
+    the labelled ones, elsewhere all) and the dtype of its projection tile (the autocast dtype
+    where autocast is on, else the hidden states')."""
+
+    head_rows: int
+    head_dtype: str
+
+
+@dataclass(frozen=True)
 class TrainerFacts:
     """What the placement guard promises, as the built trainer holds it."""
 
@@ -58,18 +71,21 @@ class ProbeRecord:
     stage: str
     trainer: TrainerFacts
     forward: ForwardFacts | None = None
+    head: HeadFacts | None = None  # None where no fused head ran (ORPO's plain forward)
 
     def to_json(self) -> JsonObject:
-        """One flat object: the stage, the forward's facts, the trainer's."""
+        """One flat object: the stage, the forward's facts, the head's, the trainer's."""
         forward = dataclasses.asdict(self.forward) if self.forward else {}
-        return {"stage": self.stage, **forward, **dataclasses.asdict(self.trainer)}
+        head = dataclasses.asdict(self.head) if self.head else {}
+        return {"stage": self.stage, **forward, **head, **dataclasses.asdict(self.trainer)}
 
     @classmethod
     def from_json(cls, data: JsonObject) -> ProbeRecord:
         trainer = TrainerFacts(**{f.name: data[f.name] for f in dataclasses.fields(TrainerFacts)})
         names = [f.name for f in dataclasses.fields(ForwardFacts)]
         forward = ForwardFacts(**{n: data[n] for n in names}) if "autocast" in data else None
-        return cls(data["stage"], trainer, forward)
+        head = HeadFacts(data["head_rows"], data["head_dtype"]) if "head_rows" in data else None
+        return cls(data["stage"], trainer, forward, head)
 
 
 def read_probes(path: Path) -> list[ProbeRecord]:
@@ -81,9 +97,17 @@ def read_probes(path: Path) -> list[ProbeRecord]:
 def probe_run(out: str, plant: str, args: list[str]) -> int:
     """The engine's CLI with the stage's guard-and-preflight step observed (run in a child);
     `plant` = PLANT_BF16_LAYER plants the dtype mismatch the preflight must catch."""
+    from recipe_engine.cli.main import main
+
+    arm_probe(out, plant)
+    return main(args)
+
+
+def arm_probe(out: str, plant: str) -> None:
+    """Observe every stage's guard-and-preflight step in this process, a record per stage
+    appended to `out` (`plant`: as `probe_run`)."""
     import torch
 
-    from recipe_engine.cli.main import main
     from recipe_engine.run.stage import StageRecipe
 
     guard = StageRecipe.guard_and_preflight
@@ -91,13 +115,16 @@ def probe_run(out: str, plant: str, args: list[str]) -> int:
 
     def observed_guard(self: StageRecipe) -> None:
         seen: list[ForwardFacts] = []
+        heads: list[HeadFacts] = []
         hook = self.trainer.model.register_forward_hook(autocast_hook(seen))
         try:
-            guard(self)  # the preflight's forward fires the hook
+            with fused_head_watched(heads):
+                guard(self)  # the preflight's forward fires the hook and the head
         finally:
             hook.remove()
             facts = trainer_facts(self.trainer, self.stage.placement)
-            record = ProbeRecord(self.stage.name, facts, seen[0] if seen else None)
+            forward, head = seen[0] if seen else None, heads[0] if heads else None
+            record = ProbeRecord(self.stage.name, facts, forward, head)
             with open(out, "a") as handle:
                 handle.write(json.dumps(record.to_json()) + "\n")
 
@@ -111,7 +138,6 @@ def probe_run(out: str, plant: str, args: list[str]) -> int:
     StageRecipe.guard_and_preflight = observed_guard
     if plant == PLANT_BF16_LAYER:
         StageRecipe.build_trainer = planted_build
-    return main(args)
 
 
 def autocast_hook(seen: list[ForwardFacts]) -> Callable[..., None]:
@@ -125,6 +151,31 @@ def autocast_hook(seen: list[ForwardFacts]) -> Callable[..., None]:
         seen.append(ForwardFacts(torch.is_autocast_enabled("cuda"), dtype, type(output).__name__))
 
     return hook
+
+
+@contextmanager
+def fused_head_watched(heads: list[HeadFacts]) -> Iterator[None]:
+    """Within the block, TRL's fused LM head records its first call in `heads`."""
+    import torch
+    from trl.trainer import utils
+
+    projection = utils._ChunkedLogProbFunction
+
+    class Recorded:
+        @staticmethod
+        def apply(hidden: torch.Tensor, *args: Any) -> Any:
+            kind = hidden.device.type
+            autocast = torch.is_autocast_enabled(kind)
+            dtype = torch.get_autocast_dtype(kind) if autocast else hidden.dtype
+            if not heads:
+                heads.append(HeadFacts(hidden.shape[0], str(dtype).removeprefix("torch.")))
+            return projection.apply(hidden, *args)
+
+    utils._ChunkedLogProbFunction = Recorded
+    try:
+        yield
+    finally:
+        utils._ChunkedLogProbFunction = projection
 
 
 def trainer_facts(trainer: Any, placement: Any) -> TrainerFacts:

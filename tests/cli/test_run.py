@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -27,6 +28,11 @@ def test_run_through_hydra_with_a_relative_output_root(tmp_path):
     for name in ("compare.md", "compare.csv", "loss.png"):
         assert (run_dir / name).is_file(), name
     assert "exact_match" in first.stdout and "compare report" in first.stdout
+    # The plan's memory breakdown, logged beside the peak training used (bench-memory reads it).
+    planned = (r"stage llm: memory planned ~[\d.]+ MiB peak on cpu \(weights [\d.]+.*\); "
+               r"measured ([\d.]+) MiB \(live tensor bytes")  # fmt: skip
+    logged = re.search(planned, first.stdout + first.stderr)
+    assert logged and float(logged[1]) > 0, first.stdout[-3000:]
 
     # The cached rerun, through the same entry point, reporting what it imported.
     rerun = (

@@ -366,3 +366,27 @@ def test_stage_memory_reads_the_trainer_and_the_policy() -> None:
     # `resolve` counts a pair's longest row as one sequence (prompt and the longer answer):
     # the same lengths, the same tokens per sequence; twice the sequences.
     assert dpo.text_tokens == sft.text_tokens
+
+
+def test_the_longest_rows_tokens_are_its_tokenizers_count_and_its_templates_where_at_hand():
+    """resolve counts the row's text with the model's tokenizer and measures what the chat
+    template adds; without them, four characters a token and five a message are guessed."""
+    from recipe_engine.config.schema import StageConfig
+    from recipe_engine.plan.memory_inputs import MemoryInputs, stage_memory
+    from recipe_engine.plan.recipe_plan import PolicyPlan
+    from recipe_engine.resolve.inputs import LongestRow, ModelFiles, TemplateTokens
+
+    policy = PolicyPlan(None, [], [], ["language_model"], False, None)
+    policy.param_counts = COUNTS
+    lengths = LongestRow(chars=400, messages=2, sample="x" * 400)
+    template = TemplateTokens(fixed=12, per_message=5)
+
+    def tokens(files: ModelFiles, counted: int | None) -> int:
+        stage = StageConfig(dtype="bfloat16", train={"max_length": 4096})
+        inputs = MemoryInputs(stage, "causal_lm", files, policy, lengths, longest_tokens=counted)
+        found = stage_memory(inputs)
+        assert found is not None
+        return found.request.text_tokens
+
+    assert tokens(ModelFiles(CONFIG, {}), None) == 400 // 4 + 5 * 2  # guessed
+    assert tokens(ModelFiles(CONFIG, {}, template, "tok"), 180) == 180 + 12 + 5 * 2  # measured

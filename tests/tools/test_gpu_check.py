@@ -36,7 +36,7 @@ def test_list_prints_every_check_without_cuda(capsys):
     assert main(["--list"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in NAMES)
-    assert len(NAMES) == 7 and "resume-after-kill" in NAMES
+    assert len(NAMES) == 8 and "resume-after-kill" in NAMES and "fused-head" in NAMES
 
 
 def test_dry_run_names_the_selected_checks_and_runs_none(capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import torch
+from engine_cli import forked_engine
 
 from recipe_engine.tools.gpu_probe import (
     ForwardFacts,
@@ -48,3 +49,23 @@ def test_the_hook_records_the_first_forward_only():
     layer(torch.zeros(1, 2))
     layer(torch.zeros(1, 2))
     assert seen == [ForwardFacts(False, seen[0].autocast_dtype, "Tensor")]
+
+
+def test_a_probed_stage_records_the_fused_heads_tile_as_trl_projected_it(tmp_path):
+    """On a CPU TRL scores every position of the batch, in the hidden states' dtype (no
+    autocast): the rows and dtype the memory estimate takes for its `logits` part."""
+    out, prelude = tmp_path / "probe.jsonl", tmp_path / "arm.py"
+    prelude.write_text(
+        f"from recipe_engine.tools.gpu_probe import arm_probe\narm_probe({str(out)!r}, '')\n"
+    )
+    done = forked_engine(
+        "recipe=text-lora", "++stage.llm.train.max_steps=1", "data.max_samples=8",
+        "stage.llm.train.per_device_train_batch_size=4", "eval.enabled=false",
+        "eval.compare=false", f"output_root={tmp_path / 'out'}", cwd=tmp_path, prelude=prelude,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    [record] = read_probes(out)
+    assert record.forward is not None and record.forward.autocast is False
+    assert record.head is not None and record.head.head_dtype == "float32"
+    # Every position of the 4 padded rows: a multiple of 4, more than the rows' labelled tokens.
+    assert record.head.head_rows % 4 == 0 and record.head.head_rows > 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.engine_cli import forked_engine
+from engine_cli import forked_engine
 
 
 def test_a_profiled_window_of_an_engine_runs_steps_says_where_their_time_went(tmp_path):
