@@ -6,8 +6,10 @@ A template can add far more than role markers: Qwen2's opens every conversation 
 system message with "You are a helpful assistant." (measured: text-lora's longest row is 31
 tokens where four characters a token and five a message guessed 14, and the estimate was
 half the measured peak). The tokenizer renders two short conversations, one and two exchanges
-long, and their token counts give the template's fixed part and its part per message. The
-result is remembered by the template's text and the tokenizer's files.
+long, and their token counts give the template's fixed part and its part per message. A row
+with a system message of its own is counted with the default's tokens as well: over the
+truth, never under it. The result is remembered by the template's text and the tokenizer's
+files.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from recipe_engine.resolve import cache
 from recipe_engine.resolve.inputs import LongestRow, ModelFiles, TemplateTokens
 from recipe_engine.resolve.templates import read_chat_template
 
-# One word each way: a content of one token in any tokenizer, counted out below.
+# Two short contents: their own tokens are counted and taken out, the template's stay.
 EXCHANGE = ({"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"})
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
@@ -72,12 +74,14 @@ def _tokenizer_files(folder: Path) -> dict[str, str]:
 
 
 def _tokenizer(folder: Path) -> Any:
-    """The tokenizer saved in `folder`, or None where it does not load here."""
+    """The tokenizer saved in `folder`, or None where it does not load here: the estimate
+    then guesses, and the model's own check (resolve.model_files) says what is wrong with
+    the files, in one message."""
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError):
+    except Exception:  # damaged files raise anything (KeyError, JSONDecodeError, ...)
         return None
 
 

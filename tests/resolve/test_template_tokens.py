@@ -77,3 +77,14 @@ def test_the_longest_row_keeps_its_text_and_counts_an_image_listed_and_placed_on
     assert longest.images == 1 and longest.messages == 2
     assert longest.sample.startswith("What is in the picture?\n")
     assert longest.chars == len(longest.sample) - longest.sample.count("\n")
+
+
+def test_a_damaged_tokenizer_leaves_the_guess_and_raises_nothing(tmp_path: Path) -> None:
+    """Found by the fuzzer: `tokenizer.json` of `{}` made transformers raise KeyError inside
+    `plan`; the model's own check refuses such a folder, in one message, after this."""
+    (tmp_path / "tokenizer.json").write_text("{}")
+    template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    (tmp_path / "chat_template.jinja").write_text(template)
+    assert template_tokens(tmp_path) is None
+    files = ModelFiles({}, {}, None, str(tmp_path))
+    assert longest_tokens(files, LongestRow(chars=2, sample="Hi")) is None
