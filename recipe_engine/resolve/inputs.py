@@ -6,6 +6,7 @@ asks for them; the planner takes its survey (format, split sizes, longest row) a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,13 +49,22 @@ class TemplateTokens:
 
 
 @dataclass(frozen=True)
+class SavedTokenizer:
+    """A tokenizer saved in a model folder: where, and its files' digests (what a count made
+    with it is remembered by), read once per model."""
+
+    folder: str
+    files: Mapping[str, str]  # file name -> sha256
+
+
+@dataclass(frozen=True)
 class ModelFiles:
     """config.json and the processor's config, as the memory estimate reads them."""
 
     config: JsonObject  # the model's config.json, as transformers wrote it
     processor: JsonObject  # its processor's config files, merged (empty: none)
     template: TemplateTokens | None = None  # None: no chat template or tokenizer read here
-    tokenizer: str | None = None  # the folder its tokenizer loads from; None: none here
+    tokenizer: SavedTokenizer | None = None  # None: no tokenizer files here
 
 
 @dataclass

@@ -40,7 +40,7 @@ from recipe_engine.resolve.inventory import ModelInventory, model_inventory
 from recipe_engine.resolve.machine import Machine, detect_machine
 from recipe_engine.resolve.models import model_location
 from recipe_engine.resolve.sources import PARENT, InitSource, model_source, parent_source
-from recipe_engine.resolve.template_tokens import longest_tokens, template_tokens, tokenizer_folder
+from recipe_engine.resolve.template_tokens import longest_tokens, saved_tokenizer, template_tokens
 
 SNAPSHOTS = Path(__file__).parent / "model_snapshots"
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
@@ -193,9 +193,9 @@ def _model_files(model: ModelConfig, init: InitSource) -> ModelFiles | None:
         if (folder / name).is_file():
             data = json.loads((folder / name).read_text())
             processor = {**data.get("image_processor", {}), **data, **processor}
-    tokenizer = tokenizer_folder(folder)
-    template = template_tokens(folder) if tokenizer else None
-    return ModelFiles(config, processor, template, str(tokenizer) if tokenizer else None)
+    tokenizer = saved_tokenizer(folder)
+    template = template_tokens(tokenizer) if tokenizer else None
+    return ModelFiles(config, processor, template, tokenizer)
 
 
 def _model_folder(model: ModelConfig, init: InitSource) -> Path | None:
@@ -370,9 +370,7 @@ def _row_counts(row: Mapping[str, Any]) -> LongestRow:
     """The row's sizes as one sequence the model runs: a preference pair's is its prompt and
     the longer answer (the trainer runs each answer after the prompt)."""
     if "chosen" in row and "rejected" in row:
-        shorter = min(
-            ("rejected", "chosen"), key=lambda k: sum(len(t) for t, _, _ in _walk(row[k]))
-        )
+        shorter = min(("rejected", "chosen"), key=lambda key: _text_length(row[key]))
         row = {key: value for key, value in row.items() if key != shorter}
     texts, messages, listed, placed, pixels = [], 0, 0, 0, 0
     for key, value in row.items():

@@ -20,7 +20,7 @@ from typing import Any
 
 from recipe_engine.files import JsonObject
 from recipe_engine.resolve import cache
-from recipe_engine.resolve.inputs import LongestRow, ModelFiles, TemplateTokens
+from recipe_engine.resolve.inputs import LongestRow, ModelFiles, SavedTokenizer, TemplateTokens
 from recipe_engine.resolve.templates import read_chat_template
 
 # Two short contents: their own tokens are counted and taken out, the template's stay.
@@ -28,18 +28,21 @@ EXCHANGE = ({"role": "user", "content": "Hi"}, {"role": "assistant", "content": 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
-def tokenizer_folder(folder: Path) -> Path | None:
-    """`folder` where it holds a saved tokenizer's files."""
-    return folder if any((folder / name).is_file() for name in TOKENIZER_FILES) else None
+def saved_tokenizer(folder: Path) -> SavedTokenizer | None:
+    """The tokenizer saved in `folder`, its files read once; None where it holds none."""
+    files = {name: cache.file_digest(folder / name) for name in TOKENIZER_FILES
+             if (folder / name).is_file()}  # fmt: skip
+    return SavedTokenizer(str(folder), files) if files else None
 
 
-def template_tokens(folder: Path) -> TemplateTokens | None:
-    """The chat template's tokens around the rows of the model saved in `folder`; None where
-    the folder has no chat template or its tokenizer does not load here."""
-    template = read_chat_template(str(folder))
+def template_tokens(tokenizer: SavedTokenizer) -> TemplateTokens | None:
+    """The chat template's tokens around the rows of the model whose tokenizer this is; None
+    where its folder has no chat template or the tokenizer does not load here."""
+    template = read_chat_template(tokenizer.folder)
     if template is None:
         return None
-    inputs = {"template": _digest(template), "tokenizer": _tokenizer_files(folder)}
+    inputs = {"template": _digest(template), "tokenizer": dict(tokenizer.files)}
+    folder = Path(tokenizer.folder)
     recorded = cache.remembered("template-tokens", inputs, lambda: _measured(folder, template))
     return TemplateTokens(**recorded) if recorded else None
 
@@ -49,8 +52,8 @@ def longest_tokens(files: ModelFiles | None, longest: LongestRow) -> int | None:
     sample it keeps; None where no tokenizer is at hand or the row has no text."""
     if files is None or files.tokenizer is None or not longest.sample:
         return None
-    folder = Path(files.tokenizer)
-    inputs = {"sample": _digest(longest.sample), "tokenizer": _tokenizer_files(folder)}
+    folder = Path(files.tokenizer.folder)
+    inputs = {"sample": _digest(longest.sample), "tokenizer": dict(files.tokenizer.files)}
 
     def count() -> JsonObject | None:
         tokenizer = _tokenizer(folder)
@@ -66,11 +69,6 @@ def longest_tokens(files: ModelFiles | None, longest: LongestRow) -> int | None:
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _tokenizer_files(folder: Path) -> dict[str, str]:
-    return {name: cache.file_digest(folder / name) for name in TOKENIZER_FILES
-            if (folder / name).is_file()}  # fmt: skip
 
 
 def _tokenizer(folder: Path) -> Any:

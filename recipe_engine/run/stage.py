@@ -216,8 +216,10 @@ class StageRecipe:
 
     def train(self) -> None:
         """Train, resuming from the latest complete checkpoint of an interrupted attempt."""
-        checkpoints = self.store.complete_checkpoints(self.stage.fingerprint)
-        resume = None if self.fresh else newest_finite(checkpoints, self.stage.name)
+        resume = None
+        if not self.fresh:
+            checkpoints = self.store.complete_checkpoints(self.stage.fingerprint)
+            resume = newest_finite(checkpoints, self.stage.name)
         if resume:
             log.info("stage %s: resuming from %s", self.stage.name, resume)
         if self.main_process:  # drop what an interrupted attempt logged past its checkpoint

@@ -53,6 +53,7 @@ from recipe_engine.tools.gpu_steps import (
     Session,
     Step,
     last_line,
+    last_line_with,
     step_env,
 )
 from recipe_engine.versions import package_version
@@ -129,8 +130,7 @@ def tokens_per_second(folder: Path, gpu: str) -> str:
 def checks_summary(output: str) -> str:
     """gpu_check's closing count ("1 passed, 0 failed, 0 skipped"), its table being in the
     step's log; in the dry mode, its last line."""
-    counted = (line for line in reversed(output.splitlines()) if " passed, " in line)
-    return next(counted, last_line(output))
+    return last_line_with(output, " passed, ")
 
 
 def smollm2(folder: Path, shape: Path | None) -> tuple[str, ...]:
@@ -221,8 +221,7 @@ def profile_step(folder: Path, shape: Path | None = None) -> Step:
 
 def profile_summary(output: str) -> str:
     """profile_step's closing line (its tables are in the step's log)."""
-    found = (line for line in reversed(output.splitlines()) if line.startswith("per optimizer"))
-    return next(found, last_line(output))
+    return last_line_with(output, "per optimizer step over ")
 
 
 def distributed_steps(folder: Path) -> list[Step]:

@@ -264,5 +264,12 @@ def last_line(output: str) -> str:
     return (output.strip().splitlines() or [""])[-1]
 
 
+def last_line_with(output: str, text: str) -> str:
+    """The last line holding `text` (a summary printed before the run's own lines), else the
+    last line."""
+    found = (line for line in reversed(output.splitlines()) if text in line)
+    return next(found, last_line(output))
+
+
 def tail(output: str, lines: int = 25) -> str:
     return "\n".join(output.strip().splitlines()[-lines:])

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from torch.autograd import DeviceType
+from torch.autograd.profiler_util import EventList
 from torch.profiler import ProfilerActivity, profile
 
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
@@ -71,8 +72,9 @@ class StepWindow:
             synchronize()
             wall = time.perf_counter() - self.started
             self.profiler.stop()
-            self.result = measured(self.profiler, wall, self.steps)
-            print_profile(self.profiler, self.result)
+            averages = self.profiler.key_averages()  # tens of seconds on a GPU run: once
+            self.result = measured(averages, wall, self.steps)
+            print_profile(averages, self.result)
             self.profiler = None
 
 
@@ -81,8 +83,7 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def measured(profiler: profile, wall_s: float, steps: int) -> StepProfile:
-    averages = profiler.key_averages()
+def measured(averages: EventList, wall_s: float, steps: int) -> StepProfile:
     # The kernels' own events, as the profiler's table totals them: an operator's "self device
     # time" repeats the time of the kernels it launched.
     device_us = sum(
@@ -94,8 +95,7 @@ def measured(profiler: profile, wall_s: float, steps: int) -> StepProfile:
     return StepProfile(steps, wall_s / steps, device_us / 1e6 / steps, launches / steps)
 
 
-def print_profile(profiler: profile, result: StepProfile) -> None:
-    averages = profiler.key_averages()
+def print_profile(averages: EventList, result: StepProfile) -> None:
     if result.device_s:
         print(f"top {TOP} operators by the device's own time:")
         print(averages.table(sort_by="self_device_time_total", row_limit=TOP))

@@ -374,7 +374,7 @@ def test_the_longest_rows_tokens_are_its_tokenizers_count_and_its_templates_wher
     from recipe_engine.config.schema import StageConfig
     from recipe_engine.plan.memory_inputs import MemoryInputs, stage_memory
     from recipe_engine.plan.recipe_plan import PolicyPlan
-    from recipe_engine.resolve.inputs import LongestRow, ModelFiles, TemplateTokens
+    from recipe_engine.resolve.inputs import LongestRow, ModelFiles, SavedTokenizer, TemplateTokens
 
     policy = PolicyPlan(None, [], [], ["language_model"], False, None)
     policy.param_counts = COUNTS
@@ -389,4 +389,5 @@ def test_the_longest_rows_tokens_are_its_tokenizers_count_and_its_templates_wher
         return found.request.text_tokens
 
     assert tokens(ModelFiles(CONFIG, {}), None) == 400 // 4 + 5 * 2  # guessed
-    assert tokens(ModelFiles(CONFIG, {}, template, "tok"), 180) == 180 + 12 + 5 * 2  # measured
+    saved = SavedTokenizer("tok", {})
+    assert tokens(ModelFiles(CONFIG, {}, template, saved), 180) == 180 + 12 + 5 * 2  # measured

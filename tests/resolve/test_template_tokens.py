@@ -10,9 +10,18 @@ import pytest
 from transformers import AutoTokenizer
 
 from recipe_engine.resolve import template_tokens as counting
-from recipe_engine.resolve.inputs import LongestRow, ModelFiles
-from recipe_engine.resolve.template_tokens import longest_tokens, template_tokens
+from recipe_engine.resolve.inputs import LongestRow, ModelFiles, TemplateTokens
+from recipe_engine.resolve.template_tokens import (
+    longest_tokens,
+    saved_tokenizer,
+    template_tokens,
+)
 from recipe_engine.resolve.tiny import build_dataset, build_tiny_model
+
+
+def measured_template(folder: Path) -> TemplateTokens | None:
+    tokenizer = saved_tokenizer(folder)
+    return template_tokens(tokenizer) if tokenizer else None
 
 
 @pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-llama"])
@@ -20,7 +29,7 @@ def test_the_templates_fixed_and_per_message_tokens_add_up_to_a_rows_templated_l
     name: str,
 ) -> None:
     folder = build_tiny_model(name)
-    measured = template_tokens(folder)
+    measured = measured_template(folder)
     assert measured is not None
     tokenizer = AutoTokenizer.from_pretrained(folder)
     lines = (build_dataset("arithmetic") / "train.jsonl").read_text().splitlines()
@@ -36,22 +45,24 @@ def test_the_templates_fixed_and_per_message_tokens_add_up_to_a_rows_templated_l
 def test_qwen2s_default_system_message_is_in_the_fixed_part() -> None:
     """Qwen2's template opens a conversation without a system message with "You are a
     helpful assistant.": a dozen tokens a row that four characters a token never saw."""
-    qwen2 = template_tokens(build_tiny_model("tiny-qwen2"))
-    llama = template_tokens(build_tiny_model("tiny-llama"))
+    qwen2 = measured_template(build_tiny_model("tiny-qwen2"))
+    llama = measured_template(build_tiny_model("tiny-llama"))
     assert qwen2 is not None and llama is not None
     assert qwen2.fixed >= 8 > llama.fixed
 
 
 def test_what_is_measured_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
     folder = build_tiny_model("tiny-qwen2")
-    first = template_tokens(folder)
+    first = measured_template(folder)
     monkeypatch.setattr(counting, "_tokenizer", lambda folder: pytest.fail("measured again"))
-    assert template_tokens(folder) == first
+    assert measured_template(folder) == first
 
 
 def test_the_longest_rows_text_is_counted_and_scaled_past_its_sample(tmp_path: Path) -> None:
     folder = build_tiny_model("tiny-qwen2")
-    files = ModelFiles({}, {}, template_tokens(folder), str(folder))
+    tokenizer = saved_tokenizer(folder)
+    assert tokenizer is not None
+    files = ModelFiles({}, {}, template_tokens(tokenizer), tokenizer)
     text = "What is 7 + 1?"
     tokens = len(AutoTokenizer.from_pretrained(folder)(text, add_special_tokens=False)["input_ids"])
     whole = LongestRow(chars=len(text), messages=1, sample=text)
@@ -63,7 +74,7 @@ def test_the_longest_rows_text_is_counted_and_scaled_past_its_sample(tmp_path: P
 
 
 def test_a_folder_without_a_template_or_tokenizer_gives_none(tmp_path: Path) -> None:
-    assert template_tokens(tmp_path) is None
+    assert saved_tokenizer(tmp_path) is None and measured_template(tmp_path) is None
 
 
 def test_the_longest_row_keeps_its_text_and_counts_an_image_listed_and_placed_once() -> None:
@@ -85,6 +96,7 @@ def test_a_damaged_tokenizer_leaves_the_guess_and_raises_nothing(tmp_path: Path)
     (tmp_path / "tokenizer.json").write_text("{}")
     template = "{% for m in messages %}{{ m.content }}{% endfor %}"
     (tmp_path / "chat_template.jinja").write_text(template)
-    assert template_tokens(tmp_path) is None
-    files = ModelFiles({}, {}, None, str(tmp_path))
+    damaged = saved_tokenizer(tmp_path)
+    assert damaged is not None and template_tokens(damaged) is None
+    files = ModelFiles({}, {}, None, saved_tokenizer(tmp_path))
     assert longest_tokens(files, LongestRow(chars=2, sample="Hi")) is None
