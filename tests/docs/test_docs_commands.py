@@ -1,9 +1,7 @@
 """Every command a page of the user guide shows in a `console` block runs as the page says.
 
 Each `$` line runs from an empty folder (so it writes nothing into the checkout) and must exit
-0, or the code its `# exit N` comment names. `python` is this interpreter; `python -m
-recipe_engine` runs as the suite's other engine commands do (tests/engine_cli.engine: forked from
-a process that imported the engine once, unless a fresh interpreter is needed)."""
+0, or the code its `# exit N` comment names. `python` is this interpreter."""
 
 from __future__ import annotations
 
@@ -15,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from engine_cli import engine
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BLOCK = re.compile(r"```console\n(.*?)```", re.S)
@@ -45,13 +42,8 @@ def test_every_page_shows_a_command_a_test_runs():
 @pytest.mark.parametrize(("page", "command", "code"), COMMANDS, ids=lambda v: str(v)[:60])
 def test_the_command_runs_as_the_page_says(page, command, code, tmp_path):
     argv = shlex.split(command)
-    if argv[:3] == ["python", "-m", "recipe_engine"]:
-        done = engine(*argv[3:], cwd=tmp_path, timeout=300)  # offline: tests/conftest.py
-    else:
-        argv[0] = sys.executable if argv[0] == "python" else argv[0]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        done = subprocess.run(
-            argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300
-        )
+    argv[0] = sys.executable if argv[0] == "python" else argv[0]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == code, f"{page}: {command}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
     assert "Traceback" not in done.stderr
