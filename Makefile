@@ -16,8 +16,9 @@ PIN := $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 FLOOR_VENV ?= /tmp/recipe-engine-floor
 # uv installs what pip would, from the same sources, in a fraction of the time: it unpacks each
 # wheel once into its cache and links the venv's files from there (torch's CUDA build and its
-# NVIDIA libraries are 5 GB; `make install` measured here on a fresh clone: with pip 3m32s, with
-# uv 2m02s from an empty uv cache and 1m01s from a warm one, bytecode compiled in each).
+# NVIDIA libraries are 5 GB; `make install` on a fresh clone, measured on an AVX-512 machine:
+# with pip 3m32s, with uv 2m02s from an empty uv cache and 1m01s from a warm one, bytecode
+# compiled in each; docs/development.md has other machines' figures).
 # uv reads no pip configuration, so pip's own extra indexes and find-links (on this machine: the
 # local disk that carries torch) are handed to it, and it picks the best version across all of
 # them, as pip does. `make install UV_INSTALL="$(PY) -m pip install --quiet"` installs with pip.
