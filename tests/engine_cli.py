@@ -209,8 +209,11 @@ def start_engine(*args: str, cwd: Path) -> subprocess.Popen:
     return start_group([sys.executable, "-m", "recipe_engine", *args], cwd=cwd)
 
 
-def start_group(command: list[str], cwd: Path, log: Path | None = None) -> subprocess.Popen:
-    """`command` left running in its own process group, its output piped (or into `log`)."""
+def start_group(
+    command: list[str], cwd: Path, log: Path | None = None, **env: str
+) -> subprocess.Popen:
+    """`command` left running in its own process group, its output piped (or into `log`),
+    with these variables added to the test's."""
     out = log.open("w") if log is not None else subprocess.PIPE
     try:
         return subprocess.Popen(
@@ -219,7 +222,7 @@ def start_group(command: list[str], cwd: Path, log: Path | None = None) -> subpr
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
             start_new_session=True,
         )
     finally:

@@ -5,7 +5,8 @@ imports, so what such a read found is kept in the cache folder under a key made 
 content it was read from (the inputs the caller names: file hashes, config hashes, data
 identities), the versions of the libraries that read it, and the version of what is recorded
 (`RECORDS`). Facts about content do not change when the planner changes, so no list of the
-engine's own source files is part of a key. A failed read is never kept.
+engine's own source files is part of a key. A failed read is never kept (a library's verdict
+that refuses a setting is a fact about it, and is).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ RECORDS = {
     "models": 4,  # a model folder loads as its kind of model (4: its tokenizer files too)
     "rows": 4,  # a dataset's format and split sizes, checked row by row (4: its labels)
     "lengths": 3,  # the longest training row: characters, messages, images (3: its text)
-    "libraries": 1,  # the libraries accept the planned SFTConfig / LoraConfig / bnb settings
+    "libraries": 1,  # the libraries' verdict on the planned SFTConfig / LoraConfig / bnb
+    # settings: `{"accepted": true}` (all 1 held), or the refusal the child reported
     "template-tokens": 1,  # what a chat template adds to a row, in its tokenizer's tokens
     "row-tokens": 1,  # a row's text in a tokenizer's tokens
 }

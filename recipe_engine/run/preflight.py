@@ -4,8 +4,10 @@ Every `SFTConfig`, `LoraConfig` and `BitsAndBytesConfig` a run would build is bu
 time in a clean child process (`config.library_objects`), so a combination the libraries
 refuse (`lr_scheduler_type=reduce_lr_on_plateau` without evaluation, `layers_to_transform`
 with a string `target_modules`, a `report_to` integration that is not installed) is
-refused here, in the engine's words, instead of after the model has loaded. A passing
-verdict is remembered, so an unchanged plan pays the child's imports once.
+refused here, in the engine's words, instead of after the model has loaded. The verdict,
+passing or not, is remembered: it is a fact about the settings, the installed libraries and
+the few variables the trackers read, so an unchanged plan pays the child's imports once (a
+refused `plan` then `run` included).
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ LAUNCHER_VARIABLES = re.compile(
     r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|"
     r"ROLE_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*)$"
 )
+# What transformers reads besides installed packages to decide whether a `report_to`
+# integration is available (integration_utils.is_*_available): part of a verdict's key.
+TRACKER_VARIABLES = (
+    "DISABLE_MLFLOW_INTEGRATION",
+    "DISABLE_KUBEFLOW_INTEGRATION",
+    "KUBEFLOW_TRAINER_SERVER_URL",
+    "COMET_API_KEY",
+)
+ACCEPTED: JsonObject = {"accepted": True}
 SECTIONS = {
     **{kind.settings_class: "train" for kind in TRAINERS.values()},
     "LoraConfig": "lora",
@@ -47,8 +58,15 @@ def check_with_libraries(stages: Sequence[StagePlan]) -> None:
     for stage in stages:
         _check_device_settings(stage)
     payload = [library_arguments(s) for s in stages if not s.config.evaluate_only]
-    if payload:
-        cache.remembered("libraries", {"stages": payload}, lambda: _judge(payload))
+    if not payload:
+        return
+    inputs: JsonObject = {"stages": payload}
+    trackers = {name: os.environ[name] != "" for name in TRACKER_VARIABLES if name in os.environ}
+    if trackers:  # only then: the keys of verdicts remembered without it stay as they were
+        inputs["tracker variables"] = trackers
+    verdict = cache.remembered("libraries", inputs, lambda: _ask_child(payload) or ACCEPTED)
+    if verdict != ACCEPTED:
+        raise _refusal(Refusal.from_json(verdict), payload)
 
 
 def _check_device_settings(stage: StagePlan) -> None:
@@ -94,14 +112,6 @@ class Refusal:
             verdict.get("key"),
             verdict.get("message"),
         )
-
-
-def _judge(payload: list[JsonObject]) -> JsonObject:
-    """The verdict remembered for an accepted plan (the cache stores JSON)."""
-    verdict = _ask_child(payload)
-    if verdict:
-        raise _refusal(Refusal.from_json(verdict), payload)
-    return {"accepted": True}
 
 
 def _ask_child(payload: list[JsonObject]) -> JsonObject:

@@ -3,11 +3,13 @@
 cache, learns through a short QLoRA stage an answer format it cannot produce untrained.
 
 The task: "The code is 4821. What is the code?" answered as `<<ANSWER:4821>>`. The base model
-finds the code but never writes that format, so its held-out exact match is 0; sixteen 4-bit
-LoRA steps teach it (measured: base 0% -> 100% on 16 held-out rows). About 1.5 minutes on 2 CPU
-cores (~2.5 s per step of 8 rows x ~38 tokens). The content is kept trivial on purpose: with
-single-digit sums or a two-variable lookup instead, this budget of steps taught the format but
-left the 135M model's answers right only 25-50% of the time.
+finds the code but never writes that format, so its held-out exact match is 0; eight 4-bit
+LoRA steps teach it (measured on an AMD EPYC with one torch thread, as under `make test`: base
+0% -> 100% on 16 held-out rows after 4, 8 and 16 steps; the command took 68 s with 4 and 95 s
+with 8, about 6 s a step of 8 rows x ~38 tokens). Eight keeps twice the steps the format
+needed. The content is kept trivial on purpose: with single-digit sums or a two-variable lookup
+instead, sixteen steps taught the format but left the 135M model's answers right only 25-50%
+of the time.
 
 Overrides, and why:
 - `freeze.components=[embeddings,lm_head]`: the text-lora template freezes `embeddings` and
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from engine_cli import engine
 
-STEPS = 16
+STEPS = 8
 HELD_OUT = 16
 
 
