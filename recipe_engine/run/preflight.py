@@ -38,13 +38,10 @@ LAUNCHER_VARIABLES = re.compile(
     r"ROLE_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*)$"
 )
 # What transformers reads besides installed packages to decide whether a `report_to`
-# integration is available (integration_utils.is_*_available): part of a verdict's key.
-TRACKER_VARIABLES = (
-    "DISABLE_MLFLOW_INTEGRATION",
-    "DISABLE_KUBEFLOW_INTEGRATION",
-    "KUBEFLOW_TRAINER_SERVER_URL",
-    "COMET_API_KEY",
-)
+# integration is available (integration_utils.is_*_available), part of a verdict's key: the
+# switches by value, the others by whether they are set at all (a URL, a secret).
+TRACKER_SWITCHES = ("DISABLE_MLFLOW_INTEGRATION", "DISABLE_KUBEFLOW_INTEGRATION")
+TRACKER_SETTINGS = ("KUBEFLOW_TRAINER_SERVER_URL", "COMET_API_KEY")
 ACCEPTED: JsonObject = {"accepted": True}
 SECTIONS = {
     **{kind.settings_class: "train" for kind in TRAINERS.values()},
@@ -61,12 +58,18 @@ def check_with_libraries(stages: Sequence[StagePlan]) -> None:
     if not payload:
         return
     inputs: JsonObject = {"stages": payload}
-    trackers = {name: os.environ[name] != "" for name in TRACKER_VARIABLES if name in os.environ}
+    trackers = tracker_variables()
     if trackers:  # only then: the keys of verdicts remembered without it stay as they were
         inputs["tracker variables"] = trackers
     verdict = cache.remembered("libraries", inputs, lambda: _ask_child(payload) or ACCEPTED)
     if verdict != ACCEPTED:
         raise _refusal(Refusal.from_json(verdict), payload)
+
+
+def tracker_variables() -> JsonObject:
+    """The variables of this environment that decide which trackers the child finds."""
+    switches = {n: os.environ[n].strip().upper() for n in TRACKER_SWITCHES if n in os.environ}
+    return switches | {name: True for name in TRACKER_SETTINGS if name in os.environ}
 
 
 def _check_device_settings(stage: StagePlan) -> None:

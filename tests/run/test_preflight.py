@@ -22,7 +22,7 @@ KUBEFLOW = ("recipe=text-lora", "++stage.llm.train.report_to=kubeflow")
 def children_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
     """A cache of the test's own, and a count of the real children asked for a verdict."""
     monkeypatch.setenv("RECIPE_ENGINE_CACHE", str(tmp_path / "cache"))
-    for name in preflight.TRACKER_VARIABLES:
+    for name in (*preflight.TRACKER_SWITCHES, *preflight.TRACKER_SETTINGS):
         monkeypatch.delenv(name, raising=False)
     asked: list[int] = []
     real = preflight._ask_child
