@@ -33,8 +33,10 @@ RECORDS = {
     "models": 4,  # a model folder loads as its kind of model (4: its tokenizer files too)
     "rows": 4,  # a dataset's format and split sizes, checked row by row (4: its labels)
     "lengths": 3,  # the longest training row: characters, messages, images (3: its text)
-    "libraries": 1,  # the libraries' verdict on the planned SFTConfig / LoraConfig / bnb
-    # settings: `{"accepted": true}` (all 1 held), or the refusal the child reported
+    # the libraries' verdict on the planned SFTConfig / LoraConfig / bnb settings:
+    # `{"accepted": true}`, or the refusal the child reported (2: refusals are kept too, and a
+    # reader of 1 would take any record for an acceptance)
+    "libraries": 2,
     "template-tokens": 1,  # what a chat template adds to a row, in its tokenizer's tokens
     "row-tokens": 1,  # a row's text in a tokenizer's tokens
 }
