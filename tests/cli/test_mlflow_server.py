@@ -36,7 +36,7 @@ def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real `mlflow server` on a free loopback port, stopped (it and the workers it starts,
     its own process group) when the module's tests are done. Tracking and the model registry
     only, as the engine uses it: MLflow's job runner (eight Huey consumer processes for its
-    GenAI jobs, measured at 40 CPU s over the module's life here) is left off, as
+    GenAI jobs, measured at 34 CPU s in one run of the suite here) is left off, as
     `MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false` leaves it on a server of that use."""
     folder = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
