@@ -161,6 +161,8 @@ def test_a_sweep_s_table_sorts_by_a_column(watched, server, screenshot):
     page.locator('a[href^="/sweep/sweeps/r1-llm-only/"]').click()
     jobs = page.locator("table.sortable tbody tr td:first-child")
     expect(jobs).to_have_text(["0", "1"])
+    # live.js is deferred: the sort buttons answer once it has run, by the page's load event
+    page.wait_for_load_state("load")
     button = page.get_by_role("button", name="overrides")
     button.focus()
     page.keyboard.press("Enter")  # by keyboard, as by mouse
