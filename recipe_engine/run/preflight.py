@@ -57,10 +57,7 @@ def check_with_libraries(stages: Sequence[StagePlan]) -> None:
     payload = [library_arguments(s) for s in stages if not s.config.evaluate_only]
     if not payload:
         return
-    inputs: JsonObject = {"stages": payload}
-    trackers = tracker_variables()
-    if trackers:  # only then: the keys of verdicts remembered without it stay as they were
-        inputs["tracker variables"] = trackers
+    inputs: JsonObject = {"stages": payload, "tracker variables": tracker_variables()}
     verdict = cache.remembered("libraries", inputs, lambda: _ask_child(payload) or ACCEPTED)
     if verdict != ACCEPTED:
         raise _refusal(Refusal.from_json(verdict), payload)
