@@ -5,7 +5,6 @@ part of the verdict's key, so a changed variable is judged again."""
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from machines import CPU_ONLY
 
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
+from recipe_engine.files import JsonObject
 from recipe_engine.run import preflight
 from recipe_engine.run.planning import plan_from_config
 
@@ -20,16 +20,16 @@ KUBEFLOW = ("recipe=text-lora", "++stage.llm.train.report_to=kubeflow")
 
 
 @pytest.fixture
-def children_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Counter[str]:
-    """A cache of the test's own, and a count of the real children asked for a verdict."""
+def children_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[list[JsonObject]]:
+    """A cache of the test's own, and the payload of each real child asked for a verdict."""
     monkeypatch.setenv("RECIPE_ENGINE_CACHE", str(tmp_path / "cache"))
     for name in (*preflight.TRACKER_SWITCHES, *preflight.TRACKER_SETTINGS):
         monkeypatch.delenv(name, raising=False)
-    asked: Counter[str] = Counter()
+    asked: list[list[JsonObject]] = []
     real = preflight._ask_child
 
     def counted(payload):
-        asked["children"] += 1
+        asked.append(payload)
         return real(payload)
 
     monkeypatch.setattr(preflight, "_ask_child", counted)
@@ -45,16 +45,16 @@ def refusal(*overrides: str) -> str | None:
 
 
 def test_a_refused_setting_is_judged_once_and_a_tracker_variable_is_judged_again(
-    children_asked: Counter[str], monkeypatch: pytest.MonkeyPatch
+    children_asked: list[list[JsonObject]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = refusal(*KUBEFLOW)
     assert first is not None and "KUBEFLOW_TRAINER_SERVER_URL is unset" in first
     assert refusal(*KUBEFLOW) == first  # the same words, from the remembered verdict
-    assert children_asked["children"] == 1
+    assert len(children_asked) == 1
 
     # Inside a Kubeflow Trainer job the integration reports: the child sees the variable.
     monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_URL", "http://127.0.0.1:1")
     assert refusal(*KUBEFLOW) is None
-    assert children_asked["children"] == 2
+    assert len(children_asked) == 2
     assert refusal(*KUBEFLOW) is None  # accepted, and remembered as accepted
-    assert children_asked["children"] == 2
+    assert len(children_asked) == 2
