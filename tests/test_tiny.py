@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,7 +21,7 @@ from transformers import (
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import default_cache_dir
-from recipe_engine.resolve import tiny  # noqa: F401 - its datasets module is patched
+from recipe_engine.resolve import tiny  # noqa: F401 - its datasets and models modules are patched
 from recipe_engine.resolve.tiny import (
     COLOURS,
     SHAPES,
@@ -42,23 +38,9 @@ TEXT_MODELS = ("tiny-llama", "tiny-qwen2")
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One cache for the module: every artefact is built once and shared by the tests, with
-    the thread count `make install` built the user's cache with (torch's default): the tiny
-    VLMs' pre-training sums in an order that depends on it, and the builds here are compared
-    bitwise with those, whatever the suite's workers use (tests/conftest.py)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(_default_threads())
-    yield tmp_path_factory.mktemp("tiny-cache")
-    torch.set_num_threads(before)
-
-
-def _default_threads() -> int:
-    """torch's own thread count in a process started without OMP_NUM_THREADS."""
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    code = "import torch; print(torch.get_num_threads())"
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    return int(done.stdout)
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the module: every artefact is built once and shared by the tests."""
+    return tmp_path_factory.mktemp("tiny-cache")
 
 
 def _rows(folder: Path, split: str) -> list[dict]:
@@ -226,7 +208,8 @@ def test_dataset_words_are_compact_tokens(cache: Path, name: str) -> None:
 
 def test_models_are_deterministic(cache: Path) -> None:
     """This module's fresh builds equal the ones `make install` built into the user's cache in
-    another process: same name, same weights (pre-training included) and tokenizer."""
+    another process: same name, same weights (pre-training included) and tokenizer, whatever
+    thread count each process had (torch's default there, one here: tests/conftest.py)."""
     for name in TINY_MODELS:
         here, installed = build_tiny_model(name, cache), build_tiny_model(name)
         first = load_file(here / "model.safetensors")
@@ -252,6 +235,25 @@ def test_build_is_reused_not_redone(cache: Path) -> None:
     # No temporary build folders are left beside the results.
     leftovers = [p.name for p in (cache / "models").iterdir() if p.name.startswith(".")]
     assert leftovers == []
+
+
+def test_a_model_is_built_on_one_thread_and_the_callers_count_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[int] = []
+
+    def build(folder: Path) -> None:
+        seen.append(torch.get_num_threads())
+        (folder / "config.json").write_text("{}")
+
+    monkeypatch.setattr(tiny.models, "_build_llama", build)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        build_tiny_model("tiny-llama", tmp_path)
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_failed_build_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

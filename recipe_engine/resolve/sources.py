@@ -21,6 +21,7 @@ from recipe_engine.files import JsonObject
 from recipe_engine.resolve import cache, gguf, hub_models, model_files
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.models import model_location
+from recipe_engine.resolve.tiny.build import VERSION as TINY_BUILD_VERSION
 
 MODEL_SOURCES = ("hub", "tiny", "local")
 MODEL_KINDS = ("vlm", "causal_lm")
@@ -106,7 +107,13 @@ def model_source(
         return _local_source(model.id, key, model), model
     if model.source == HUB:
         return _hub_source(model, key, revisions)
-    identity = {"source": model.source, "id": model.id, "revision": model.revision}
+    # A tiny model: the weights its builder's version builds (a new version, other weights).
+    identity = {
+        "source": model.source,
+        "id": model.id,
+        "revision": model.revision,
+        "build": TINY_BUILD_VERSION,
+    }
     location = model_location(dataclasses.asdict(model))
     description = f"{model.source} model {model.id}"
     return InitSource(model.source, description, location, model.revision, identity=identity), model

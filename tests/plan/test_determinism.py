@@ -42,7 +42,8 @@ def test_deterministic_true_reaches_the_trainer_and_the_key_while_default_keys_s
     assert strict.fingerprint != vision.fingerprint
     # Seeding left full fine-tune keys as they were; built-in data is keyed by its rows since
     # the resolve layer (it was keyed by the tiny builder's source file, cc17357bb5e3 then).
-    assert vision.fingerprint.startswith("f6643624bda3")
+    # The tiny builder's version entered the key with v4 (f6643624bda3 before).
+    assert vision.fingerprint.startswith("81cb9290d57c")
 
 
 def test_a_stage_asking_full_determinism_itself_is_planned_as_deterministic():
@@ -66,3 +67,15 @@ def test_lora_stages_got_new_keys_because_their_old_keys_named_no_single_result(
     )
     without = plan("recipe=r1-llm-only").stages["llm"]
     assert without.fingerprint != llm.fingerprint
+
+
+def test_a_new_tiny_builder_version_gives_a_tiny_model_s_stages_new_keys(monkeypatch):
+    """The builder's version names what it builds (v4: the weights built on one thread), so a
+    stage stored from an older build is never reused for a newer one."""
+    from recipe_engine.resolve import sources
+
+    before = plan("recipe=r3-two-stage")
+    monkeypatch.setattr(sources, "TINY_BUILD_VERSION", "v-next")
+    after = plan("recipe=r3-two-stage")
+    for name in ("vision", "llm"):
+        assert after.stages[name].fingerprint != before.stages[name].fingerprint, name

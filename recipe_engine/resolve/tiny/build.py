@@ -14,8 +14,9 @@ from pathlib import Path
 from recipe_engine.files import file_lock, share_as_umask
 
 # Bump whenever a change alters what gets built, so stale caches are never mistaken for the
-# new artefacts (the version is part of every tiny model's and dataset's folder name).
-VERSION = "v3"
+# new artefacts (the version is part of every tiny model's and dataset's folder name, and of the
+# key of every stage that starts from a tiny model). v4: models built on one thread.
+VERSION = "v4"
 SEED = 1234
 
 
