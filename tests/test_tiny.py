@@ -21,7 +21,7 @@ from transformers import (
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import default_cache_dir
-from recipe_engine.resolve import tiny  # noqa: F401 - its datasets and models modules are patched
+from recipe_engine.resolve import tiny  # its datasets and models modules are patched
 from recipe_engine.resolve.tiny import (
     COLOURS,
     SHAPES,
