@@ -9,8 +9,11 @@ tokenizer) in its cache; every later step (plan-time folder checks, loading, `in
 size, SHA-256), not the converted folder, so clearing the cache does not retrain anything.
 
 The conversion is written aside and renamed into place under a file lock, so concurrent
-processes (sweep jobs, DDP ranks) convert once and share it. Finding an existing conversion
-reads file stats only: no torch, transformers or gguf import.
+processes (sweep jobs, DDP ranks) convert once and share it. It is named by the file's content,
+so every copy of one file shares it: the SmolLM2 file that each virtual environment installs
+under its own path is converted once per machine, not once per environment (a conversion is
+half a gigabyte and half a minute). Finding an existing conversion reads file stats only (the
+file's SHA-256 is remembered per path, size and mtime): no torch, transformers or gguf import.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
-from recipe_engine.files import JsonObject, share_as_umask
+from recipe_engine.files import JsonObject, atomic_write_text, share_as_umask
 from recipe_engine.resolve import hub_models
 
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
@@ -196,15 +199,37 @@ def convert_once(file: Path, kind: str, cache_dir: Path | None = None) -> Path:
 
 
 def conversion_folder(file: Path, kind: str, cache_dir: Path | None = None) -> Path:
-    """`<cache>/models/gguf/<file stem>-<hash>`: the hash changes when the file does."""
+    """`<cache>/models/gguf/<file stem>-<hash>`: the hash is of the file's content (and the
+    kind and conversion version), so it changes when the file does, and not when a copy of
+    the same file sits elsewhere."""
     from recipe_engine.files import default_cache_dir
 
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    content = file_sha256(file, root / "models" / "gguf-sha256")
+    named = f"{content}\0{kind}\0{CONVERSION_VERSION}"
+    digest = hashlib.sha256(named.encode()).hexdigest()[:12]
+    return root / "models" / "gguf" / f"{file.name.removesuffix('.gguf')}-{digest}"
+
+
+def file_sha256(file: Path, remembered_in: Path) -> str:
+    """The file's SHA-256, read once per path, size and mtime: a GGUF file is gigabytes, and
+    every plan asks. What was read is kept in `remembered_in`; a record that cannot be
+    written (a read-only cache) only means reading the file again next time."""
     resolved = file.resolve()
     stat = resolved.stat()
-    stamp = f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}\0{kind}\0{CONVERSION_VERSION}"
-    digest = hashlib.sha256(stamp.encode()).hexdigest()[:12]
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    return root / "models" / "gguf" / f"{file.name.removesuffix('.gguf')}-{digest}"
+    stamp = f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}"
+    record = remembered_in / hashlib.sha256(stamp.encode()).hexdigest()[:24]
+    try:
+        return record.read_text(encoding="ascii").strip()
+    except OSError:
+        pass
+    digest = _read_sha256(resolved)
+    try:
+        remembered_in.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(record, digest)
+    except OSError:
+        pass
+    return digest
 
 
 def _check_whole(file: Path) -> None:
@@ -303,22 +328,27 @@ def drop_quantizer(model: Any) -> None:
 
 
 def _write_record(file: Path, into: Path) -> None:
-    """The source file's identity (its SHA-256 enters stage keys), written last."""
+    """The source file's identity (its SHA-256 enters stage keys), written last. `source`
+    and `mtime_ns` say which copy was converted; other copies of the file share the folder."""
     resolved = file.resolve()
-    sha = hashlib.sha256()
-    with open(resolved, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            sha.update(block)
     stat = resolved.stat()
     record = {
         "gguf_file": file.name,
         "source": str(resolved),
         "size": stat.st_size,
         "mtime_ns": stat.st_mtime_ns,
-        "sha256": sha.hexdigest(),
+        "sha256": _read_sha256(resolved),
         "conversion": CONVERSION_VERSION,
     }
     (into / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _read_sha256(file: Path) -> str:
+    sha = hashlib.sha256()
+    with open(file, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
 
 
 def _share(folder: Path) -> None:

@@ -84,6 +84,33 @@ def test_a_changed_file_is_converted_again_under_a_new_identity(tmp_path, cache,
     assert after.folder != before.folder and after.identity != before.identity
 
 
+def test_a_copy_of_the_file_elsewhere_shares_the_conversion(tmp_path, cache, conversions):
+    """Each virtual environment installs the shipped SmolLM2 file under its own path: one
+    conversion serves them all, and touching a file without changing it converts nothing."""
+    write_gguf(tmp_path / "venv-a")
+    shutil.copytree(tmp_path / "venv-a", tmp_path / "venv-b")
+    first = gguf.gguf_model(entry(tmp_path / "venv-a"))
+    second = gguf.gguf_model(entry(tmp_path / "venv-b"))
+    (tmp_path / "venv-a" / FILE).touch()
+    touched = gguf.gguf_model(entry(tmp_path / "venv-a"))
+    assert first.folder == second.folder == touched.folder and len(conversions) == 1
+    assert first.identity == second.identity == touched.identity
+
+
+def test_a_found_conversion_reads_the_file_once_per_path_size_and_mtime(
+    tmp_path, cache, conversions, monkeypatch
+):
+    write_gguf(tmp_path / "pkg")
+    reads: list[Path] = []
+    read = gguf._read_sha256
+    monkeypatch.setattr(gguf, "_read_sha256", lambda file: reads.append(file) or read(file))
+    gguf.gguf_model(entry(tmp_path / "pkg"))  # hashed to name the folder, then for its record
+    before = len(reads)
+    for _ in range(3):
+        gguf.gguf_model(entry(tmp_path / "pkg"))
+    assert before == 2 and len(reads) == 2
+
+
 def test_concurrent_callers_share_one_conversion(tmp_path, cache, monkeypatch):
     file = write_gguf(tmp_path / "pkg")
     tiny = build_tiny_model("tiny-llama")
