@@ -33,10 +33,14 @@ OP_BUILDER = "ShareMemCommBuilder"
 
 
 def op_to_prebuild() -> str | None:
-    """The op's name where this environment's DeepSpeed would JIT-compile it, else None."""
-    import deepspeed.ops
-    from deepspeed.accelerator import get_accelerator
-    from deepspeed.git_version_info import installed_ops
+    """The op's name where this environment's DeepSpeed would JIT-compile it, else None (and
+    where DeepSpeed is not installed: an install without the engine's `deepspeed` extra)."""
+    try:
+        import deepspeed.ops
+        from deepspeed.accelerator import get_accelerator
+        from deepspeed.git_version_info import installed_ops
+    except ImportError:
+        return None
 
     if get_accelerator().device_name() != "cpu":
         return None

@@ -23,6 +23,11 @@ def test_the_installed_deepspeed_holds_the_op_so_no_launch_compiles_it() -> None
     assert Path(module.__file__).is_relative_to(Path(deepspeed.__file__).parent)  # not a JIT
 
 
+def test_without_deepspeed_there_is_nothing_to_build(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "deepspeed.ops", None)  # `import deepspeed.ops` raises
+    assert deepspeed_op.op_to_prebuild() is None
+
+
 def test_the_wheel_is_kept_per_deepspeed_torch_python_and_platform(tmp_path: Path) -> None:
     folder = deepspeed_op.wheel_folder(tmp_path)
     assert folder.parent == tmp_path / "wheels"
