@@ -39,6 +39,7 @@ RECORDS = {
     "libraries": 2,
     "template-tokens": 1,  # what a chat template adds to a row, in its tokenizer's tokens
     "row-tokens": 1,  # a row's text in a tokenizer's tokens
+    "file-sha256": 1,  # a file's SHA-256, by its path, size and mtime (a GGUF model file)
 }
 # Distributions of the `report_to` integrations (transformers' is_*_available checks).
 TRACKERS = (
@@ -68,6 +69,7 @@ LIBRARIES_BY_KIND = {
     "lengths": ("datasets",),
     "template-tokens": ("transformers", "tokenizers", "jinja2"),
     "row-tokens": ("transformers", "tokenizers"),
+    "file-sha256": (),
 }
 
 

@@ -12,8 +12,9 @@ The conversion is written aside and renamed into place under a file lock, so con
 processes (sweep jobs, DDP ranks) convert once and share it. It is named by the file's content,
 so every copy of one file shares it: the SmolLM2 file that each virtual environment installs
 under its own path is converted once per machine, not once per environment (a conversion is
-half a gigabyte and half a minute). Finding an existing conversion reads file stats only (the
-file's SHA-256 is remembered per path, size and mtime): no torch, transformers or gguf import.
+half a gigabyte and half a minute). Finding an existing conversion reads file stats and the
+remembered SHA-256 of the file at that path, size and mtime: no torch, transformers or gguf
+import.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
-from recipe_engine.files import JsonObject, atomic_write_text, share_as_umask
-from recipe_engine.resolve import hub_models
+from recipe_engine.files import JsonObject, share_as_umask
+from recipe_engine.resolve import cache, hub_models
 
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
 RECORD = "gguf_source.json"  # in a converted folder: the file it came from (written last)
@@ -205,31 +206,20 @@ def conversion_folder(file: Path, kind: str, cache_dir: Path | None = None) -> P
     from recipe_engine.files import default_cache_dir
 
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    content = file_sha256(file, root / "models" / "gguf-sha256")
-    named = f"{content}\0{kind}\0{CONVERSION_VERSION}"
+    named = f"{file_sha256(file)}\0{kind}\0{CONVERSION_VERSION}"
     digest = hashlib.sha256(named.encode()).hexdigest()[:12]
     return root / "models" / "gguf" / f"{file.name.removesuffix('.gguf')}-{digest}"
 
 
-def file_sha256(file: Path, remembered_in: Path) -> str:
-    """The file's SHA-256, read once per path, size and mtime: a GGUF file is gigabytes, and
-    every plan asks. What was read is kept in `remembered_in`; a record that cannot be
-    written (a read-only cache) only means reading the file again next time."""
+def file_sha256(file: Path) -> str:
+    """The file's SHA-256, read once per path, size and mtime (`resolve.cache`): a GGUF file
+    is gigabytes, and every plan asks."""
     resolved = file.resolve()
     stat = resolved.stat()
-    stamp = f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}"
-    record = remembered_in / hashlib.sha256(stamp.encode()).hexdigest()[:24]
-    try:
-        return record.read_text(encoding="ascii").strip()
-    except OSError:
-        pass
-    digest = _read_sha256(resolved)
-    try:
-        remembered_in.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(record, digest)
-    except OSError:
-        pass
-    return digest
+    stamp = {"path": str(resolved), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    recorded = cache.remembered("file-sha256", stamp, lambda: {"sha256": _read_sha256(resolved)})
+    assert recorded is not None  # the read above never returns None
+    return str(recorded["sha256"])
 
 
 def _check_whole(file: Path) -> None:
@@ -337,7 +327,7 @@ def _write_record(file: Path, into: Path) -> None:
         "source": str(resolved),
         "size": stat.st_size,
         "mtime_ns": stat.st_mtime_ns,
-        "sha256": _read_sha256(resolved),
+        "sha256": file_sha256(resolved),  # read once already, to name the folder
         "conversion": CONVERSION_VERSION,
     }
     (into / RECORD).write_text(json.dumps(record, indent=2) + "\n")

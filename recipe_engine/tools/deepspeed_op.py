@@ -25,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 from recipe_engine.files import default_cache_dir, file_lock
@@ -52,8 +53,6 @@ def op_to_prebuild() -> str | None:
 
 def wheel_folder(cache_dir: Path | None = None) -> Path:
     """One folder per DeepSpeed, torch, Python and platform: the op links against torch."""
-    from importlib.metadata import version
-
     platform = sysconfig.get_platform().replace("-", "_")
     python = f"cp{sys.version_info.major}{sys.version_info.minor}"
     name = f"deepspeed-{version('deepspeed')}-torch-{version('torch')}-{python}-{platform}"
@@ -62,8 +61,6 @@ def wheel_folder(cache_dir: Path | None = None) -> Path:
 
 def built_wheel(folder: Path) -> Path:
     """The folder's wheel, built first if no process has: aside, then renamed into place."""
-    from importlib.metadata import version
-
     with file_lock(folder.with_name(f".{folder.name}.lock")):
         found = sorted(folder.glob("deepspeed-*.whl"))
         if found:

@@ -104,11 +104,11 @@ def test_a_found_conversion_reads_the_file_once_per_path_size_and_mtime(
     reads: list[Path] = []
     read = gguf._read_sha256
     monkeypatch.setattr(gguf, "_read_sha256", lambda file: reads.append(file) or read(file))
-    gguf.gguf_model(entry(tmp_path / "pkg"))  # hashed to name the folder, then for its record
+    gguf.gguf_model(entry(tmp_path / "pkg"))  # hashed to name the folder; the record reuses it
     before = len(reads)
     for _ in range(3):
         gguf.gguf_model(entry(tmp_path / "pkg"))
-    assert before == 2 and len(reads) == 2
+    assert before == 1 and len(reads) == 1
 
 
 def test_concurrent_callers_share_one_conversion(tmp_path, cache, monkeypatch):
