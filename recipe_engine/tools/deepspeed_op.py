@@ -67,8 +67,10 @@ def built_wheel(folder: Path) -> Path:
             return found[0]
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
         try:
+            # --no-cache-dir: pip's wheel cache is keyed by the sdist, not by DS_BUILD_SHM_COMM,
+            # so it could hand back a pure-Python DeepSpeed wheel built without the op.
             subprocess.run(
-                [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-cache-dir",
                  "--no-build-isolation", "--no-binary", "deepspeed", "-w", str(tmp),
                  f"deepspeed=={version('deepspeed')}"],
                 check=True,

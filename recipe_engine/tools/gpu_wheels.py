@@ -35,6 +35,7 @@ WHEELS = (
     "annotated-types", "typing-inspection", "hjson",
 )  # fmt: skip
 SDISTS = ("deepspeed", "antlr4-python3-runtime==4.9.3")
+BUILT_NAMES = {re.split(r"[=<>!~ ]", name)[0].lower() for name in SDISTS}
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64")  # fmt: skip
 DEFLATED = zipfile.ZIP_DEFLATED
@@ -62,12 +63,29 @@ def download(requirements: list[str], dest: Path) -> None:
 
 
 def build(requirements: list[str], dest: Path) -> None:
-    """Wheels of packages published as sdists only (pure Python: they install anywhere)."""
+    """Wheels of packages published as sdists only (pure Python: they install anywhere).
+
+    Built afresh, never from pip's wheel cache: that cache is keyed by the sdist alone, so it
+    hands back whatever this machine built last, such as `make install`'s DeepSpeed wheel with
+    its CPU op compiled for this Python (`tools/deepspeed_op`), which the GPU image refuses."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dest),
-         *requirements],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-cache-dir",
+         "-w", str(dest), *requirements],
         check=True,
     )  # fmt: skip
+    refuse_platform_wheels(dest)
+
+
+def refuse_platform_wheels(dest: Path) -> None:
+    """Stop where a built wheel is tied to this machine's Python or platform: the GPU image
+    (another Python) would refuse it at install, after a machine was started for it."""
+    tied = sorted(w.name for w in dest.glob("*.whl") if not w.name.endswith("-none-any.whl")
+                  and w.name.split("-")[0].lower().replace("_", "-") in BUILT_NAMES)  # fmt: skip
+    if tied:
+        raise SystemExit(
+            f"{dest}: {', '.join(tied)} is built for this machine, not pure Python; "
+            f"delete it and run `make gpu-wheels` again"
+        )
 
 
 def prune_bitsandbytes(wheel: Path) -> int:

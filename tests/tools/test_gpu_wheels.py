@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import zipfile
 
-from recipe_engine.tools.gpu_wheels import pinned, prune_bitsandbytes
+import pytest
+
+from recipe_engine.tools.gpu_wheels import pinned, prune_bitsandbytes, refuse_platform_wheels
 
 LIBRARIES = ("cpu", "cuda118", "cuda128", "cuda130", "cuda132", "rocm72", "xpu2025")
 
@@ -20,6 +22,18 @@ def test_a_package_is_asked_for_at_its_constraints_pin_however_its_name_is_spell
     assert pinned("pydantic-core", constraints) == "pydantic_core==2.50.4"
     assert pinned("liger-kernel", constraints) == "liger-kernel"  # not pinned: the newest
     assert pinned("antlr4-python3-runtime==4.9.3", constraints) == "antlr4-python3-runtime==4.9.3"
+
+
+def test_a_built_wheel_tied_to_this_machines_python_stops_the_wheelhouse(tmp_path):
+    # make install's DeepSpeed wheel (its CPU op compiled for Python 3.11) came back from pip's
+    # wheel cache once, and the GPU image's Python 3.12 refused it after a machine had started.
+    for name in ("antlr4_python3_runtime-4.9.3-py3-none-any.whl",
+                 "bitsandbytes-0.50.2-py3-none-manylinux_2_24_x86_64.whl"):  # fmt: skip
+        (tmp_path / name).touch()
+    refuse_platform_wheels(tmp_path)  # pure, or downloaded for the image's platform: kept
+    (tmp_path / "deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl").touch()
+    with pytest.raises(SystemExit, match="deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl is built"):
+        refuse_platform_wheels(tmp_path)
 
 
 def test_bitsandbytes_keeps_only_cuda_13_and_cpu_libraries_and_a_matching_record(tmp_path):
