@@ -103,6 +103,9 @@ class Sharding:
     mode: str = "single"  # single | model_parallel | ddp | fsdp | deepspeed
     devices: int = 1
     zero_stage: int | None = None
+    # DeepSpeed's gradient-reduction buckets (plan.trainer_settings.ZeroSettings): allocated
+    # whole, whatever the model's size.
+    bucket_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,7 @@ class MemoryEstimate:
     phase: str  # backward | optimizer step: the moment the peak falls in
     devices: int = 1
     reference: float = 0.0  # DPO's frozen copy of the starting weights
+    buckets: float = 0.0  # DeepSpeed's gradient-reduction buckets, held through the step
 
     @property
     def peak(self) -> float:
@@ -169,6 +173,7 @@ class MemoryEstimate:
             ("optimizer", self.optimizer),
             ("activations", self.activations),
             ("logits", self.logits),
+            ("DeepSpeed buckets", self.buckets),
             ("overhead", self.overhead),
         ]
 
@@ -204,6 +209,7 @@ def estimate_memory(req: MemoryRequest) -> MemoryEstimate:
         phase=phase,
         devices=req.sharding.devices,
         reference=shared["reference"] / GIB,
+        buckets=req.sharding.bucket_bytes / GIB,
     )
 
 
@@ -353,8 +359,21 @@ def _activations(req: MemoryRequest) -> float:
         total += _stack(req, language)
         total += 2 * _tokens(req) * shape.hidden_size * width  # final norm, lm_head input
         if req.padding_free and not req.attention.startswith("flash"):
-            total += _tokens(req) ** 2  # the boolean mask keeping the rows apart, one a step
+            total += _packed_rows_mask(req, width)
     return total
+
+
+def _packed_rows_mask(req: MemoryRequest, width: int) -> float:
+    """The mask keeping a flattened batch's rows apart (sdpa and eager; flash reads the row
+    boundaries instead): transformers builds it boolean, once a step, over the whole sequence.
+    Eager adds it in the activations' dtype; sdpa turns it into an additive mask in the query's
+    dtype in every layer and keeps that for the layer's backward (torch's saved tensors; on an
+    H200, SmolLM2's 30 layers at 32,768 packed tokens held 60 GiB of them)."""
+    tokens, layers = _tokens(req), req.shape.num_layers
+    if req.attention == "eager":
+        return tokens**2 * width
+    kept = 1 if req.gradient_checkpointing else layers  # recomputed one layer at a time
+    return tokens**2 * (1 + kept * width)
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,11 @@ from recipe_engine.plan.memory import (
     estimate_memory,
 )
 from recipe_engine.plan.memory_fit import StageMemory
-from recipe_engine.plan.model_shape import model_shape
+from recipe_engine.plan.model_shape import ModelShape, model_shape
 from recipe_engine.plan.packing import attention_implementation, flattens_rows
 from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.plan.recipe_plan import PolicyPlan
+from recipe_engine.plan.trainer_settings import ZeroSettings
 from recipe_engine.resolve.inputs import LongestRow, ModelFiles, TemplateTokens
 
 # SFTConfig's defaults for the keys the estimate reads (TRL 1.x / transformers 5.x).
@@ -48,7 +49,7 @@ class MemoryInputs:
     longest: LongestRow  # the longest training row (Rows.longest)
     placement: PlacementPlan | None = None
     capacity_gib: float | None = None
-    zero_stage: int | None = None
+    zero: ZeroSettings | None = None  # a DeepSpeed stage's
     name: str = ""  # the stage's name, for the advice
     # The longest row's text in the model's tokenizer (StageInputs.longest_tokens); None:
     # guessed from its characters.
@@ -82,7 +83,7 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
         attention=attention_implementation(given.files.config),
         padding_free=flattens_rows(stage.train),
         liger=bool(stage.train.get("use_liger_kernel")) and device == "cuda",
-        sharding=_sharding(placement, given.zero_stage),
+        sharding=_sharding(placement, given.zero, shape),
         overhead_gib=CUDA_WORKSPACE_GIB if device == "cuda" else 0.0,
         stage=given.name,
     )
@@ -152,9 +153,15 @@ def _text_tokens(
     return max(tokens, 1), (f"longest row ~{estimated} text tokens",)
 
 
-def _sharding(placement: PlacementPlan | None, zero_stage: int | None) -> Sharding:
+def _sharding(
+    placement: PlacementPlan | None, zero: ZeroSettings | None, shape: ModelShape
+) -> Sharding:
     if placement is None or placement.mode == "single":
         return Sharding()
     if placement.mode == "model_parallel":
         return Sharding("model_parallel", max(len(placement.visible_gpus), 1))
-    return Sharding(placement.mode, placement.world_size, zero_stage)
+    if placement.mode != "deepspeed" or zero is None:
+        return Sharding(placement.mode, placement.world_size)
+    bucket = zero.reduce_bucket_size or shape.hidden_size**2  # "auto": the Trainer's fill
+    buckets = zero.buckets * bucket * zero.width
+    return Sharding("deepspeed", placement.world_size, zero.stage, bucket_bytes=buckets)

@@ -62,6 +62,7 @@ from recipe_engine.plan.trainer_settings import (
     choose_loss,
     deepspeed_settings,
     trainer_settings,
+    zero_settings,
     zero_stage,
 )
 from recipe_engine.resolve.formats import has_images, is_prompt_completion
@@ -370,7 +371,12 @@ def _memory(
     )
     on_gpu = placement is None or placement.device == "cuda"
     capacity = min((g.memory_gib for g in gpus), default=0.0) if on_gpu else 0.0
-    deepspeed = placement is not None and placement.mode == "deepspeed"
+    zero = None
+    if placement is not None and placement.mode == "deepspeed":
+        half = placement.device != "cpu" and (
+            stage.dtype in ("bfloat16", "float16") or bool(_bf16_autocast(context, placement))
+        )
+        zero = zero_settings(deepspeed_settings(context.inputs.deepspeed), half)
     return stage_memory(
         MemoryInputs(
             stage=stage,
@@ -380,9 +386,7 @@ def _memory(
             longest=rows.longest,
             placement=placement,
             capacity_gib=capacity or None,
-            zero_stage=zero_stage(deepspeed_settings(context.inputs.deepspeed))
-            if deepspeed
-            else None,
+            zero=zero,
             name=context.name,
             longest_tokens=context.inputs.longest_tokens,
         )

@@ -94,6 +94,45 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> JsonObject:
     return merged
 
 
+# DeepSpeed's reduce_bucket_size default, in elements (deepspeed.runtime.zero.config).
+REDUCE_BUCKET_SIZE = 500_000_000
+
+
+@dataclass(frozen=True)
+class ZeroSettings:
+    """What the memory estimate reads of a stage's DeepSpeed config."""
+
+    stage: int | None
+    # Elements of one gradient-reduction bucket; None: "auto", which the Trainer fills with
+    # hidden_size squared.
+    reduce_bucket_size: int | None
+    # Buckets ZeRO allocates whole and holds all through a step (with contiguous_gradients,
+    # its default): ZeRO-1/2 a second one under overlap_comm; ZeRO-3 one.
+    buckets: int
+    width: int  # bytes an element: DeepSpeed's bf16 / fp16 model, else float32
+
+
+def zero_settings(config: Mapping[str, Any], half_precision: bool) -> ZeroSettings:
+    """The ZeRO settings of a merged DeepSpeed config (`deepspeed_settings`), with DeepSpeed's
+    own defaults where it names none (overlap_comm defaults to on for ZeRO-3 only).
+    `half_precision`: the Trainer runs bf16 or fp16, which fills the config's "auto"."""
+    sixteen_bit = any(
+        enabled is True or (enabled == "auto" and half_precision)
+        for enabled in ((config.get(key) or {}).get("enabled") for key in ("bf16", "fp16"))
+    )
+    zero = config.get("zero_optimization") or {}
+    stage = zero_stage(config)
+    size = zero.get("reduce_bucket_size", REDUCE_BUCKET_SIZE)
+    if not zero.get("contiguous_gradients", True):
+        buckets = 0
+    elif stage == 3:
+        buckets = 1
+    else:
+        buckets = 2 if zero.get("overlap_comm", False) else 1
+    size = None if size == "auto" else int(float(size))
+    return ZeroSettings(stage, size, buckets, width=2 if sixteen_bit else 4)
+
+
 def zero_stage(config: Mapping[str, Any] | None) -> int | None:
     """The DeepSpeed ZeRO stage of a stage's DeepSpeed config (`resolve` reads a JSON file
     named in `train.deepspeed`), else of the engine's default ZeRO-2."""

@@ -19,6 +19,7 @@ from recipe_engine.plan.memory import (
 )
 from recipe_engine.plan.memory_fit import describe_memory, fit_advice
 from recipe_engine.plan.model_shape import model_shape
+from recipe_engine.plan.trainer_settings import ZeroSettings, deepspeed_settings, zero_settings
 from recipe_engine.resolve.resolver import SNAPSHOTS, snapshot_folder
 
 # A 7B-class decoder (Qwen2-VL-7B's language model) without a vision tower.
@@ -304,6 +305,40 @@ def test_the_reference_copy_is_sharded_like_the_weights() -> None:
         assert estimate_memory(dataclasses.replace(dpo, sharding=sharding)).reference == (
             pytest.approx(share)
         )
+
+
+@pytest.mark.parametrize(
+    ("zero", "half_precision", "expected"),
+    [
+        ({"stage": 2}, True, ZeroSettings(2, 500_000_000, buckets=1, width=2)),
+        ({"stage": 2, "overlap_comm": True}, True, ZeroSettings(2, 500_000_000, 2, 2)),
+        ({"stage": 3}, True, ZeroSettings(3, 500_000_000, 1, 2)),  # one, overlap or not
+        ({"stage": 2}, False, ZeroSettings(2, 500_000_000, 1, 4)),
+        ({"stage": 2, "reduce_bucket_size": 2e8}, True, ZeroSettings(2, 200_000_000, 1, 2)),
+        ({"stage": 2, "reduce_bucket_size": "auto"}, True, ZeroSettings(2, None, 1, 2)),
+        ({"stage": 2, "contiguous_gradients": False}, True, ZeroSettings(2, 500_000_000, 0, 2)),
+    ],
+)
+def test_deepspeeds_buckets_follow_its_config_and_defaults(zero, half_precision, expected):
+    config = deepspeed_settings({"zero_optimization": zero})  # bf16 "auto": the Trainer's
+    assert zero_settings(config, half_precision) == expected
+
+
+def test_deepspeed_on_an_h200_held_its_gradient_bucket_beside_a_tiny_model() -> None:
+    """Measured 2026-11-27 on an H200 (docs/gpu/2026-11-27.md): r1-llm-only under ZeRO-2
+    peaked at 1,023.6 MiB, r2-vision-only under ZeRO-3 at 1,029.5 MiB; the estimates without
+    DeepSpeed's 5e8-element bf16 bucket were 77.2 and 79.0 MiB."""
+    from plans import plan
+
+    for recipe, measured_mib, extra in [
+        ("r1-llm-only", 1023.6, ()),
+        ("r2-vision-only", 1029.5, ("++stage.vision.train.deepspeed.zero_optimization.stage=3",)),
+    ]:
+        stages = plan(f"recipe={recipe}", "parallel=deepspeed", "hardware=1x-rtx4090", "gpus=0",
+                      *extra).stages  # fmt: skip
+        (memory,) = (stage.memory for stage in stages.values() if stage.memory)
+        assert memory.estimate.buckets == pytest.approx(500_000_000 * 2 / GIB)
+        assert memory.estimate.peak * 1024 == pytest.approx(measured_mib, rel=0.15)
 
 
 def test_orpo_has_no_reference_and_materializes_the_logits() -> None:
