@@ -8,6 +8,7 @@ not every step of shrinking), which `test_found.py` replays from then on.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import io
 import json
@@ -182,6 +183,7 @@ def model_folders_plan(example: Example) -> None:
 def trained_store() -> Path:
     """An output root holding one run and its committed stage, trained once per process."""
     root = Path(tempfile.mkdtemp(prefix="fuzz-store-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)  # the process's, gone with it
     done = _engine("run", *SHORT, f"output_root={root}")
     assert done.returncode == 0, done.stderr[-3000:]
     return root
