@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -203,8 +204,11 @@ def relaunch(args: list[str], plan: RecipePlan) -> int:
         f"hydra.run.dir={run_dir}",
     ]
     print(f"launching {nproc} processes: torchrun {' '.join(command)}", file=sys.stderr)
+    # torchrun's agent makes a log folder per launch (empty: no --redirects) and never removes
+    # it; left to itself, that is one more /tmp/torchelastic_* for every distributed run.
     try:
-        torchrun(command)
+        with tempfile.TemporaryDirectory(prefix="recipe-engine-torchrun-") as logs:
+            torchrun([f"--log-dir={logs}", *command])
     except ChildFailedError as error:
         codes = {failure.exitcode for failure in error.failures.values()}
         return EXIT_USER_ERROR if codes == {EXIT_USER_ERROR} else 1

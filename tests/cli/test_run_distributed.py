@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +33,22 @@ def manifests(output_root: Path) -> list[dict]:
 def single_and_ddp(tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp")
     single = engine(*SMALL, NO_COMPARE, f"output_root={root / 'single'}", cwd=root)
-    ddp = engine(*SMALL, "parallel=ddp", "nproc=2", f"output_root={root / 'ddp'}", cwd=root)
+    # Its own temporary directory (a fresh interpreter: tempfile reads TMPDIR once), to see
+    # what the launch leaves there.
+    (root / "tmp").mkdir()
+    ddp = engine(*SMALL, "parallel=ddp", "nproc=2", f"output_root={root / 'ddp'}", cwd=root,
+                 env={**os.environ, "TMPDIR": str(root / "tmp")})  # fmt: skip
     return root, single, ddp
+
+
+def test_a_launch_leaves_nothing_in_the_temporary_directory(single_and_ddp):
+    """torchrun's agent makes a log folder per launch and never removes it: the engine hands
+    it one of its own, removed after the launch."""
+    root, _, ddp = single_and_ddp
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    # torch's compile cache (torchinductor_<user>) is shared by every run, kept on purpose.
+    left = [p.name for p in (root / "tmp").iterdir() if not p.name.startswith("torchinductor_")]
+    assert left == []
 
 
 def test_ddp_trains_with_two_processes_and_halves_the_steps(single_and_ddp):
