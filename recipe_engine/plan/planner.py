@@ -59,6 +59,7 @@ from recipe_engine.plan.preference import (
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.rows import check_held_out_rows, rows_through_template
 from recipe_engine.plan.trainer_settings import (
+    ZeroSettings,
     choose_loss,
     deepspeed_settings,
     trainer_settings,
@@ -181,7 +182,7 @@ def _plan_stage(
             *held_out_notes,
             *autocast,
         ],
-        memory=_memory(context, policy, rows, placement),
+        memory=_memory(context, policy, rows, placement, _zero(trainer)),
     )
 
 
@@ -356,10 +357,23 @@ def _footprint_gib(context: StageContext, policy: PolicyPlan) -> float:
     return total * 1.2 / 2**30  # activations and allocator slack
 
 
+def _zero(trainer: LibraryKwargs) -> ZeroSettings | None:
+    """What the estimate reads of the DeepSpeed config the stage trains with (none without
+    DeepSpeed), at the precision the trainer's settings give it."""
+    config = trainer.get("deepspeed")
+    half_precision = bool(trainer.get("bf16") or trainer.get("fp16"))
+    return zero_settings(config, half_precision) if config else None
+
+
 def _memory(
-    context: StageContext, policy: PolicyPlan, rows: Rows, placement: PlacementPlan | None
+    context: StageContext,
+    policy: PolicyPlan,
+    rows: Rows,
+    placement: PlacementPlan | None,
+    zero: ZeroSettings | None = None,
 ) -> StageMemory | None:
-    """The stage's estimated peak per device (`placement` None: on one GPU, before placing)."""
+    """The stage's estimated peak per device (`placement` None: on one GPU, before placing;
+    `zero`: a DeepSpeed stage's settings)."""
     stage = context.stage
     if stage.evaluate_only:
         return None
@@ -371,12 +385,6 @@ def _memory(
     )
     on_gpu = placement is None or placement.device == "cuda"
     capacity = min((g.memory_gib for g in gpus), default=0.0) if on_gpu else 0.0
-    zero = None
-    if placement is not None and placement.mode == "deepspeed":
-        half = placement.device != "cpu" and (
-            stage.dtype in ("bfloat16", "float16") or bool(_bf16_autocast(context, placement))
-        )
-        zero = zero_settings(deepspeed_settings(context.inputs.deepspeed), half)
     return stage_memory(
         MemoryInputs(
             stage=stage,
