@@ -12,6 +12,7 @@ By hand: `python tests/cluster/slurm_cluster.py` starts one and prints `export S
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -45,10 +46,15 @@ def missing_programs() -> list[str]:
     return sbin + client
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(names: tuple[str, ...]) -> dict[str, int]:
+    """A loopback port nothing listens on for each name, all different: every probe stays
+    bound until all are chosen (a port probed and closed can come back for the next name, and
+    slurmctld then found slurmdbd on its own port)."""
+    with contextlib.ExitStack() as held:
+        probes = {name: held.enter_context(socket.socket()) for name in names}
+        for probe in probes.values():
+            probe.bind(("127.0.0.1", 0))
+        return {name: probe.getsockname()[1] for name, probe in probes.items()}
 
 
 def _program(name: str) -> str:
@@ -80,7 +86,7 @@ class SlurmCluster:
                 f"SLURM is not installed here (missing: {', '.join(missing)}); `make "
                 "test-cluster` installs slurm-wlm, slurmdbd, munge and mariadb-server as root."
             )
-        self.ports = {name: _free_port() for name in ("ctld", "dbd", "db", *NODES)}
+        self.ports = _free_ports(("ctld", "dbd", "db", *NODES))
         for folder in ("etc", "state", "log", "db", "run", *(f"spool/{n}" for n in NODES)):
             (self.root / folder).mkdir(parents=True, exist_ok=True)
         self._start_munge()
