@@ -24,8 +24,9 @@ CHECKOUT_PATH = os.pathsep.join(
     dict.fromkeys(filter(None, [str(ROOT), *(USER_PATH or "").split(os.pathsep)]))
 )
 # Variables read only when the engine or a library gets to them, never while importing: a
-# child forked from the imported engine can take them with any value.
-READ_LATE = frozenset({"PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST", "RECIPE_ENGINE_CACHE"})
+# child forked from the imported engine can take them with any value. (TMPDIR is read while
+# importing, but the child clears what tempfile settled then: tests/forked_engine.py.)
+READ_LATE = frozenset({"PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST", "RECIPE_ENGINE_CACHE", "TMPDIR"})
 
 
 def engine(

@@ -29,6 +29,7 @@ import os
 import runpy
 import signal
 import sys
+import tempfile
 import threading
 
 ANSWERS = os.fdopen(os.dup(1), "w")  # the protocol's own channel
@@ -108,6 +109,7 @@ def become(request: dict) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # an import here settled it; a fresh interpreter reads TMPDIR anew
     redirect(0, os.devnull, os.O_RDONLY)
     redirect(1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     redirect(2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)

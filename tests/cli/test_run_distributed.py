@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from engine_cli import engine, free_port
+from engine_cli import engine, forked_engine, free_port
 
 SMALL = [
     "recipe=r1-llm-only",
@@ -33,11 +32,9 @@ def manifests(output_root: Path) -> list[dict]:
 def single_and_ddp(tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp")
     single = engine(*SMALL, NO_COMPARE, f"output_root={root / 'single'}", cwd=root)
-    # Its own temporary directory (a fresh interpreter: tempfile reads TMPDIR once), to see
-    # what the launch leaves there.
-    (root / "tmp").mkdir()
-    ddp = engine(*SMALL, "parallel=ddp", "nproc=2", f"output_root={root / 'ddp'}", cwd=root,
-                 env={**os.environ, "TMPDIR": str(root / "tmp")})  # fmt: skip
+    (root / "tmp").mkdir()  # its own temporary directory, to see what the launch leaves there
+    ddp = forked_engine(*SMALL, "parallel=ddp", "nproc=2", f"output_root={root / 'ddp'}",
+                        cwd=root, env={"TMPDIR": str(root / "tmp")})  # fmt: skip
     return root, single, ddp
 
 
