@@ -25,10 +25,19 @@ class Watched:
     def __init__(self, page: Page) -> None:
         self.page = page
         self.problems: list[str] = []
+        self.asked_from: dict[object, str] = {}  # request -> the page's address when it was made
         page.on("console", self._console)
         page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
-        page.on("requestfailed", lambda r: self.problems.append(f"failed: {r.url} {r.failure}"))
+        page.on("request", lambda r: self.asked_from.__setitem__(r, page.url))
+        page.on("requestfailed", self._failed)
         page.on("response", self._response)
+
+    def _failed(self, request) -> None:  # noqa: ANN001
+        # The browser cancels what a page still loads when the test navigates away (its icon,
+        # fetched after the load event): the page did not fail, it was left.
+        left = self.asked_from.pop(request, self.page.url) != self.page.url
+        if not (left and request.failure == "net::ERR_ABORTED"):
+            self.problems.append(f"failed: {request.url} {request.failure}")
 
     def _console(self, message) -> None:  # noqa: ANN001
         if message.type == "error":
