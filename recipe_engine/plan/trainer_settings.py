@@ -122,15 +122,15 @@ def zero_settings(config: Mapping[str, Any], half_precision: bool) -> ZeroSettin
     )
     zero = config.get("zero_optimization") or {}
     stage = zero_stage(config)
-    size = zero.get("reduce_bucket_size", REDUCE_BUCKET_SIZE)
     if not zero.get("contiguous_gradients", True):
         buckets = 0
     elif stage == 3:
         buckets = 1
     else:
         buckets = 2 if zero.get("overlap_comm", False) else 1
-    size = None if size == "auto" else int(float(size))
-    return ZeroSettings(stage, size, buckets, width=2 if sixteen_bit else 4)
+    size = zero.get("reduce_bucket_size", REDUCE_BUCKET_SIZE)
+    elements = None if size == "auto" else int(float(size))
+    return ZeroSettings(stage, elements, buckets, width=2 if sixteen_bit else 4)
 
 
 def zero_stage(config: Mapping[str, Any] | None) -> int | None:
