@@ -25,8 +25,19 @@ CHECKOUT_PATH = os.pathsep.join(
 )
 # Variables read only when the engine or a library gets to them, never while importing: a
 # child forked from the imported engine can take them with any value. (TMPDIR is read while
-# importing, but the child clears what tempfile settled then: tests/forked_engine.py.)
-READ_LATE = frozenset({"PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST", "RECIPE_ENGINE_CACHE", "TMPDIR"})
+# importing, but the child clears what tempfile settled then: tests/forked_engine.py. MLflow
+# reads its variables when a run starts, huggingface_hub its token when it sends a request.)
+READ_LATE = frozenset(
+    {
+        "PYTHONUNBUFFERED",
+        "PYTEST_CURRENT_TEST",
+        "RECIPE_ENGINE_CACHE",
+        "TMPDIR",
+        "MLFLOW_TRACKING_URI",
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+        "HF_TOKEN",
+    }
+)
 
 
 def engine(
@@ -35,19 +46,29 @@ def engine(
     timeout: int = 600,
     env: dict[str, str] | None = None,
     fresh: bool = False,
+    fork: bool = False,
 ) -> subprocess.CompletedProcess:
     """`python -m recipe_engine ARGS` in `cwd`, its output captured. It is forked from a
-    process that imported the engine with this environment (tests/forked_engine.py), unless
-    `fresh`, or the test's own `env`, or OpenMP is not on one thread (a fork after its thread
-    pool started could hang): those run as fresh processes."""
-    own_env = env is not None
+    process that imported the engine with this process's variables (tests/forked_engine.py),
+    unless `fresh`, or the test's own `env` differs from them in a variable read while
+    importing, or OpenMP is not on one thread (a fork after its thread pool started could
+    hang): those run as fresh processes. `fork`: the test's own variables too are imported
+    once, by a process of their own that forks this command and the next ones that have them
+    (the hub tests' HF_ENDPOINT and HF_HOME, say)."""
     env = command_env(env or os.environ)
-    if fresh or own_env or env.get("OMP_NUM_THREADS") != "1":
-        command = [sys.executable, "-m", "recipe_engine", *args]
+    command = [sys.executable, "-m", "recipe_engine", *args]
+    own_imports = imported(env) != imported(command_env(os.environ))
+    if fresh or (own_imports and not fork) or env.get("OMP_NUM_THREADS") != "1":
         return subprocess.run(
             command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
         )
-    return forked_engine(*args, cwd=cwd, timeout=timeout)
+    return ForkedEngine.for_env(env).run(command, cwd=cwd, env=env, timeout=timeout)
+
+
+def imported(env: Mapping[str, str], read_late: Iterable[str] = ()) -> dict[str, str]:
+    """The variables a process reads while importing: all but those read late."""
+    late = READ_LATE | set(read_late)
+    return {key: value for key, value in env.items() if key not in late}
 
 
 def forked_engine(
@@ -107,8 +128,7 @@ class ForkedEngine:
 
     @classmethod
     def for_env(cls, env: Mapping[str, str], read_late: Iterable[str] = ()) -> ForkedEngine:
-        late = READ_LATE | set(read_late)
-        import_env = {k: v for k, v in env.items() if k not in late}
+        import_env = imported(env, read_late)
         if cls._shared is None or cls._shared.import_env != import_env:
             if cls._shared is not None:
                 cls._shared.close()

@@ -22,6 +22,7 @@ signal that ended the child; a command past its timeout ends with SIGKILL).
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import json
@@ -58,6 +59,12 @@ for name in OPTIONAL:
     if importlib.util.find_spec(name.split(".")[0]) is not None:
         importlib.import_module(name)
 assert threading.active_count() == 1, "an import started a thread: forking would be unsafe"
+# What the imports made is frozen out of the garbage collector, as `gc.freeze` is meant for
+# before a fork: a child's collections, and its interpreter's shutdown, no longer walk the
+# million objects of the imported stack (measured: a forked `plan` 2.6 s against 0.7 s, 2.4 s
+# of it the child's shutdown), nor touch their pages. What the child makes is collected as in
+# a fresh process.
+gc.freeze()
 
 
 def serve() -> dict:

@@ -103,6 +103,16 @@ class HubServer:
         self._http.server_close()
         self._thread.join(timeout=SOCKET_TIMEOUT_S)
 
+    def reset(self) -> HubServer:
+        """The hub as started: no repositories, faults, tokens or requests (on the same
+        address, so clients that read HF_ENDPOINT once keep reaching it)."""
+        with self._lock:
+            self.repos.clear()
+            self.drops.clear()
+            self.tokens.clear()
+            self.requests.clear()
+        return self
+
     # ------------------------------------------------------------------ what a test sets up
 
     def commit(

@@ -6,11 +6,10 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from engine_cli import SHORT_STAGES
+from engine_cli import SHORT_STAGES, engine
 
 from recipe_engine.cli.main import main
 from recipe_engine.resolve.tiny import build_dataset
@@ -20,21 +19,7 @@ SHORT = SHORT_STAGES
 
 
 def compare_recipes(cwd: Path, *more: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "recipe_engine",
-            "compare",
-            f"recipes=[{','.join(RECIPES)}]",
-            *SHORT,
-            *more,
-        ],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return engine("compare", f"recipes=[{','.join(RECIPES)}]", *SHORT, *more, cwd=cwd, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,15 @@
 the loopback address (tests/hub_server.py) that the real `huggingface_hub` and `datasets`
 clients reach through HF_ENDPOINT: no mock of either client.
 
-Each test starts its own hub holding the tiny Qwen2 as `acme/tiny-lm` and the arithmetic rows
-as the dataset `acme/arith`, and runs `python -m recipe_engine` with a Hugging Face cache of
-its own. The two tests that start from a stage trained on that hub start from a copy of one
+Each test starts from a hub holding only the tiny Qwen2 as `acme/tiny-lm` and the arithmetic
+rows as the dataset `acme/arith`, and runs `python -m recipe_engine` with a Hugging Face cache
+of its own. The two tests that start from a stage trained on that hub start from a copy of one
 such run, made once for the module (`trained_from_hub`): every engine process costs seconds
-of imports before it does anything.
+of imports before it does anything. For the same reason the hub is one server for the module,
+emptied and stocked again for each test, and each test's cache is reached through one path
+(`hf_home`): `huggingface_hub` and `datasets` read HF_ENDPOINT and HF_HOME as they are
+imported, and with both the same, the commands are forked from one process that imported the
+engine with them (tests/engine_cli.py), each with the variables a fresh one would have.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from engine_cli import engine as run_engine
 from hub_server import HubServer
 
 from recipe_engine.resolve.tiny import build_dataset, build_tiny_model
@@ -40,20 +45,36 @@ SHORT = (
 WEIGHTS = "model.safetensors"
 
 
-def hub_with_the_tiny_model_and_rows() -> HubServer:
-    """A started hub holding MODEL and DATA, each at one commit: the same commit ids on every
-    such hub (a commit id is the hash of its files, and the files are built once)."""
-    server = HubServer().start()
+def stocked(server: HubServer) -> HubServer:
+    """`server` emptied, then holding MODEL and DATA, each at one commit: the same commit ids
+    every time (a commit id is the hash of its files, and the files are built once)."""
+    server.reset()
     server.commit(MODEL, build_tiny_model("tiny-qwen2"))
     server.commit(DATA, build_dataset("arithmetic"), kind="dataset")
     return server
 
 
-@pytest.fixture
-def hub() -> Iterator[HubServer]:
-    server = hub_with_the_tiny_model_and_rows()
+@pytest.fixture(scope="module")
+def module_hub() -> Iterator[HubServer]:
+    server = HubServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def hub(module_hub: HubServer) -> HubServer:
+    return stocked(module_hub)
+
+
+def hf_home(tmp_path: Path) -> Path:
+    """HF_HOME for a command of the test in `tmp_path`: one path for every test of this worker
+    (a link beside their folders), pointing at the test's own cache, `tmp_path/hf`."""
+    home, cache = tmp_path.parent / "hf-home", tmp_path / "hf"
+    cache.mkdir(exist_ok=True)
+    if home.is_symlink():
+        home.unlink()
+    home.symlink_to(cache, target_is_directory=True)
+    return home
 
 
 def engine(
@@ -62,22 +83,27 @@ def engine(
     *args: str,
     offline: bool = False,
     inside: Sequence[str] = (),
+    fork: bool = True,
     **env: str,
 ) -> subprocess.CompletedProcess:
     """`python -m recipe_engine ARGS` with the hub at `endpoint` and a Hugging Face cache of
-    its own (`inside`: a command that runs it, e.g. in a namespace)."""
+    its own (`inside`: a command that runs it, e.g. in a namespace). It is forked (`fork`) with
+    the module's hub variables, or runs as a fresh process: offline, inside a command, or where
+    a test asks (another endpoint would start another forking process for one command)."""
     environment = {key: value for key, value in os.environ.items() if key != "HF_TOKEN"}
     environment |= {
         "HF_ENDPOINT": endpoint,
-        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HOME": str(hf_home(tmp_path)),
         "HF_HUB_OFFLINE": "1" if offline else "0",
         "HF_DATASETS_OFFLINE": "1" if offline else "0",
         "HF_HUB_DISABLE_TELEMETRY": "1",
         **env,
     }
-    command = [sys.executable, "-m", "recipe_engine", *args, f"output_root={tmp_path / 'out'}"]
+    args = (*args, f"output_root={tmp_path / 'out'}")
+    if fork and not offline and not inside:
+        return run_engine(*args, cwd=tmp_path, env=environment, timeout=300, fork=True)
     return subprocess.run(
-        [*inside, *command],
+        [*inside, sys.executable, "-m", "recipe_engine", *args],
         cwd=tmp_path,
         env=environment,
         capture_output=True,
@@ -145,27 +171,26 @@ class TrainedFromHub:
 
 
 @pytest.fixture(scope="module")
-def trained_from_hub(tmp_path_factory: pytest.TempPathFactory) -> TrainedFromHub:
+def trained_from_hub(
+    tmp_path_factory: pytest.TempPathFactory, module_hub: HubServer
+) -> TrainedFromHub:
     """One hub stage trained for the tests that continue from one (they assert that it
-    trained); each works on a copy of it (`copy_into`) and a hub of its own."""
+    trained); each works on a copy of it (`copy_into`) and the hub stocked again."""
     folder = tmp_path_factory.mktemp("trained-from-hub")
-    server = hub_with_the_tiny_model_and_rows()
-    try:
-        planned = engine(folder, server.endpoint, "plan", *HUB_RUN)
-        plan_wrote_out = (folder / "out").exists()
-        asked_before = len(server.requests)
-        trained = engine(folder, server.endpoint, *HUB_RUN)
-        return TrainedFromHub(
-            folder=folder,
-            model_commit=server.repos[("model", MODEL)].refs["main"],
-            data_commit=server.repos[("dataset", DATA)].refs["main"],
-            planned=planned,
-            plan_wrote_out=plan_wrote_out,
-            trained=trained,
-            requests_of_the_run=server.requests[asked_before:],
-        )
-    finally:
-        server.stop()
+    server = stocked(module_hub)
+    planned = engine(folder, server.endpoint, "plan", *HUB_RUN)
+    plan_wrote_out = (folder / "out").exists()
+    asked_before = len(server.requests)
+    trained = engine(folder, server.endpoint, *HUB_RUN)
+    return TrainedFromHub(
+        folder=folder,
+        model_commit=server.repos[("model", MODEL)].refs["main"],
+        data_commit=server.repos[("dataset", DATA)].refs["main"],
+        planned=planned,
+        plan_wrote_out=plan_wrote_out,
+        trained=trained,
+        requests_of_the_run=server.requests[asked_before:],
+    )
 
 
 def test_plan_pins_run_downloads_and_a_later_commit_changes_nothing(
@@ -208,8 +233,8 @@ def test_plan_pins_run_downloads_and_a_later_commit_changes_nothing(
     moved = engine(tmp_path, hub.endpoint, "plan", *HUB_RUN, "model.revision=main")
     assert moved.returncode == 0 and f"key {key[:12]}" not in moved.stdout
 
-    # Offline, the cached copy is used: the same plan, and a run that trains from it.
-    hub.stop()
+    # Offline, the cached copy is used: the same plan, and a run that trains from it, with
+    # the hub's address a port nothing listens on.
     offline = engine(tmp_path, "http://127.0.0.1:9", *HUB_RUN, "force=[llm]", offline=True)
     assert offline.returncode == 0, offline.stderr[-3000:]
     assert summary(tmp_path) == ["trained"] and committed(tmp_path) == [key]
@@ -271,11 +296,11 @@ def test_a_hub_that_does_not_answer_is_one_message_for_run(tmp_path: Path) -> No
     with socket.socket() as closed:  # a loopback port nothing listens on
         closed.bind(("127.0.0.1", 0))
         endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
-    planned = engine(tmp_path, endpoint, "plan", *HUB_MODEL)
+    planned = engine(tmp_path, endpoint, "plan", *HUB_MODEL, fork=False)
     assert planned.returncode == 0 and f"`{MODEL}` cannot be had from here" in planned.stdout
-    refused = engine(tmp_path, endpoint, *HUB_MODEL)
+    refused = engine(tmp_path, endpoint, *HUB_MODEL, fork=False)
     assert refused.returncode == 2 and "the hub did not answer" in one_error(refused)
-    data = engine(tmp_path, endpoint, "plan", *HUB_DATA)
+    data = engine(tmp_path, endpoint, "plan", *HUB_DATA, fork=False)
     assert data.returncode == 2 and "could not load hub dataset `acme/arith`" in one_error(data)
 
 
