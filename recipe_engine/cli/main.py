@@ -7,6 +7,7 @@ traceback.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -84,10 +85,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def console() -> int:
     """The `recipe-engine` script and `python -m recipe_engine`: `main`, quiet when the reader
-    of its output goes away (`recipe-engine runs | head`)."""
+    of its output goes away (`recipe-engine runs | head`), and quick to exit."""
     try:
         return main()
     except BrokenPipeError:
         # Python's documented recipe: stdout to devnull, or the exit's flush raises again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    finally:
+        # The interpreter's shutdown collects garbage over everything still alive: after a
+        # training command, the imported stack, a million objects, for a process that is
+        # ending (measured: a short text-lora run exits in 2.2-2.4 s after its atexit
+        # handlers, 0.3-0.4 s frozen; 12.7-14.0 s in all against 11.2-11.4 s). Frozen out of
+        # the collector, they are skipped. Nothing is left to that collection: the command has
+        # closed what it wrote, and the atexit handlers (logging, temporary folders, MLflow's
+        # run) still run.
+        gc.freeze()
