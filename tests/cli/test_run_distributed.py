@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -88,7 +89,10 @@ def test_accelerate_launch_trains_the_same_stage_as_torchrun(single_and_ddp, tmp
         "-m", "recipe_engine", *SMALL, NO_COMPARE, "parallel=ddp",
         f"output_root={tmp_path / 'out'}",
     ]  # fmt: skip
-    done = subprocess.run(launch, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # its torch agent leaves torchelastic_* there
+    done = subprocess.run(
+        launch, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+    )
     # The whole output: a rank that dies prints its own error well before the launcher's summary.
     assert done.returncode == 0, done.stderr[-30000:]
     [accelerated], [torchrun] = manifests(tmp_path / "out"), manifests(root / "ddp")
@@ -131,6 +135,7 @@ def test_two_nodes_on_loopback_train_one_stage(tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            env={**os.environ, "TMPDIR": str(tmp_path)},  # where each leaves torchelastic_*
         )
         for rank in (0, 1)
     ]
