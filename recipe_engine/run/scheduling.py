@@ -222,7 +222,9 @@ class StageTask:
 
     def _launcher(self) -> list[str]:
         """Plain Python on one node; on several, torchrun with this node's rank and the
-        rendezvous at the allocation's first node."""
+        rendezvous at the allocation's first node. Its agent's log folder is in the stage's run
+        folder (`torchrun/`, one subfolder per node), not a `torchelastic_*` folder left in
+        each node's /tmp."""
         if self.nodes == 1:
             return [sys.executable, "-m", "recipe_engine"]
         import submitit
@@ -240,6 +242,7 @@ class StageTask:
             f"--nproc_per_node={self.processes_per_node}",
             f"--master_addr={node_address(env.hostnames[0])}",
             f"--master_port={port}",
+            f"--log-dir={Path(self.run_dir) / self.stage / 'torchrun'}",
             "-m",
             "recipe_engine",
         ]

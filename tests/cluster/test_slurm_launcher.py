@@ -98,6 +98,9 @@ def test_a_stage_on_two_nodes_commits_the_weights_of_two_local_processes(slurm, 
     [job] = job_ids(submitted.stdout).values()
     rows = wait_for_jobs(slurm, [job], 600, "NodeList", "AllocNodes")
     assert rows[job]["State"] == "COMPLETED" and rows[job]["AllocNodes"] == "2", rows
+    # Each node's torchrun kept its agent's log folder in the stage's run folder (not in /tmp).
+    [torchrun_logs] = cluster_root.glob("runs/*/*/llm/torchrun")
+    assert len(list(torchrun_logs.iterdir())) == 2
     local = engine(*TEXT_DDP, "nproc=2", f"output_root={local_root}", cwd=tmp_path)
     assert local.returncode == 0, local.stderr[-3000:]
     on_cluster, here = manifests(cluster_root)["llm"], manifests(local_root)["llm"]
