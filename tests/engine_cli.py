@@ -267,3 +267,10 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def launcher_env(folder: Path) -> dict[str, str]:
+    """This process's variables with TMPDIR at `folder`, for a launcher a test starts itself:
+    torch's elastic agent (torchrun, accelerate launch) leaves a `torchelastic_*` folder in
+    the temporary directory, so the test's own folder takes it, not /tmp."""
+    return {**os.environ, "TMPDIR": str(folder)}

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from engine_cli import engine, forked_engine, free_port
+from engine_cli import engine, forked_engine, free_port, launcher_env
 
 SMALL = [
     "recipe=r1-llm-only",
@@ -89,9 +88,13 @@ def test_accelerate_launch_trains_the_same_stage_as_torchrun(single_and_ddp, tmp
         "-m", "recipe_engine", *SMALL, NO_COMPARE, "parallel=ddp",
         f"output_root={tmp_path / 'out'}",
     ]  # fmt: skip
-    env = {**os.environ, "TMPDIR": str(tmp_path)}  # its torch agent leaves torchelastic_* there
     done = subprocess.run(
-        launch, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+        launch,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=launcher_env(tmp_path),
     )
     # The whole output: a rank that dies prints its own error well before the launcher's summary.
     assert done.returncode == 0, done.stderr[-30000:]
@@ -135,7 +138,7 @@ def test_two_nodes_on_loopback_train_one_stage(tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "TMPDIR": str(tmp_path)},  # where each leaves torchelastic_*
+            env=launcher_env(tmp_path),
         )
         for rank in (0, 1)
     ]

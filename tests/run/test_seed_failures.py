@@ -7,14 +7,13 @@ the engine's placement; `doctor log=...` names each cause in the failed run's lo
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from engine_cli import engine
+from engine_cli import engine, launcher_env
 
 from recipe_engine.resolve.tiny import build_tiny_model
 
@@ -22,16 +21,15 @@ TWIN = Path(__file__).resolve().parents[1] / "seed_twin.py"
 
 
 def launch(placement: str, out: Path) -> subprocess.CompletedProcess:
-    """The twin script as the seed ran it: a distributed launcher, one process per device
-    (with the test's own temporary folder: torchrun leaves a `torchelastic_*` folder there)."""
+    """The twin script as the seed ran it: a distributed launcher, one process per device."""
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
         str(TWIN), placement, str(build_tiny_model("tiny-llama")), str(out),
     ]  # fmt: skip
-    env = {**os.environ, "TMPDIR": str(out.parent)}
     return subprocess.run(
-        command, capture_output=True, text=True, timeout=300, cwd=out.parent, env=env
-    )
+        command, capture_output=True, text=True, timeout=300, cwd=out.parent,
+        env=launcher_env(out.parent),
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
