@@ -13,7 +13,7 @@ from peft import LoraConfig
 
 from recipe_engine.plan.policies.lora import adapter_plan, plan_lora
 from recipe_engine.plan.policies.quant import quantization_plan
-from recipe_engine.resolve.inventory import inventory_of
+from recipe_engine.resolve.inventory import LINEAR, inventory_of
 from recipe_engine.run import policies
 
 
@@ -35,6 +35,11 @@ def bnb_config(
 ) -> Any:
     planned = quantization_plan(quant, layout=layout, module_names=module_names, trained=trained)
     return policies.bnb_config(planned)
+
+
+def linear_names(model: Any) -> list[str]:
+    """The layers bitsandbytes would replace, as the inventory lists them."""
+    return inventory_of(model).names_of(LINEAR)
 
 
 def _adapter(model, layout, lora, frozen, patterns):

@@ -33,6 +33,7 @@ def set_fingerprints(
             **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
             **_declared_layout(stage.model),
             **_randomness(stage),
+            **_held_precision(stage),
         }
     fingerprints = dag.fingerprints(
         graph,
@@ -71,6 +72,16 @@ def _randomness(stage: StagePlan) -> JsonObject:
     # kernel gives. Such keys named another result, so 4-bit stages got new keys.
     kbit = {"kbit_kernels": "training"} if stage.placement.quantization == "4bit" else {}
     return {**seeded, **kernels, **kbit}
+
+
+def _held_precision(stage: StagePlan) -> JsonObject:
+    """A k-bit stage in half precision held its unquantized weights in float32 (PEFT's
+    upcast) and its trained ones in bfloat16 (TRL's cast) until the plan decided every dtype
+    (`plan.precision`): such keys named another result, so those stages got new keys. Float32
+    stages hold what they held (their keys stay)."""
+    if stage.precision.quantized is None or stage.precision.weights == "float32":
+        return {}
+    return {"precision": dataclasses.asdict(stage.precision)}
 
 
 def _declared_layout(model: ModelConfig) -> JsonObject:

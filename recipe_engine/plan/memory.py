@@ -13,11 +13,10 @@ The peak is the larger of two moments of a training step:
 - the optimizer step: weights, every gradient, the optimizer state and its temporaries;
   the activations are freed by then.
 
-Widths follow what the libraries do (transformers 5.x, PEFT, TRL, bitsandbytes, torch):
-PEFT keeps LoRA weights in fp32 (`autocast_adapter_dtype`), `prepare_model_for_kbit_training`
-upcasts every non-quantized weight of a k-bit model to fp32, TRL casts a k-bit model's
-trainable weights to bf16 when training in bf16, torch optimizers keep their state in the
-parameter's dtype, and TRL's fused LM head never materializes the logits (see VOCAB_TILE).
+Widths are the ones the stage's precision plan decided (`plan.precision`, which the run makes
+so and checks): unquantized weights, frozen or trained in full, in the stage's dtype; LoRA's in
+the plan's adapter dtype; torch optimizers keep their state in the parameter's dtype, and TRL's
+fused LM head never materializes the logits (see VOCAB_TILE).
 
 Preference trainers run a row as two sequences (prompt + chosen, prompt + rejected) in one
 batch of 2 x batch, images repeated: activations and LM head buffers follow that batch. DPO
@@ -122,7 +121,8 @@ class MemoryRequest:
     bits: str = "none"  # none | 4bit | 8bit
     double_quant: bool = False
     dtype: str = "float32"  # the stage's weights and compute dtype
-    accelerated: bool = False  # cuda / mps: TRL's bf16 cast of k-bit trainables applies
+    adapter_dtype: str = "float32"  # LoRA's weights (plan.precision)
+    accelerated: bool = False  # cuda / mps: TRL's fused head runs its Triton kernel
     batch: int = 8
     text_tokens: int = 512  # per row, the longest a batch pads to
     images_per_row: int = 0
@@ -222,8 +222,7 @@ def _reference(req: MemoryRequest) -> float:
 def _weights(req: MemoryRequest) -> float:
     """Every stored weight at its width; trained components under LoRA are copied
     (PEFT's modules_to_save) and the copy is trainable."""
-    # prepare_model_for_kbit_training upcasts every non-quantized weight to fp32.
-    return _stored(req, 4 if req.bits != "none" else WIDTH[req.dtype], copies=True)
+    return _stored(req, WIDTH[req.dtype], copies=True)
 
 
 def _stored(req: MemoryRequest, plain_width: int, copies: bool) -> float:
@@ -259,11 +258,8 @@ def _trainable_params(req: MemoryRequest) -> int:
 
 
 def _trainable_width(req: MemoryRequest, lora: bool = False) -> int:
-    if req.bits != "none" and req.accelerated and req.dtype == "bfloat16":
-        return 2  # TRL casts a k-bit model's trainable weights to bf16
-    if lora:
-        return 4  # PEFT's autocast_adapter_dtype keeps adapters in fp32
-    return 4 if req.bits != "none" else WIDTH[req.dtype]
+    """A trained weight's width: LoRA's in the plan's adapter dtype, the rest in the stage's."""
+    return WIDTH[req.adapter_dtype if lora else req.dtype]
 
 
 def _optimizer(req: MemoryRequest, full_params: int, lora_params: int) -> float:

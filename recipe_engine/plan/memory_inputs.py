@@ -54,6 +54,9 @@ class MemoryInputs:
     # The longest row's text in the model's tokenizer (StageInputs.longest_tokens); None:
     # guessed from its characters.
     longest_tokens: int | None = None
+    # LoRA's dtype as the stage's precision plan decides it (plan.precision); the other
+    # weights are in the stage's dtype.
+    adapter_dtype: str = "float32"
 
 
 # --------------------------------------------------------------------------- the stage
@@ -74,6 +77,7 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
         shape=shape,
         param_counts=counts,
         dtype=stage.dtype,
+        adapter_dtype=given.adapter_dtype,
         accelerated=device != "cpu",
         batch=int(stage.train.get("per_device_train_batch_size", DEFAULT_BATCH)),
         text_tokens=text,

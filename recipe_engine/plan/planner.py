@@ -50,6 +50,7 @@ from recipe_engine.plan.placement import (
     plan_placement,
 )
 from recipe_engine.plan.policy import decide_policy, evaluation_policy
+from recipe_engine.plan.precision import PrecisionPlan, decide_precision, k_bit_storage
 from recipe_engine.plan.preference import (
     check_reference_settings,
     check_rows_fit_trainer,
@@ -167,6 +168,7 @@ def _plan_stage(
         data=rows,
         policy=policy,
         dtype=stage.dtype,
+        precision=_precision(stage, policy, trainer),
         placement=placement,
         trainer={**trainer, "full_determinism": determinism.deterministic_kernels},
         determinism=determinism,
@@ -397,8 +399,18 @@ def _memory(
             zero=zero,
             name=context.name,
             longest_tokens=context.inputs.longest_tokens,
+            adapter_dtype=_precision(stage, policy, {}).adapters or "float32",
         )
     )
+
+
+def _precision(stage: StageConfig, policy: PolicyPlan, trainer: LibraryKwargs) -> PrecisionPlan:
+    """The stage's dtypes (`plan.precision`); the weights' do not depend on the trainer
+    settings, so the memory estimate reads them before those are decided."""
+    quant = policy.quantization
+    quantized = k_bit_storage(quant.bits, quant.config) if quant else None
+    lora = policy.lora is not None
+    return decide_precision(stage.dtype, quantized=quantized, lora=lora, trainer=trainer)
 
 
 def _snapshot_policy(context: StageContext) -> PolicyPlan | None:

@@ -17,6 +17,7 @@ from recipe_engine.plan.dag import StageGraph
 from recipe_engine.plan.determinism import Determinism
 from recipe_engine.plan.memory_fit import StageMemory
 from recipe_engine.plan.placement import PlacementPlan
+from recipe_engine.plan.precision import PrecisionPlan
 from recipe_engine.resolve.inputs import Rows
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.sources import InitSource
@@ -93,6 +94,7 @@ class StagePlan:
     data: Rows  # the rows as this stage reads them (`rendering` says how)
     policy: PolicyPlan
     dtype: str
+    precision: PrecisionPlan  # every parameter's dtype and the activations', in every phase
     placement: PlacementPlan
     trainer: LibraryKwargs  # SFTConfig arguments, all but output_dir (the store's)
     determinism: Determinism

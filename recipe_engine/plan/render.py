@@ -35,7 +35,7 @@ def _stage_lines(index: int, stage: StagePlan, merge: list[str]) -> list[str]:
         f"    trained:   {_trained_text(stage)}",
         f"    lora:      {_lora_text(stage)}",
         f"    quantized: {_quant_text(stage)}",
-        f"    dtype:     {stage.dtype}",
+        f"    dtype:     {stage.dtype}: {stage.precision.describe()}",
         *(f"    {line}" for line in describe(stage.placement)),
         f"    weights:   {stage.determinism.describe()}",
         *(f"    {line}" for line in _memory_lines(stage)),

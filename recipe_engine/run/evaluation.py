@@ -80,44 +80,51 @@ def reference_text(row: TrlRow) -> str:
 def generate_answers(
     model: Any, processor: Any, rows: Any, kind: str, generation: Generation
 ) -> list[str]:
-    """Answers to each row's prompt (`prompt_text`); greedy unless do_sample."""
+    """Answers to each row's prompt (`prompt_text`), in eval mode; greedy unless do_sample."""
     torch.manual_seed(generation.seed)  # sampling, when asked for, is reproducible
     batch_size = generation.batch_size
-    tokenizer = getattr(processor, "tokenizer", processor)
     answers: list[str] = []
     model.eval()
-    device = next(p.device for p in model.parameters() if p.device.type != "meta")
     for start in range(0, len(rows), batch_size):
         batch = [rows[i] for i in range(start, min(start + batch_size, len(rows)))]
-        texts = [prompt_text(processor, row) for row in batch]
-        if kind == "vlm" and batch[0].get("images"):
-            inputs = processor(
-                text=texts,
-                images=[row["images"] for row in batch],
-                padding=True,
-                padding_side="left",
-                return_tensors="pt",
-            )
-        else:
-            inputs = tokenizer(
-                texts,
-                padding=True,
-                padding_side="left",
-                return_tensors="pt",
-                add_special_tokens=False,
-            )
-        inputs = {k: v.to(device) for k, v in inputs.items()}
-        with torch.no_grad():
-            output = model.generate(
-                **inputs,
-                max_new_tokens=generation.max_new_tokens,
-                do_sample=generation.do_sample,
-                pad_token_id=tokenizer.pad_token_id,
-                **_sampling(generation),
-            )
-        new_tokens = output[:, inputs["input_ids"].shape[1] :]
-        answers += [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+        answers += answer_batch(model, processor, batch, kind, generation)
     return answers
+
+
+def answer_batch(
+    model: Any, processor: Any, batch: Sequence[Any], kind: str, generation: Generation
+) -> list[str]:
+    """The answers to one batch of rows, generated as the model's mode stands."""
+    tokenizer = getattr(processor, "tokenizer", processor)
+    device = next(p.device for p in model.parameters() if p.device.type != "meta")
+    texts = [prompt_text(processor, row) for row in batch]
+    if kind == "vlm" and batch[0].get("images"):
+        inputs = processor(
+            text=texts,
+            images=[row["images"] for row in batch],
+            padding=True,
+            padding_side="left",
+            return_tensors="pt",
+        )
+    else:
+        inputs = tokenizer(
+            texts,
+            padding=True,
+            padding_side="left",
+            return_tensors="pt",
+            add_special_tokens=False,
+        )
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    with torch.no_grad():
+        output = model.generate(
+            **inputs,
+            max_new_tokens=generation.max_new_tokens,
+            do_sample=generation.do_sample,
+            pad_token_id=tokenizer.pad_token_id,
+            **_sampling(generation),
+        )
+    new_tokens = output[:, inputs["input_ids"].shape[1] :]
+    return [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
 
 
 def _sampling(generation: Generation) -> dict[str, float]:

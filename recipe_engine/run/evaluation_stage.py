@@ -14,6 +14,7 @@ from recipe_engine.run import evaluation
 from recipe_engine.run.loading import Weights, merge_parent
 from recipe_engine.run.stage import (
     exact_match_on_held_out,
+    free_memory,
     load_stage_model,
     load_stage_processor,
     manifest_versions,
@@ -48,6 +49,8 @@ class EvaluationRecipe:
         manifest.save(final)
         self.store.commit(self.stage.fingerprint, final)
         shutil.rmtree(self.store.work_dir(self.stage.fingerprint), ignore_errors=True)
+        del model, processor
+        free_memory()
         return manifest
 
     def _manifest(

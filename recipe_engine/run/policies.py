@@ -53,13 +53,6 @@ def apply_freeze(
     return frozen_names
 
 
-def is_quantized(model: Any) -> bool:
-    """Whether the model was loaded in 4 or 8 bit (bitsandbytes)."""
-    return bool(
-        getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False)
-    )
-
-
 @dataclass(frozen=True)
 class Frozen:
     """What the freeze policy froze: components of `layout`, and parameters by pattern."""
@@ -79,9 +72,10 @@ def apply_lora(
 ) -> peft.PeftModel:
     """Wrap ``model`` in a PeftModel with the planned `LoraConfig`.
 
-    A k-bit model first goes through ``peft.prepare_model_for_kbit_training``, which also
-    upcasts every non-quantized fp16/bf16 parameter (vision tower, norms, lm_head) to
-    fp32: the census after this call shows it.
+    A k-bit model is not put through ``peft.prepare_model_for_kbit_training``: it upcasts
+    every unquantized weight (a frozen vision tower, norms, lm_head) to float32, where the
+    stage's precision plan holds them in its dtype (`plan.precision`); what else it does is
+    done here (gradient checkpointing) or by PEFT (freezing the base).
     """
     import peft
 
@@ -89,17 +83,8 @@ def apply_lora(
         config = library_objects.lora_config(adapter.config)
     except (TypeError, ValueError) as exc:
         raise RecipeError(f"Invalid `lora` settings: {exc}", key="lora") from None
-    # torch warns (and plans to fail) when use_reentrant is left implicit; non-reentrant
-    # also needs no input-grad hook for frozen embeddings.
-    gc_kwargs = {"use_reentrant": False, **(gradient_checkpointing_kwargs or {})}
-    if is_quantized(model):
-        model = peft.prepare_model_for_kbit_training(
-            model,
-            use_gradient_checkpointing=gradient_checkpointing,
-            gradient_checkpointing_kwargs=gc_kwargs,
-        )
-    elif gradient_checkpointing:
-        enable_gradient_checkpointing(model, gc_kwargs)
+    if gradient_checkpointing:
+        enable_gradient_checkpointing(model, gradient_checkpointing_kwargs)
     peft_model = peft.get_peft_model(model, config)
 
     # ModulesToSaveWrapper makes the whole copy trainable; re-freeze what patterns froze.

@@ -8,12 +8,15 @@ loading and manifest helpers below serve both.
 
 from __future__ import annotations
 
+import gc
 import logging
 import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from recipe_engine.config.components import report_layout
 from recipe_engine.config.trainers import TRAINERS, TrainerKind
@@ -23,7 +26,7 @@ from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.trainer_settings import zero_stage
 from recipe_engine.resolve.inventory import model_inventory
 from recipe_engine.resolve.machine import is_main_process
-from recipe_engine.run import evaluation, preference_scores, tracking
+from recipe_engine.run import evaluation, precision, preference_scores, tracking
 from recipe_engine.run.census import census, format_report, trainable_report
 from recipe_engine.run.loading import (
     Weights,
@@ -33,7 +36,6 @@ from recipe_engine.run.loading import (
     load_processor,
     merge_parent,
     name_adapter_base,
-    torch_dtype,
 )
 from recipe_engine.run.machine import recorded_platform
 from recipe_engine.run.memory_peak import PeakMemory, peak_memory
@@ -43,7 +45,6 @@ from recipe_engine.run.seeding import seed_stage
 from recipe_engine.run.trainer import (
     MetricsLogger,
     TrainerParts,
-    align_trainable_dtype,
     apply_guard,
     build_args,
     check_finite_weights,
@@ -54,6 +55,7 @@ from recipe_engine.run.trainer import (
     newest_finite,
     planned_steps,
     preflight,
+    preflight_generation,
     verify_trainer,
     whole_models,
 )
@@ -122,7 +124,9 @@ class StageRecipe:
         self.train()
         self.commit()
         self.evaluate()
-        return self.record()
+        manifest = self.record()
+        self.release()
+        return manifest
 
     def prepare_work_dir(self) -> None:
         if self.fresh and self.work.exists() and self.main_process:
@@ -170,6 +174,7 @@ class StageRecipe:
             )
         elif policy.gradient_checkpointing:
             checkpointing(self.model)
+        precision.hold(self.model, self.stage.precision)
         groups = report_layout(layout, patterns)
         self.report = trainable_report(self.model, layout=groups)
         self.census = census(self.model, layout=groups)
@@ -198,10 +203,10 @@ class StageRecipe:
         )
         with tracking.tensorboard_logging_dir(events):
             self.trainer = make_trainer(kind, parts)
-        if self.stage.dtype != "bfloat16":  # TRL casts k-bit models' trainables to bf16
-            # float32 weights under bf16 autocast too: ops autocast leaves alone (a vision
-            # tower's conv, norms) meet a bf16 weight with float32 inputs (seen on an H100)
-            align_trainable_dtype(self.trainer.model, torch_dtype(self.stage.dtype))
+        # TRL's constructor casts a k-bit model's trainable weights to bfloat16, whatever the
+        # stage's dtype: back to the planned ones (float32 weights under bf16 autocast had a
+        # vision tower's conv meet a bf16 weight with float32 inputs, seen on an H100).
+        precision.hold(self.trainer.model, self.stage.precision)
 
     def guard_and_preflight(self) -> None:
         """The built trainer against the plan (n_gpu, wrapping, world size, steps), then one
@@ -209,10 +214,12 @@ class StageRecipe:
         placement = self.stage.placement
         expected = planned_steps(self.args, self.stage.data.train_rows, placement.world_size)
         self.metrics.planned_steps = verify_trainer(self.trainer, placement, expected)
+        precision.check(self.trainer.model, self.stage.precision, self.stage.name)
         if self.sharded:  # ZeRO-3 / FSDP shard the weights as training starts: none to run yet
             log.info("stage %s: no preflight batch (%s shards in train)", *self._sharding)
             return
         self.metrics.preflight_loss = preflight(self.trainer)
+        self._preflight_generation()
 
     def train(self) -> None:
         """Train, resuming from the latest complete checkpoint of an interrupted attempt."""
@@ -288,7 +295,7 @@ class StageRecipe:
         self.metrics.preference = preference_scores.trl_metrics(evaluated) or None
         self.metrics.eval_samples = len(held_out)
         if self.main_process:  # alone: ZeRO-3 would sync generation with the other ranks
-            with whole_models(self.args):
+            with whole_models(self.args), self._forwards():
                 self._score_on_main_process()
         self.timings["eval_s"] = time.time() - started
 
@@ -310,7 +317,27 @@ class StageRecipe:
         self.trainer.accelerator.wait_for_everyone()
         return self.manifest if self.main_process else None
 
+    def release(self) -> None:
+        """The stage's models, trainer and optimizer state freed before the next stage loads.
+        The trainer's reference cycles would keep them alive until a full collection, which a
+        few large tensors rarely trigger: the vision stage of r3 at Qwen2-VL-2B's size (4.1 GiB)
+        lived on through the llm stage's training."""
+        self.model = self.trainer = self.trained = self.metrics_log = None
+        free_memory()
+
     # ----------------------------------------------------------------------- helpers
+
+    def _preflight_generation(self) -> None:
+        """One answer generated before step 0, on a held-out row (else a training row), in the
+        context every forward of the engine's own runs in (`run.precision.forwards`)."""
+        splits = self.stage.data.splits()
+        row = (splits.eval if splits.eval is not None and len(splits.eval) else splits.train)[0]
+        kind = self.stage.model.kind
+        preflight_generation(self.trainer, self.processor, row, kind, self._forwards())
+
+    def _forwards(self) -> Any:
+        """The context the engine's own forwards run in (`run.precision.forwards`)."""
+        return precision.forwards(self.stage.precision, self.stage.placement.device)
 
     @property
     def sharded(self) -> bool:
@@ -414,6 +441,14 @@ class StageRecipe:
             platform=here,
             versions=manifest_versions(here),
         )
+
+
+def free_memory() -> None:
+    """Collect what is unreachable now (a finished stage's reference cycles) and hand the
+    CUDA allocator's cache back, so the next stage starts from what it holds itself."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def model_entry(stage: StagePlan) -> JsonObject:

@@ -28,8 +28,13 @@ from recipe_engine.config.trainers import SFT, TRAINERS, TrainerKind
 from recipe_engine.errors import RecipeError, StageFailed
 from recipe_engine.files import JsonObject
 from recipe_engine.plan.placement import PlacementPlan
+from recipe_engine.run.evaluation import answer_batch
+from recipe_engine.store.scores import Generation
 
 SFT_KIND = TRAINERS[SFT]
+# The preflight's generation: one new token after the prompt runs every forward generation runs
+# (the prompt's, then a cached step's would repeat it); two, to take the cached path too.
+PREFLIGHT_GENERATION = Generation(max_new_tokens=2, batch_size=1)
 
 log = logging.getLogger("recipe_engine")
 
@@ -167,21 +172,6 @@ def apply_guard(args: Any, placement: PlacementPlan) -> None:
     args._n_gpu = placement.n_gpu if placement.device == "cuda" else 0
 
 
-def align_trainable_dtype(model: Any, dtype: torch.dtype) -> int:
-    """Put trainable parameters back in the stage's compute dtype; return how many moved.
-
-    TRL casts every trainable parameter of a quantized model to bf16 (QLoRA's recipe),
-    including a fully trained lm_head. Without bf16 autocast (CPU, fp32 stages) the bf16
-    lm_head then meets fp32 activations at generation: FIELD-NOTES.md's dtype error.
-    """
-    moved = 0
-    for param in model.parameters():
-        if param.requires_grad and param.dtype != dtype:
-            param.data = param.data.to(dtype)
-            moved += 1
-    return moved
-
-
 def planned_steps(args: Any, samples: int, world_size: int) -> int:
     """ceil(samples / (batch x accumulation x world size)) per epoch, or max_steps; a last
     batch short of the batch size is not run under `dataloader_drop_last`."""
@@ -288,6 +278,27 @@ def _preflight_step(trainer: Any, model: Any, batch: Any) -> float:
     if not torch.isfinite(loss):
         raise PreflightError(f"The preflight loss is {loss.item()}: check the data and dtype.")
     return float(loss.item())
+
+
+def preflight_generation(trainer: Any, processor: Any, row: Any, kind: str, forwards: Any) -> None:
+    """One answer generated from `row`'s prompt before step 0, as evaluation will generate it
+    (in the `forwards` context the engine's own forwards run in): the preflight's promise
+    covers the forwards after training too, where a bfloat16 QLoRA stage once met a dtype its
+    training never did (FIELD-NOTES.md, section 10). In train mode, as the preflight batch ran:
+    in eval mode bitsandbytes would repack the 4-bit weights for CPU inference in place. The
+    random stream is forked: dropout here draws nothing training would have drawn."""
+    model = trainer.model
+    model.train()
+    try:
+        with torch.random.fork_rng(), forwards, torch.no_grad():
+            answer_batch(model, processor, [row], kind, PREFLIGHT_GENERATION)
+    except RuntimeError as error:
+        text = str(error).splitlines()[0]
+        cause = "a dtype mismatch" if "dtype" in text else "a runtime error"
+        raise PreflightError(
+            f"Generating an answer failed before step 0 with {cause}: {text}. Evaluation "
+            "generates the same way after training; see the dtype census in the stage log."
+        ) from error
 
 
 class MetricsLogger(TrainerCallback):

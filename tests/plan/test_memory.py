@@ -75,7 +75,9 @@ def test_optimizer_state_per_parameter(optim: str, expected: tuple[str, int]) ->
     assert optimizer_states(optim) == expected
 
 
-def test_4bit_double_quant_weights_and_fp32_upcast_of_the_rest() -> None:
+def test_4bit_double_quant_weights_and_the_rest_at_the_stages_width() -> None:
+    """No float32 upcast of the unquantized weights (`plan.precision`); LoRA in the plan's
+    adapter dtype (bf16 under a bf16 k-bit base)."""
     quantized = COUNTS["language_model"]
     estimate = estimate_memory(
         request(
@@ -85,11 +87,12 @@ def test_4bit_double_quant_weights_and_fp32_upcast_of_the_rest() -> None:
             quantized_params=quantized,
             lora_components=("language_model",),
             lora_params=10**7,
+            adapter_dtype="bfloat16",
         )
     )
     rest = COUNTS["embeddings"] + COUNTS["lm_head"]
-    assert estimate.weights == pytest.approx((quantized * NF4_DOUBLE_QUANT_BYTES + rest * 4) / GIB)
-    assert estimate.lora == pytest.approx(10**7 * 2 / GIB)  # TRL: bf16 trainables on a GPU
+    assert estimate.weights == pytest.approx((quantized * NF4_DOUBLE_QUANT_BYTES + rest * 2) / GIB)
+    assert estimate.lora == pytest.approx(10**7 * 2 / GIB)
 
 
 def test_activations_grow_with_batch_and_sequence_and_shrink_with_checkpointing() -> None:

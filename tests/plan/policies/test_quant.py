@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 import transformers as tf
-from policy_steps import apply_lora, bnb_config
+from policy_steps import apply_lora, bnb_config, linear_names
 from tiny_configs import tiny_model
 
 from recipe_engine.config.components import component_of
@@ -18,7 +18,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.plan.policies.lora import plan_lora
 from recipe_engine.plan.policies.quant import quantization_plan
 from recipe_engine.plan.policy import decide_policy
-from recipe_engine.resolve.inventory import LINEAR, inventory_of, quantized_modules
+from recipe_engine.resolve.inventory import inventory_of, quantized_modules
 from recipe_engine.run import policies
 from recipe_engine.run.census import census, trainable_report
 from recipe_engine.run.policies import apply_freeze
@@ -162,10 +162,10 @@ def test_qlora_trains_on_cpu(saved: dict[str, Path]) -> None:
     assert len(grads) == 7 and all(g is not None for g in grads)
     report = trainable_report(peft_model, layout="qwen2_vl")
     assert report["vision_tower"].trainable == 0 and report["lm_head"].trainable == 0
-    # prepare_model_for_kbit_training upcasts every non-quantized bf16 parameter to fp32,
-    # the frozen vision tower included; the census is where that shows.
+    # No float32 upcast (peft.prepare_model_for_kbit_training is not used): the frozen
+    # vision tower stays in the dtype it loaded in, as the stage's precision plan holds it.
     cells = census(peft_model, layout="qwen2_vl")
-    assert set(cells["vision_tower"].dtype) == {"torch.float32"}
+    assert set(cells["vision_tower"].dtype) == {"torch.bfloat16"}
     assert "torch.uint8" in cells["language_model"].dtype
 
 
@@ -206,8 +206,3 @@ def test_a_skip_entry_that_keeps_no_layer_out_is_refused_with_the_full_name():
     quant["llm_int8_skip_modules"] = ["model.vision_model"]
     planned = quantization_plan(quant, layout="idefics3", module_names=names, trained=[])
     assert "model.vision_model" in planned.config["llm_int8_skip_modules"]
-
-
-def linear_names(model: Any) -> list[str]:
-    """The layers bitsandbytes would replace, as the inventory lists them."""
-    return inventory_of(model).names_of(LINEAR)
