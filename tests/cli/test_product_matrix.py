@@ -20,6 +20,8 @@ from PIL import Image, ImageDraw
 
 from recipe_engine.cli.main import main
 
+ROOT = Path(__file__).resolve().parents[2]
+
 QUICK = ["data.max_samples=12", "data.eval_fraction=0.25", "eval.max_samples=3"]
 QUICK += ["eval.max_new_tokens=4"]
 COLOURS = {"red": (220, 40, 40), "green": (40, 180, 60), "blue": (50, 80, 230)}
@@ -174,8 +176,8 @@ MATRIX = [
 def run_engine(output_root: Path, *overrides: str, flags: tuple[str, ...] = ()) -> Path:
     """One `python -m recipe_engine ...` run in this process; returns its run folder."""
     assert main([*flags, f"output_root={output_root}", *QUICK, *overrides]) == 0
-    [recipe_runs] = (output_root / "runs").iterdir()
-    return max(recipe_runs.iterdir())
+    runs = [run for recipe in (output_root / "runs").iterdir() for run in recipe.iterdir()]
+    return max(runs, key=lambda run: run.stat().st_mtime)
 
 
 def assert_trained_evaluated_compared(run_dir: Path, stages: list[str]) -> None:
@@ -389,3 +391,57 @@ def test_a_full_kto_stage_with_precomputed_reference_log_probs_is_evaluated(tmp_
     assert_trained_evaluated_compared(run_dir, ["llm"])
     [row] = json.loads((run_dir / "summary.json").read_text())["stages"]
     assert "reward margin" in row["eval"] and "evaluation failed" not in row["status"], row
+
+
+# --------------------------------------------------------------------------- bfloat16
+
+# Every shipped recipe and its stages: the VLM recipes run on each built-in VLM layout, the
+# text recipes on each built-in text layout (SmolLM2's recipe on the tiny Llama, its layout).
+VLM_RECIPES = {
+    "r1-llm-only": ["llm"],
+    "r2-vision-only": ["vision"],
+    "r3-two-stage": ["vision", "llm"],
+    "r4-joint": ["joint"],
+    "r5-sft-dpo": ["vision", "llm", "dpo"],
+}
+TEXT_RECIPES = {
+    "text-lora": ["llm"],
+    "r5-sft-dpo-text": ["llm", "dpo"],
+    "r5-sft-dpo-smollm2": ["llm", "dpo"],
+    "r6-sft-kto-text": ["llm", "kto"],
+}
+LAYOUTS = {
+    **{vlm: VLM_RECIPES for vlm in ("tiny-qwen2-vl", "tiny-qwen2.5-vl", "tiny-llava")},
+    "tiny-idefics3": VLM_RECIPES,
+    **{text: TEXT_RECIPES for text in ("tiny-qwen2", "tiny-llama")},
+}
+
+
+def test_the_shipped_recipes_cover_every_recipe_file() -> None:
+    shipped = {path.stem for path in (ROOT / "recipes" / "recipe").glob("*.yaml")}
+    assert shipped == set(VLM_RECIPES) | set(TEXT_RECIPES)
+
+
+@pytest.mark.parametrize("model", list(LAYOUTS))
+def test_every_shipped_recipe_trains_evaluates_and_compares_a_bfloat16_model(model, tmp_path):
+    """Real checkpoints are bfloat16: each recipe runs to exit 0 with its evaluation and
+    compare on a bfloat16 model of every built-in layout (one store, as a user's: stages the
+    recipes share train once), and no stage holds a frozen weight in another dtype (a QLoRA
+    stage's frozen vision tower was upcast to float32; its evaluation then died on the dtype:
+    FIELD-NOTES.md, section 10)."""
+    for recipe, stages in LAYOUTS[model].items():
+        steps = [f"stage.{stage}.train.max_steps=1" for stage in stages]
+        run_dir = run_engine(
+            tmp_path / "out", f"recipe={recipe}", f"model={model}", "model.dtype=bfloat16", *steps
+        )
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert [row["stage"] for row in summary["stages"]] == stages, recipe
+        assert all(row["status"] in ("trained", "cached") for row in summary["stages"]), summary
+        metrics = json.loads((run_dir / "compare_metrics.json").read_text())
+        assert set(metrics) == {"base", *stages}, recipe
+    for path in (tmp_path / "out").glob("store/*/manifest.json"):
+        manifest = json.loads(path.read_text())
+        assert manifest["dtype"] == "bfloat16"
+        for component in manifest["frozen_components"]:
+            held = manifest["census"].get(component, {}).get("dtype", {})
+            assert set(held) <= {"torch.bfloat16"}, (manifest["stage"], component, held)
