@@ -425,7 +425,7 @@ def test_the_shipped_recipes_cover_every_recipe_file() -> None:
 @pytest.mark.parametrize("model", list(LAYOUTS))
 def test_every_shipped_recipe_trains_evaluates_and_compares_a_bfloat16_model(model, tmp_path):
     """Real checkpoints are bfloat16: each recipe runs to exit 0 with its evaluation and
-    compare on a bfloat16 model of every built-in layout (one store, as a user's: stages the
+    compare, and exports its last stage, on a bfloat16 model of every built-in layout (one store, as a user's: stages the
     recipes share train once), and no stage holds a frozen weight in another dtype (a QLoRA
     stage's frozen vision tower was upcast to float32; its evaluation then died on the dtype:
     FIELD-NOTES.md, section 10)."""
@@ -439,6 +439,9 @@ def test_every_shipped_recipe_trains_evaluates_and_compares_a_bfloat16_model(mod
         assert all(row["status"] in ("trained", "cached") for row in summary["stages"]), summary
         metrics = json.loads((run_dir / "compare_metrics.json").read_text())
         assert set(metrics) == {"base", *stages}, recipe
+        exported = tmp_path / "exports" / recipe
+        assert main(["export", str(run_dir), f"to={exported}"]) == 0
+        assert json.loads((exported / "config.json").read_text())["dtype"] == "bfloat16"
     for path in (tmp_path / "out").glob("store/*/manifest.json"):
         manifest = json.loads(path.read_text())
         assert manifest["dtype"] == "bfloat16"
