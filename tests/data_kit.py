@@ -119,6 +119,23 @@ def pictures(folder: Path, n: int = 3) -> list[str]:
     return names
 
 
+def sized_pictures(folder: Path, sizes: list[tuple[int, int]], rows: int = 4) -> Path:
+    """A messages + images JSONL file (docs/data.md) of `rows` rows, each with one PNG drawn
+    at the next of `sizes` (width, height), in turn."""
+    from PIL import Image, ImageDraw
+
+    (folder / "pics").mkdir(parents=True, exist_ok=True)
+    names = []
+    for width, height in sizes:
+        image = Image.new("RGB", (width, height), (30, 30, 30))
+        ImageDraw.Draw(image).ellipse((width // 4, height // 4, width // 2, height // 2), "red")
+        image.save(folder / "pics" / f"{width}x{height}.png")
+        names.append(f"pics/{width}x{height}.png")
+    return write_jsonl(
+        folder / "train.jsonl", [vlm_row([names[i % len(names)]]) for i in range(rows)]
+    )
+
+
 def sharegpt(i: int, **extra: Any) -> dict[str, Any]:
     turns = [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": f"a{i}"}]
     return {"conversations": [{"from": "system", "value": "Be brief."}, *turns], **extra}

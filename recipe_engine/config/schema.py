@@ -115,6 +115,10 @@ class ModelConfig:
     # freeze.patterns and target_modules), and/or regexes per component replacing its rules.
     layout: str | None = None
     components: RecipeSection = field(default_factory=dict)
+    # Settings over the processor's saved config, as `AutoProcessor.from_pretrained(...,
+    # **processor)` takes them (a VLM's image limits: Qwen2-VL's `max_pixels`, Idefics3's
+    # `size: {longest_edge: ...}`); training, evaluation and the memory estimate all read them.
+    processor: RecipeSection = field(default_factory=dict)
 
 
 @dataclass

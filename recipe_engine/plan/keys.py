@@ -32,6 +32,7 @@ def set_fingerprints(
             "effective_quantization": stage.placement.quantization,
             **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
             **_declared_layout(stage.model),
+            **_processor_settings(stage.model),
             **_randomness(stage),
             **_held_precision(stage),
         }
@@ -90,6 +91,12 @@ def _declared_layout(model: ModelConfig) -> JsonObject:
     if model.layout is None and not model.components:
         return {}
     return {"layout": {"name": model.layout, "components": dict(model.components)}}
+
+
+def _processor_settings(model: ModelConfig) -> JsonObject:
+    """The model entry's processor settings decide what the images become (their tokens), so
+    they are hashed where set; the processor's saved config alone keeps the keys there were."""
+    return {"processor": dict(model.processor)} if model.processor else {}
 
 
 def _check_duplicates(fingerprints: Mapping[str, str]) -> None:

@@ -80,6 +80,7 @@ def fit_advice(req: MemoryRequest, capacity_gib: float) -> list[str]:
         if estimate_memory(quantized).peak <= capacity_gib:
             advice.append("quantization 4-bit on the frozen language model")
     advice += _reference_advice(req, capacity_gib)
+    advice += _image_advice(req, capacity_gib)
     for devices in (2, 4, 8):
         sharded = replace(req, sharding=Sharding("fsdp", devices))
         if estimate_memory(sharded).peak <= capacity_gib:
@@ -110,3 +111,20 @@ def _reference_advice(req: MemoryRequest, capacity_gib: float) -> list[str]:
             f"once before training and keeps no {copy} copy; text rows only)"
         )
     return advice
+
+
+def _image_advice(req: MemoryRequest, capacity_gib: float) -> list[str]:
+    """The largest image limit for the processor under which the stage fits: the data's
+    images then give fewer visual tokens (`model.processor` sets it for training, evaluation
+    and this estimate alike)."""
+    vision = req.shape.vision
+    if vision is None or not req.images_per_row:
+        return []
+    for cap in vision.caps:
+        capped = replace(req, shape=replace(req.shape, vision=vision.capped(cap)))
+        if estimate_memory(capped).peak <= capacity_gib:
+            return [
+                f"++model.processor.{cap.setting}={cap.value} (the images then give "
+                f"{cap.image.tokens:,} visual tokens each, not {vision.tokens_per_image:,})"
+            ]
+    return []

@@ -69,7 +69,7 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
     if given.files is None or counts is None:
         return None
     lengths = given.longest
-    shape = model_shape(given.files.config, given.files.processor, lengths.image_pixels)
+    shape = model_shape(given.files.config, given.files.processor, lengths.image_sizes)
     text, assumed = _text_tokens(stage.train, lengths, given.kind, given.files.template,
                                  given.longest_tokens)  # fmt: skip
     device = placement.device if placement else "cuda"

@@ -118,7 +118,9 @@ def _memory_lines(stage: StagePlan) -> list[str]:
             "memory:    (not estimated: the model's config is not readable here, and no shipped "
             "config snapshot of it fits this stage's policy)"
         ]
-    lines = [f"memory:    {memory.describe()}"]
+    vision, images = memory.request.shape.vision, memory.request.images_per_row
+    lines = [f"images:    {vision.describe_images(images)}"] if vision and images else []
+    lines.append(f"memory:    {memory.describe()}")
     advice = memory.advice()
     if advice:
         lines.append("warning: it does not fit; change " + ", or ".join(advice))

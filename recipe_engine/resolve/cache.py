@@ -32,7 +32,9 @@ RECORDS = {
     "inventory": 2,  # a model's parameters and modules on the meta device (2: LoRA's features)
     "models": 4,  # a model folder loads as its kind of model (4: its tokenizer files too)
     "rows": 4,  # a dataset's format and split sizes, checked row by row (4: its labels)
-    "lengths": 3,  # the longest training row: characters, messages, images (3: its text)
+    # the longest training row: characters, messages, images (3: its text; 4: the images'
+    # sizes, width and height, where 3 kept the largest pixel count)
+    "lengths": 4,
     # the libraries' verdict on the planned SFTConfig / LoraConfig / bnb settings:
     # `{"accepted": true}`, or the refusal the child reported (2: refusals are kept too, and a
     # reader of 1 would take any record for an acceptance)

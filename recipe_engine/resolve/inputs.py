@@ -6,7 +6,8 @@ asks for them; the planner takes its survey (format, split sizes, longest row) a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -88,26 +89,35 @@ class LabelCounts:
     undesirable: int
 
 
+# Distinct image sizes a survey keeps exactly; a dataset with more keeps, for each aspect
+# ratio (to 1%), its largest image, and of those the largest by pixels. The estimate counts the
+# size that gives the most tokens: a Qwen2-VL-style processor's tokens follow the pixels
+# (within its limits), an Idefics3-style processor's follow the aspect ratio.
+MAX_IMAGE_SIZES = 1024
+
+
 @dataclass(frozen=True)
 class LongestRow:
     """The longest training row as one sequence the model runs (a preference pair's: its
-    prompt and the longer answer), for the memory estimate."""
+    prompt and the longer answer), for the memory estimate; and the training images' sizes."""
 
     chars: int = 0  # text characters
     messages: int = 0  # chat messages (plain text: one a turn)
     images: int = 0
-    image_pixels: int = 0  # the largest image's width times height
+    # The training images' distinct (width, height) in pixels (`image_sizes`), sorted.
+    image_sizes: tuple[tuple[int, int], ...] = ()
     # The text of the row with the most characters (its pieces, a line each; the first
     # SAMPLE_CHARS of it): what the stage's tokenizer counts (resolve.template_tokens).
     sample: str = ""
 
     def longest(self, other: LongestRow) -> LongestRow:
-        """Each measure the larger of the two rows'; the text of the one with more characters."""
+        """Each measure the larger of the two rows'; the text of the one with more characters;
+        the image sizes of both."""
         return LongestRow(
             max(self.chars, other.chars),
             max(self.messages, other.messages),
             max(self.images, other.images),
-            max(self.image_pixels, other.image_pixels),
+            image_sizes((*self.image_sizes, *other.image_sizes)),
             other.sample if other.chars > self.chars else self.sample,
         )
 
@@ -116,16 +126,29 @@ class LongestRow:
             "chars": self.chars,
             "messages": self.messages,
             "images": self.images,
-            "image_pixels": self.image_pixels,
+            "image_sizes": [list(size) for size in self.image_sizes],
             "sample": self.sample,
         }
 
     @classmethod
     def from_json(cls, record: JsonObject) -> LongestRow:
-        return cls(
-            record["chars"], record["messages"], record["images"], record["image_pixels"],
-            record["sample"],
-        )  # fmt: skip
+        sizes = tuple((int(width), int(height)) for width, height in record["image_sizes"])
+        return cls(record["chars"], record["messages"], record["images"], sizes, record["sample"])
+
+
+def image_sizes(sizes: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Distinct image sizes (width, height), sorted, at most MAX_IMAGE_SIZES of them."""
+    found = sorted(set(sizes))
+    if len(found) <= MAX_IMAGE_SIZES:
+        return tuple(found)
+    by_aspect: dict[int, tuple[int, int]] = {}
+    for width, height in found:
+        aspect = round(100 * math.log(width / height))
+        kept = by_aspect.get(aspect)
+        if kept is None or width * height > kept[0] * kept[1]:
+            by_aspect[aspect] = (width, height)
+    largest = sorted(by_aspect.values(), key=lambda size: size[0] * size[1], reverse=True)
+    return tuple(sorted(largest[:MAX_IMAGE_SIZES]))
 
 
 @dataclass

@@ -35,6 +35,7 @@ from recipe_engine.resolve.inputs import (
     Rows,
     StageInputs,
     TemplateFacts,
+    image_sizes,
 )
 from recipe_engine.resolve.inventory import ModelInventory, model_inventory
 from recipe_engine.resolve.machine import Machine, detect_machine
@@ -188,14 +189,21 @@ def _model_files(model: ModelConfig, init: InitSource) -> ModelFiles | None:
     if folder is None or not (folder / "config.json").is_file():
         return None
     config = json.loads((folder / "config.json").read_text())
+    tokenizer = saved_tokenizer(folder)
+    template = template_tokens(tokenizer) if tokenizer else None
+    return ModelFiles(config, processor_config(folder, model), template, tokenizer)
+
+
+def processor_config(folder: Path, model: ModelConfig) -> JsonObject:
+    """The processor's config as from_pretrained builds it: its files merged (an image
+    processor's settings nested in processor_config.json read as its own), then the model
+    entry's `processor` settings over them (what the kwargs of from_pretrained do)."""
     processor: JsonObject = {}
     for name in PROCESSOR_FILES:
         if (folder / name).is_file():
             data = json.loads((folder / name).read_text())
             processor = {**data.get("image_processor", {}), **data, **processor}
-    tokenizer = saved_tokenizer(folder)
-    template = template_tokens(tokenizer) if tokenizer else None
-    return ModelFiles(config, processor, template, tokenizer)
+    return {**processor, **model.processor}
 
 
 def _model_folder(model: ModelConfig, init: InitSource) -> Path | None:
@@ -359,11 +367,19 @@ def _label_counts(train: Any) -> LabelCounts | None:
 
 
 def _longest(splits: Any) -> LongestRow:
-    """The longest training row: text characters, messages and images."""
-    longest = LongestRow()
+    """The longest training row: text characters, messages and images; and the training
+    images' sizes."""
+    longest, sizes = LongestRow(), set()
     for row in splits().train:
         longest = longest.longest(_row_counts(row))
-    return longest
+        sizes.update(_image_sizes(row))
+    return dataclasses.replace(longest, image_sizes=image_sizes(sizes))
+
+
+def _image_sizes(row: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """The (width, height) of the row's images (PIL images, as `datasets` decodes them)."""
+    sizes = [getattr(image, "size", None) for image in row.get("images") or []]
+    return [(int(width), int(height)) for width, height in filter(None, sizes)]
 
 
 def _row_counts(row: Mapping[str, Any]) -> LongestRow:
@@ -372,12 +388,10 @@ def _row_counts(row: Mapping[str, Any]) -> LongestRow:
     if "chosen" in row and "rejected" in row:
         shorter = min(("rejected", "chosen"), key=lambda key: _text_length(row[key]))
         row = {key: value for key, value in row.items() if key != shorter}
-    texts, messages, listed, placed, pixels = [], 0, 0, 0, 0
+    texts, messages, listed, placed = [], 0, 0, 0
     for key, value in row.items():
         if key == "images":
             listed += len(value or [])
-            sizes = [getattr(image, "size", None) for image in value or []]
-            pixels = max([w * h for w, h in filter(None, sizes)], default=0)
             continue
         for text, is_message, image in _walk(value):
             texts += [text] if text else []
@@ -387,7 +401,7 @@ def _row_counts(row: Mapping[str, Any]) -> LongestRow:
         messages = sum(1 for key in ("prompt", "completion", "chosen", "rejected") if key in row)
     chars, sample = sum(map(len, texts)), "\n".join(texts)[:SAMPLE_CHARS]
     # An image part in a message marks where one of the row's `images` goes: the same image.
-    return LongestRow(chars, messages, max(listed, placed), pixels, sample)
+    return LongestRow(chars, messages, max(listed, placed), sample=sample)
 
 
 def _text_length(value: Any) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,42 @@ def check_model_entry(model: ModelConfig) -> None:
             )
     if model.gguf_file:
         _check_gguf_entry(model)
+    if model.processor:
+        _check_processor_settings(model)
+
+
+# The processor settings the memory estimate reads (plan.model_shape), by the type they take.
+PIXEL_SETTINGS = ("min_pixels", "max_pixels", "patch_size", "merge_size", "temporal_patch_size",
+                  "image_seq_len")  # fmt: skip
+EDGE_SETTINGS = ("size", "max_image_size", "crop_size")  # {longest_edge: 1456, ...}
+SWITCH_SETTINGS = ("do_resize", "do_image_splitting")
+
+
+def _check_processor_settings(model: ModelConfig) -> None:
+    """`model.processor` sets a VLM's processor, with the types the estimate counts by."""
+    if model.kind != "vlm":
+        raise RecipeError(
+            f"`model.processor` sets a vision-language model's processor, but this entry is a "
+            f"{model.kind} model (it loads a tokenizer). Remove model.processor.",
+            key="model.processor",
+        )
+    for name, value in model.processor.items():
+        key = f"model.processor.{name}"
+        if name in PIXEL_SETTINGS and not _positive_int(value):
+            wanted = "a positive whole number (pixels or patches)"
+        elif name in EDGE_SETTINGS and not (
+            isinstance(value, Mapping) and all(map(_positive_int, value.values()))
+        ):
+            wanted = f"a mapping of sides to pixels ({key}.longest_edge=1456)"
+        elif name in SWITCH_SETTINGS and not isinstance(value, bool):
+            wanted = "true or false"
+        else:
+            continue
+        raise RecipeError(f"`{key}` is {value!r}; it takes {wanted}.", key=key)
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _check_gguf_entry(model: ModelConfig) -> None:

@@ -8,6 +8,7 @@ parameter trained upstream is checked against the parent's recorded checksums.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from recipe_engine.errors import RecipeError, StageFailed
+from recipe_engine.errors import RecipeError, StageFailed, did_you_mean
 from recipe_engine.files import JsonObject, atomic_write_text, share_as_umask
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
@@ -79,17 +80,39 @@ def name_adapter_base(folder: Path, base: str, revision: str | None) -> None:
 
 
 def load_processor(location: str, kind: str, model_entry: JsonObject) -> Any:
-    """The processor (VLM) or tokenizer (causal LM), with a pad token for batching."""
+    """The processor (VLM) or tokenizer (causal LM), with a pad token for batching; a VLM's
+    with the model entry's `processor` settings over its saved config."""
     from transformers import AutoProcessor, AutoTokenizer
 
+    settings = dict(model_entry.get("processor") or {}) if kind == "vlm" else {}
     cls = AutoProcessor if kind == "vlm" else AutoTokenizer
     processor = cls.from_pretrained(
         location,
         revision=model_entry.get("revision"),
         trust_remote_code=bool(model_entry.get("trust_remote_code")),
+        **settings,
     )
+    _check_processor_settings(processor, settings)
     pad_token_fallback(processor)
     return processor
+
+
+def _check_processor_settings(processor: Any, settings: JsonObject) -> None:
+    """from_pretrained drops a setting neither the processor nor its image processor takes
+    (a misspelt `max_pixel` would train at the default limits): refuse it instead."""
+    image_processor = getattr(processor, "image_processor", None)
+    taken = set(inspect.signature(type(processor).__init__).parameters)
+    if image_processor is not None:
+        valid = getattr(image_processor, "valid_kwargs", None)
+        taken |= set(getattr(valid, "__annotations__", {})) | set(vars(image_processor))
+    for key in settings:
+        if key not in taken:
+            names = f"{type(processor).__name__} or its {type(image_processor).__name__}"
+            raise RecipeError(
+                f"`model.processor.{key}` is not a setting of {names}."
+                f"{did_you_mean(key, sorted(taken))} Remove it, or name one they take.",
+                key=f"model.processor.{key}",
+            )
 
 
 def pad_token_fallback(processor: Any) -> None:

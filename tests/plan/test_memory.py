@@ -150,7 +150,7 @@ def test_qwen2_vl_image_tokens_follow_the_image_size_and_merge() -> None:
     processor = json.loads(
         (SNAPSHOTS / "Qwen--Qwen2-VL-7B-Instruct" / "preprocessor_config.json").read_text()
     )
-    shape = model_shape(config, processor, image_pixels=448 * 448)
+    shape = model_shape(config, processor, [(448, 448)])
     assert shape.vision is not None
     assert shape.vision.patches_per_image == 32 * 32  # 448 / 14
     assert shape.vision.tokens_per_image == 16 * 16  # 2 x 2 patches merge into one token
@@ -380,7 +380,7 @@ def test_stage_memory_reads_the_trainer_and_the_policy() -> None:
     from recipe_engine.plan.recipe_plan import AdapterPlan, PolicyPlan
     from recipe_engine.resolve.inputs import LongestRow, ModelFiles
 
-    lengths = LongestRow(chars=400, messages=3, images=0, image_pixels=0)
+    lengths = LongestRow(chars=400, messages=3, images=0)
     adapter = AdapterPlan(["language_model"], [], {})
 
     def memory(trainer: str, lora: bool = False, **train: object) -> MemoryRequest:
