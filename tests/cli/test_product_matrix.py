@@ -425,10 +425,10 @@ def test_the_shipped_recipes_cover_every_recipe_file() -> None:
 @pytest.mark.parametrize("model", list(LAYOUTS))
 def test_every_shipped_recipe_trains_evaluates_and_compares_a_bfloat16_model(model, tmp_path):
     """Real checkpoints are bfloat16: each recipe runs to exit 0 with its evaluation and
-    compare, and exports its last stage, on a bfloat16 model of every built-in layout (one store, as a user's: stages the
-    recipes share train once), and no stage holds a frozen weight in another dtype (a QLoRA
-    stage's frozen vision tower was upcast to float32; its evaluation then died on the dtype:
-    FIELD-NOTES.md, section 10)."""
+    compare, and exports its last stage, on a bfloat16 model of every built-in layout (one
+    store, as a user's: stages the recipes share train once), and no stage holds a frozen
+    weight in another dtype (a QLoRA stage's frozen vision tower was upcast to float32; its
+    evaluation then died on the dtype: FIELD-NOTES.md, section 10)."""
     for recipe, stages in LAYOUTS[model].items():
         steps = [f"stage.{stage}.train.max_steps=1" for stage in stages]
         run_dir = run_engine(
