@@ -168,7 +168,7 @@ def _plan_stage(
         data=rows,
         policy=policy,
         dtype=stage.dtype,
-        precision=_precision(stage, policy, trainer),
+        precision=_precision(stage, policy, placement, trainer),
         placement=placement,
         trainer={**trainer, "full_determinism": determinism.deterministic_kernels},
         determinism=determinism,
@@ -399,16 +399,21 @@ def _memory(
             zero=zero,
             name=context.name,
             longest_tokens=context.inputs.longest_tokens,
-            adapter_dtype=_precision(stage, policy, {}).adapters or "float32",
+            adapter_dtype=_precision(stage, policy, placement, {}).adapters or "float32",
         )
     )
 
 
-def _precision(stage: StageConfig, policy: PolicyPlan, trainer: LibraryKwargs) -> PrecisionPlan:
-    """The stage's dtypes (`plan.precision`); the weights' do not depend on the trainer
-    settings, so the memory estimate reads them before those are decided."""
-    quant = policy.quantization
-    quantized = k_bit_storage(quant.bits, quant.config) if quant else None
+def _precision(
+    stage: StageConfig, policy: PolicyPlan, placement: PlacementPlan | None, trainer: LibraryKwargs
+) -> PrecisionPlan:
+    """The stage's dtypes (`plan.precision`): quantized as placed (`placement` None: as asked,
+    before placing), also where the quantized modules wait for the model to load (a deferred
+    policy). The weights' dtypes do not depend on the trainer settings, so the memory estimate
+    reads them before those are decided."""
+    bits = placement.quantization if placement else library_keys.quant_bits(stage.quantization)
+    config = policy.quantization.config if policy.quantization else stage.quantization or {}
+    quantized = k_bit_storage(bits, config) if bits != "none" else None
     lora = policy.lora is not None
     return decide_precision(stage.dtype, quantized=quantized, lora=lora, trainer=trainer)
 

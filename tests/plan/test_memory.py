@@ -159,6 +159,7 @@ def test_qwen2_vl_image_tokens_follow_the_image_size_and_merge() -> None:
 @pytest.mark.parametrize(
     "entry",
     [
+        "qwen2-vl-2b",
         "qwen2-vl-7b",
         "qwen2.5-vl-3b",
         "llava-1.5-7b",
