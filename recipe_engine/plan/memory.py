@@ -55,6 +55,10 @@ PASS_H, PASS_I = 4, 3
 # Liger's SwiGLU kernel saves only the gate and up projections' outputs and recomputes the
 # activation and product in the backward pass (liger_kernel/ops/swiglu.py).
 LIGER_I = 2
+# The attention implementations that keep a flattened batch's rows apart with a dense mask over
+# the whole sequence; flash kernels read the row boundaries, flex_attention a block mask (a few
+# bytes per 128 x 128 block of it).
+DENSE_MASK_ATTENTION = ("sdpa", "eager")
 # Logits are never materialized: TRL's SFTTrainer (>= 1.16) patches the model with a fused
 # LM head (trl/kernels/chunked_logprob.py) that projects at most TOKEN_TILE tokens at a time
 # onto one VOCAB_TILE-wide buffer, whatever the vocabulary (trl/trainer/utils.py
@@ -354,7 +358,7 @@ def _activations(req: MemoryRequest) -> float:
         )
         total += _stack(req, language)
         total += 2 * _tokens(req) * shape.hidden_size * width  # final norm, lm_head input
-        if req.padding_free and not req.attention.startswith("flash"):
+        if req.padding_free and req.attention in DENSE_MASK_ATTENTION:
             total += _packed_rows_mask(req, width)
     return total
 

@@ -136,7 +136,9 @@ class StageRecipe:
     def merge_parent(self) -> None:
         """An adapter the stage starts from merged into its base (and verified), or the planned
         weights as they are (run/loading.merge_parent)."""
+        started = time.time()
         self.weights = merge_parent(self.plan, self.stage, self.store)
+        self.timings["merge_s"] = time.time() - started
 
     def load(self) -> None:
         """The planned weights, quantized on load as planned; a parent's training checked."""
@@ -254,6 +256,7 @@ class StageRecipe:
         """Weights, processor and manifest into the store, atomically, by rank 0 alone."""
         if not self.sharded:  # a rank holds only its shard: the saved weights are checked
             check_finite_weights(self.stage.name, self.trainer.model)
+        started = time.time()
         final = self.work / "final"
         if self.main_process:
             shutil.rmtree(final, ignore_errors=True)
@@ -272,6 +275,7 @@ class StageRecipe:
             self.metrics_log.path = self.output / "metrics.jsonl"  # evaluation logs go on
             log.info("stage %s: committed %s", self.stage.name, self.output)
         self.trainer.accelerator.wait_for_everyone()
+        self.timings["commit_s"] = time.time() - started
 
     def evaluate(self) -> None:
         """Held-out loss and exact match. The weights are committed already: a failure here is
