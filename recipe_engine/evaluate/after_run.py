@@ -96,6 +96,7 @@ def score_after_run(plan: RecipePlan, results: list[StageResult], run_dir: Path)
         settings=dataclasses.asdict(plan.config.eval),
         seed=plan.config.seed,
         held_out=probed.data.splits().eval if probed else None,
+        measured=True,
     )
     return score_run(run_dir, overrides=overrides)
 

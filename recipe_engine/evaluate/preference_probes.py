@@ -3,8 +3,9 @@ ORPO, unpaired feedback for KTO), asked of the base and of every stage, and judg
 (`run.preference_scores`).
 
 Every model's log-probabilities of the judged answers are measured while it is loaded (one
-model in memory at a time); rewards are judged against the base once all are in, so an SFT
-stage and the preference stage trained from it get comparable reward metrics.
+model in memory at a time), or read from the pass the run made of it (`run.measuring`);
+rewards are judged against the base once all are in, so an SFT stage and the preference stage
+trained from it get comparable reward metrics.
 """
 
 from __future__ import annotations
@@ -15,17 +16,18 @@ from typing import Any
 
 from recipe_engine.config.trainers import TRAINERS
 from recipe_engine.resolve.converters import TrlRow
-from recipe_engine.run.evaluation import generate_answers
-from recipe_engine.run.preference_scores import LogPs, answer_logps, judging
+from recipe_engine.run.measuring import measure_judged
+from recipe_engine.run.preference_scores import LogPs, judging
 from recipe_engine.store.records import Manifest
-from recipe_engine.store.scores import Generation, JudgedScores, ModelMetrics, Stage
+from recipe_engine.store.scores import (
+    Generation,
+    JudgedAnswers,
+    JudgedScores,
+    ModelMetrics,
+    Stage,
+)
 
 log = logging.getLogger("recipe_engine")
-
-
-def is_judged_row(row: Mapping[str, Any]) -> bool:
-    """A preference pair or a labelled completion: rows SFT's held-out loss does not apply to."""
-    return ("chosen" in row and "rejected" in row) or "label" in row
 
 
 def is_preference_stage(manifest: Manifest) -> bool:
@@ -51,8 +53,9 @@ def preference_rows(stages: Sequence[Stage], seed: int, limit: int | None) -> li
 
 
 class PreferenceJudge:
-    """Measures each model on the judged rows as it comes (`measure`), then adds every model's
-    preference metrics to the comparison's (`judge`), rewards against the first (the base)."""
+    """Takes each model's answers to the judged rows as they come (`add`, or `measure` a
+    loaded model), then adds every model's preference metrics to the comparison's (`judge`),
+    rewards against the first (the base)."""
 
     def __init__(self, rows: list[TrlRow] | None, kind: str, generation: Generation) -> None:
         self.rows, self.kind, self.generation = rows, kind, generation
@@ -64,9 +67,14 @@ class PreferenceJudge:
         if not self.rows or self.rule is None:
             return
         log.info("compare: %s on %d %s row(s)", name, len(self.rows), self.rule.rows)
-        self.logps[name] = answer_logps(model, processor, self.rows)
-        answers = generate_answers(model, processor, self.rows, self.kind, self.generation)
-        self.greedy[name] = self.rule.greedy(answers, self.rows)
+        self.add(name, measure_judged(model, processor, self.rows, self.kind, self.generation))
+
+    def add(self, name: str, judged: JudgedAnswers | None) -> None:
+        """A model's log-probabilities and greedy answers on the judged rows."""
+        if not self.rows or self.rule is None or judged is None:
+            return
+        self.logps[name] = judged.logps
+        self.greedy[name] = self.rule.greedy(judged.answers, self.rows)
 
     def scores(self) -> dict[str, JudgedScores]:
         """Every model measured, judged: rewards against the first (the base)."""

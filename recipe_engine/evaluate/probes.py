@@ -5,14 +5,11 @@ keeps its row's shape and carries its reference and the `input` / `image` text t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.resolve.converters import TrlRow
-from recipe_engine.resolve.row_shapes import row_shape
-from recipe_engine.run.evaluation import expects_its_answer, message_text, reference_text
+from recipe_engine.run.measuring import described, probes_of
 from recipe_engine.store.records import Manifest
 from recipe_engine.store.scores import Probe
 
@@ -57,7 +54,7 @@ def _held_out_rows(root_manifest: Manifest, seed: int, held_out: Any) -> tuple[l
     if not data:
         raise RecipeError("The root stage's manifest names no data; pass probes=FILE.", "probes")
     if held_out is not None:
-        return _probes(held_out), f"held-out split of data `{data.get('name')}`"
+        return probes_of(held_out), f"held-out split of data `{data.get('name')}`"
     splits = load_splits(data_config(data), kind=root_manifest.kind, seed=seed)
     if splits.eval is None:
         raise RecipeError(
@@ -65,7 +62,7 @@ def _held_out_rows(root_manifest: Manifest, seed: int, held_out: Any) -> tuple[l
             "with. Pass probes=FILE (rows like the data, or a .txt of prompts).",
             key="probes",
         )
-    return _probes(splits.eval), f"held-out split of data `{data.get('name')}`"
+    return probes_of(splits.eval), f"held-out split of data `{data.get('name')}`"
 
 
 def _prompt_rows(path: Path) -> list[Probe]:
@@ -81,7 +78,7 @@ def _prompt_rows(path: Path) -> list[Probe]:
         }
         for p in prompts
     ]
-    return [_described(row, reference=None) for row in rows]
+    return [described(row, reference=None) for row in rows]
 
 
 def probe_file_rows(path: Path, kind: str, seed: int, chat_template: str = "auto") -> list[Probe]:
@@ -94,7 +91,7 @@ def probe_file_rows(path: Path, kind: str, seed: int, chat_template: str = "auto
         path.name, path=str(path), eval_split=None, eval_fraction=0, chat_template=chat_template
     )  # every row is a probe
     splits = load_splits(probes, kind=kind, seed=seed)
-    return _probes(splits.train)
+    return probes_of(splits.train)
 
 
 def probe_chat_template(folder: Path, manifest: Manifest) -> str:
@@ -108,33 +105,3 @@ def probe_chat_template(folder: Path, manifest: Manifest) -> str:
     if decided in ("true", "false"):
         return decided
     return "true" if read_chat_template(str(folder)) else "false"
-
-
-def _probes(rows: Any) -> list[Probe]:
-    """The rows as probes; of unpaired feedback only the desirable rows, whose completion is an
-    answer to give (the undesirable ones are judged with the rest: `evaluate.preference_probes`)."""
-    return [_probe(row) for row in rows if expects_its_answer(row)]
-
-
-def _probe(row: Mapping[str, Any]) -> Probe:
-    """A probe keeps its row's own shape (conversation, prompt and completion, a pair, a
-    labelled completion), so the models are asked exactly what training taught them to
-    answer."""
-    columns = ("messages", "prompt", "completion", "chosen", "rejected", "label")
-    asked: TrlRow = {key: row[key] for key in columns if key in row}
-    asked["images"] = list(row.get("images") or [])
-    return _described(asked, reference=reference_text(asked).strip())
-
-
-def _described(row: TrlRow, reference: str | None) -> Probe:
-    """The probe of a row, with the CSV's `input` (prompt text) and `image` (file paths)."""
-    asked = row_shape(row).asked.question(row)
-    if isinstance(asked, str):
-        text = asked
-    elif len(asked) == 1:
-        text = message_text(asked[0])
-    else:
-        text = "\n".join(f"{m['role']}: {message_text(m)}" for m in asked)
-    # Images from files keep their path; images that came as bytes (hub data) have none.
-    image = ";".join(getattr(im, "filename", "") or "(embedded)" for im in row["images"])
-    return Probe(row, reference, text, image)

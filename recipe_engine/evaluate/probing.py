@@ -1,57 +1,58 @@
 """Asking models the probes: the base and every stage of a finished run answer the same
 probes with the same generation settings, and are scored (exact match, contains, the stage's
-own held-out loss). `evaluate.probes` says what they are asked, `evaluate.scoring` writes what this
-measures as records, `report.compare` renders them.
+own held-out loss). `evaluate.probes` says what they are asked, `run.measuring` is the one pass
+over a model, `evaluate.scoring` writes what this measures as records, `report.compare` renders
+them.
 
-Every model is measured on the full-precision base (adapters applied to the unquantized
-model); one model is in memory at a time.
+A model loaded here is measured on the full-precision base (adapters applied to the
+unquantized model), one model in memory at a time. After a run, the passes the run made itself
+(each stage on its trained model in memory: a QLoRA stage on its 4-bit base) are read instead,
+where they answered the same probes; each model's `measured_on` says which.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.evaluate.held_out_loss import LossSettings, held_out_loss, loss_settings
 from recipe_engine.evaluate.preference_probes import (
     PreferenceJudge,
-    is_judged_row,
     is_preference_stage,
     preference_rows,
 )
 from recipe_engine.evaluate.probes import probe_set
-from recipe_engine.resolve.converters import TrlRow
-from recipe_engine.run.evaluation import generate_answers, task_metrics
+from recipe_engine.run.evaluation import task_metrics
+from recipe_engine.run.held_out_loss import LossSettings, loss_settings
+from recipe_engine.run.measuring import Asked, base_name_of, measure_model, read_measurement
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
 from recipe_engine.store.scores import (
     Generation,
     Measured,
+    Measurement,
     ModelMetrics,
-    Probe,
     Stage,
     root_stage,
 )
 
 log = logging.getLogger("recipe_engine")
 
-BASE = "base"
-
 
 @dataclass(frozen=True)
 class RunOverrides:
     """Where the caller knows better than a finished run's records: eval settings over the
-    run's own (EvalConfig keys), the seed, and held-out rows it has read already (the run that
-    just trained), so they are not read again."""
+    run's own (EvalConfig keys), the seed, held-out rows it has read already (the run that
+    just trained), so they are not read again, and `measured`: the run measured its models
+    itself (`run.measuring`), so a model whose record answers the same probes is not loaded."""
 
     settings: Mapping[str, Any] | None = None
     seed: int | None = None
     held_out: Any = None
+    measured: bool = False
 
 
 def measure_run(
@@ -78,7 +79,10 @@ def measure_run(
     probed, source = probe_set(probes, root[1:], seed, held_out, limit)
     asked = Asked(probed, preference_rows(stages, seed, limit))
     generation = Generation.from_settings(evaluation, seed)
-    outputs, metrics = _answer_all(_loaders(stages, root), asked, root[2].kind, generation, also)
+    stored = run_dir if overrides.measured and probes is None and also is None else None
+    outputs, metrics = _answer_all(
+        _loaders(stages, root), asked, root[2].kind, generation, also, stored
+    )
     return Measured(run_dir, summary.recipe, stages, probed, source, outputs, metrics, generation)
 
 
@@ -133,7 +137,7 @@ def model_loaders(run_dir: Path) -> tuple[str, list[Loader]]:
 def _loaders(stages: list[Stage], root: Stage) -> list[Loader]:
     """The base model first, then every stage, each loaded only when its turn comes. Each stage
     is measured with its own loss settings, the base with the root stage's (trained on it)."""
-    base_name = BASE if BASE not in {name for name, _, _ in stages} else "base_model"
+    base_name = base_name_of([name for name, _, _ in stages])
     loaders: list[Loader] = [
         (base_name, lambda: _load_base(root[1], root[2]), _loss_settings(root[2]))
     ]
@@ -163,51 +167,51 @@ def _loss_settings(manifest: Manifest) -> LossSettings:
     return loss_settings({**defaults, **train})
 
 
-@dataclass(frozen=True)
-class Asked:
-    """What every model is asked: the probes, and the held-out judged rows (preference pairs
-    or unpaired feedback) of the run's preference stage (None: it has none)."""
-
-    probes: list[Probe]
-    judged: list[TrlRow] | None = None
-
-
 def _answer_all(
     loaders: list[Loader],
     asked: Asked,
     kind: str,
     generation: Generation,
     also: ModelVisitor | None = None,
+    stored: Path | None = None,
 ) -> tuple[dict[str, list[str]], dict[str, ModelMetrics]]:
     """Every model's answers to the probes and its metrics (task metrics need references),
     with the preference metrics on the judged rows where the run has them (rewards against the
-    base, the first model)."""
-    rows = [probe.row for probe in asked.probes]
-    references = [probe.reference for probe in asked.probes if probe.reference is not None]
-    has_reference = len(references) == len(rows)  # task metrics and loss need every one
-    sft_rows = not is_judged_row(rows[0])  # SFT's held-out loss: instruction rows only
+    base, the first model). A model whose pass the run folder `stored` holds, answering the
+    same, is read from it; any other is loaded and measured (one at a time)."""
+    references = [probe.reference for probe in asked.probes]
     outputs: dict[str, list[str]] = {}
     metrics: dict[str, ModelMetrics] = {}
     on_judged = PreferenceJudge(asked.judged, kind, generation)
     for name, load, settings in loaders:
-        log.info("compare: %s on %d probe(s)", name, len(rows))
-        model, processor = load()
-        answers = generate_answers(model, processor, rows, kind, generation)
-        outputs[name] = answers
-        values = metrics[name] = ModelMetrics(n=len(rows))
-        if has_reference:
-            values.task = task_metrics(answers, references)
-        if has_reference and sft_rows:
-            loss = held_out_loss(model, processor, rows, settings)
-            values.eval_loss = None if math.isnan(loss) else loss
-            values.loss_measured = True
-        on_judged.measure(name, model, processor)
-        if also is not None:
-            also(name, model, processor)
-        del model, processor
-        gc.collect()  # one model in memory at a time
+        identity = asked.identity(generation, settings)
+        measurement = read_measurement(stored, name, identity) if stored else None
+        if measurement is None:
+            log.info("compare: %s on %d probe(s)", name, len(asked.probes))
+            model, processor = load()
+            measurement = measure_model(model, processor, asked, kind, generation, settings)
+            if also is not None:
+                also(name, model, processor)
+            del model, processor
+            gc.collect()  # one model in memory at a time
+        else:
+            log.info("compare: %s as the run measured it", name)
+        outputs[name] = measurement.answers
+        metrics[name] = model_metrics(measurement, references)
+        on_judged.add(name, measurement.judged)
     on_judged.judge(metrics)
     return outputs, metrics
+
+
+def model_metrics(measurement: Measurement, references: list[str | None]) -> ModelMetrics:
+    """A model's comparison metrics from its pass: task metrics where every probe has a
+    reference, the held-out loss where it was measured."""
+    values = ModelMetrics(n=len(references), measured_on=measurement.precision)
+    if references and all(r is not None for r in references):
+        values.task = task_metrics(measurement.answers, [str(r) for r in references])
+    if measurement.loss_measured:
+        values.eval_loss, values.loss_measured = measurement.eval_loss, True
+    return values
 
 
 def _read_summary(run_dir: Path) -> RunSummary:
@@ -297,7 +301,7 @@ def _load_base(folder: Path, root: Manifest) -> tuple[Any, Any]:
     if _missing_local(location):
         # A merged handoff folder is deleted after its stage commits: rebuild from the entry.
         location = model_location(entry)
-    return _guarded(BASE, location, lambda: _pretrained(location, root), stage=False)
+    return _guarded("base", location, lambda: _pretrained(location, root), stage=False)
 
 
 def _load_stage(

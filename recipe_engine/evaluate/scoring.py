@@ -58,16 +58,19 @@ def file_stem(probes: str | Path | None) -> str:
 
 
 def label_precision(metrics: dict[str, ModelMetrics], stages: list[Stage], root: Stage) -> None:
-    """Each model's row says what compare measured it on (always the full-precision base:
-    adapters are applied to the unquantized model) next to the run's own held-out accuracy and
-    loss, which a 4/8-bit stage measured on its quantized base (labelled so)."""
+    """Each model's row says what it was measured on (`measured_on`: the full-precision base
+    where compare loaded it, adapters applied to the unquantized model; a 4/8-bit stage's
+    quantized base where the run measured it in memory) next to the run's own held-out accuracy
+    and loss, which a 4/8-bit stage measured on its quantized base (labelled so)."""
     base_name = next(iter(metrics))  # the base model answers first
     base = root[2].metrics.base_accuracy  # measured by the root stage, unquantized
     for name, values in metrics.items():
         accuracy = f"{base:.0%}" if name == base_name and base is not None else None
-        values.labels = RunLabels(accuracy, None)  # the run records no loss of the untrained base
+        # the run records no loss of the untrained base
+        values.labels = RunLabels(accuracy, None, values.measured_on)
     for name, _, manifest in stages:
-        metrics[name].labels = RunLabels(accuracy_text(manifest), loss_text(manifest))
+        on = metrics[name].measured_on
+        metrics[name].labels = RunLabels(accuracy_text(manifest), loss_text(manifest), on)
 
 
 def _write_answers(scored: Scored) -> None:

@@ -14,7 +14,7 @@ compare.md (side-by-side table, metrics, bar charts, loss plot) and the PNGs. Wi
 `probes=FILE` the files are named compare-<file stem>.* instead: the run's own report stays.
 Every model is measured on the full-precision base; the table also shows the accuracy and the
 eval loss the run measured itself, labelled with its base precision (4-bit for a QLoRA stage).
-The eval loss is the stage's own held-out loss (evaluate.held_out_loss: TRL's tokens and masks with
+The eval loss is the stage's own held-out loss (run.held_out_loss: TRL's tokens and masks with
 the stage's loss settings), so compare's and the run's agree wherever the base is the same.
 With `tasks=[...]` the same models' lm-evaluation-harness scores (evaluate.harness) get their own
 section in compare.md (report.harness renders it) and their own records, compare_harness.*.

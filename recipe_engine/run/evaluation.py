@@ -157,7 +157,11 @@ def exact_match(
     """Share of held-out rows whose answer equals the reference exactly. Every row is answered
     (the predictions); the scores count the rows whose answer is one to give
     (`expects_its_answer`: on unpaired feedback, the desirable rows)."""
-    answers = generate_answers(model, processor, rows, kind, generation)
+    return score_answers(generate_answers(model, processor, rows, kind, generation), rows)
+
+
+def score_answers(answers: Sequence[str], rows: Any) -> HeldOutAnswers:
+    """`exact_match` of answers generated already, one a row."""
     references = [reference_text(rows[i]).strip() for i in range(len(rows))]
     pairs = list(zip(answers, references, strict=True))
     scored = [pair for i, pair in enumerate(pairs) if expects_its_answer(rows[i])]

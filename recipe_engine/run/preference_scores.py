@@ -158,6 +158,11 @@ JUDGINGS = {
 }
 
 
+def is_judged_row(row: Mapping[str, Any]) -> bool:
+    """A preference pair or a labelled completion: rows SFT's held-out loss does not apply to."""
+    return ("chosen" in row and "rejected" in row) or "label" in row
+
+
 def greedy_metrics(answers: Sequence[str], rows: Rows) -> dict[str, float]:
     """The greedy answers to judged rows, judged by their kind's rule ({}: not judged rows)."""
     rule = judging(rows)

@@ -26,7 +26,7 @@ from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.trainer_settings import zero_stage
 from recipe_engine.resolve.inventory import model_inventory
 from recipe_engine.resolve.machine import is_main_process
-from recipe_engine.run import evaluation, precision, preference_scores, tracking
+from recipe_engine.run import evaluation, measuring, precision, preference_scores, tracking
 from recipe_engine.run.census import census, format_report, trainable_report
 from recipe_engine.run.loading import (
     Weights,
@@ -65,6 +65,7 @@ from recipe_engine.store.records import (
     Manifest,
     Platform,
     StageMetrics,
+    precision_of,
 )
 from recipe_engine.store.stage_records import (
     Census,
@@ -300,15 +301,23 @@ class StageRecipe:
         self.metrics.eval_samples = len(held_out)
         if self.main_process:  # alone: ZeRO-3 would sync generation with the other ranks
             with whole_models(self.args), self._forwards():
-                self._score_on_main_process()
+                self._score_on_main_process(held_out)
         self.timings["eval_s"] = time.time() - started
 
-    def _score_on_main_process(self) -> None:
-        """Exact match of the trained stage and, for a root stage, of the untrained base."""
-        self.metrics.eval_accuracy, self.metrics.eval_contains = self._scores(self.trained)
+    def _score_on_main_process(self, held_out: Any) -> None:
+        """Exact match of the trained stage and, for a root stage, of the untrained base: each
+        model's one pass for the run (`run.measuring`, recorded for its comparison) where the
+        run compares, the stage's own scores read from the same answers."""
+        asks = measuring.run_asks(self.plan) if self.plan.config.eval.compare else None
+        bits = self.policy.bits
+        self.metrics.eval_accuracy, self.metrics.eval_contains = self._scores(
+            self.trained, held_out, asks, self.stage.name, precision_of(bits)
+        )
         if self.stage.parent is None:  # the untrained base, on the same rows
             base = load_stage_model(self.stage, self.weights, None)
-            self.metrics.base_accuracy, self.metrics.base_contains = self._scores(base)
+            name = measuring.base_name_of(list(self.plan.stages))
+            scores = self._scores(base, held_out, asks, name, precision_of("none"))
+            self.metrics.base_accuracy, self.metrics.base_contains = scores
 
     def record(self) -> Manifest | None:
         """The committed manifest, completed with the evaluation and the total time."""
@@ -398,15 +407,26 @@ class StageRecipe:
         """What the stage loaded, as records name it: a store folder relative to the store."""
         return relative_in_store(self.weights.location, self.store)
 
-    def _scores(self, model: Any) -> tuple[float, float]:
-        """(exact match, contains) on the held-out rows (of unpaired feedback, the desirable
-        ones); for a preference stage the trained model's greedy answers judged too."""
-        result = exact_match_on_held_out(self.plan, self.stage, model, self.processor)
-        if self.metrics.preference is not None and model is self.trained:
-            rows = evaluation.capped(
-                self.stage.data.splits().eval, self.plan.config.eval.max_samples
+    def _scores(
+        self, model: Any, rows: Any, asks: measuring.RunAsks | None, name: str, precision: str
+    ) -> tuple[float, float]:
+        """(exact match, contains) on the held-out `rows` (of unpaired feedback, the desirable
+        ones); for a preference stage the trained model's greedy answers judged too. With
+        `asks`, the model's pass for the run first (recorded as `name`), whose answers serve
+        where `rows` are what it asked; a stage on other rows than those asks them as well."""
+        kind, answers = self.stage.model.kind, None
+        generation = evaluation.generation_settings(self.plan.config.eval, self.plan.config.seed)
+        if asks is not None:
+            loss = asks.loss(self.stage) if model is self.trained else asks.loss(asks.root)
+            measured = measuring.measure_model(
+                model, self.processor, asks.asked, kind, asks.generation, loss, precision
             )
-            answers = [p.answer for p in result.predictions]
+            measuring.write_measurement(self.run_dir, name, measured)
+            answers = measuring.answers_to(rows, measured, asks.asked)
+        if answers is None:
+            answers = evaluation.generate_answers(model, self.processor, rows, kind, generation)
+        result = evaluation.score_answers(answers, rows)
+        if self.metrics.preference is not None and model is self.trained:
             self.metrics.preference |= preference_scores.greedy_metrics(answers, rows)
         return result.accuracy, result.contains
 

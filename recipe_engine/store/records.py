@@ -224,6 +224,12 @@ class StageMetrics:
         return f"{losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "-"
 
 
+def precision_of(bits: str) -> str:
+    """The precision of a base whose weights are stored in `bits` (none | 4bit | 8bit): "full",
+    "4-bit" or "8-bit", as records label it."""
+    return "full" if bits == "none" else bits.replace("bit", "-bit")
+
+
 @dataclass
 class Manifest:
     """`manifest.json` of a store entry: what the stage is, how it was made, what it measured."""
@@ -242,7 +248,7 @@ class Manifest:
     # (config.schema.DataConfig), as recorded: `resolve.data.data_config` reads the latter back.
     config: JsonObject = field(default_factory=dict)
     # The SFTConfig arguments it trained with (all but output_dir): `compare` measures the
-    # held-out loss with the same ones (evaluate.held_out_loss).
+    # held-out loss with the same ones (run.held_out_loss).
     trainer: LibraryKwargs = field(default_factory=dict)
     data: JsonObject = field(default_factory=dict)
     placement: RecordedPlacement | None = None  # None: an evaluation stage, an old manifest
@@ -281,7 +287,7 @@ class Manifest:
     def base_precision(self) -> str:
         """The precision of the base the stage trained and evaluated on: "4-bit", "8-bit" or
         "full" (a quantized stage's own accuracy is measured on its quantized base)."""
-        return "full" if self.bits == "none" else self.bits.replace("bit", "-bit")
+        return precision_of(self.bits)
 
     def trained_text(self) -> str:
         """What the stage trained, from its trainable report (what had requires_grad):

@@ -81,8 +81,51 @@ class JudgedScores:
 
 
 @dataclass(frozen=True)
+class JudgedAnswers:
+    """One model on held-out judged rows: each row's judged answers' log-probabilities and its
+    greedy answer."""
+
+    logps: list[tuple[float, ...]]
+    answers: list[str]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One model's pass over what a run asks (`run.measuring`): its answers to the probes, its
+    held-out loss on them, its judged rows' log-probabilities and answers; what it was measured
+    on (`precision`: "full", or "4-bit" for a stage measured on its quantized training base);
+    and `asked`, the hash of the probes, rows, generation and loss settings it answered (a
+    record made for other ones is not used)."""
+
+    asked: str
+    precision: str
+    answers: list[str]
+    eval_loss: float | None = None  # None with loss_measured: TRL's loss was not a number
+    loss_measured: bool = False
+    judged: JudgedAnswers | None = None
+
+    def to_json(self) -> JsonRecord:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> Measurement:
+        judged = record.get("judged")
+        return cls(
+            asked=record["asked"],
+            precision=record["precision"],
+            answers=list(record["answers"]),
+            eval_loss=record.get("eval_loss"),
+            loss_measured=bool(record.get("loss_measured")),
+            judged=JudgedAnswers([tuple(row) for row in judged["logps"]], list(judged["answers"]))
+            if judged
+            else None,
+        )
+
+
+@dataclass(frozen=True)
 class RunLabels:
-    """What a model was measured on in a comparison (always the full-precision base) beside the
+    """What a model was measured on in a comparison (`base_precision`: the full-precision
+    base, or a stage's quantized training base where the run measured it in memory) beside the
     accuracy and loss the run measured itself, as text labelled with that run's base."""
 
     run_accuracy: str | None
@@ -102,6 +145,7 @@ class ModelMetrics:
     loss_measured: bool = False
     preference: JudgedScores | None = None
     labels: RunLabels | None = None
+    measured_on: str = "full"  # the base it was measured on (Measurement.precision)
 
     def to_json(self) -> JsonRecord:
         """As `<stem>_metrics.json` holds it (a key only where it was measured)."""

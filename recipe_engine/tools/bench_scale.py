@@ -239,13 +239,28 @@ def table(results: Sequence[RunResult]) -> list[str]:
     for result in results:
         for stage in result.stages:
             rows.append(
-                [result.run, stage.stage, stage.status, f"{result.plan_s:.1f}",
-                 *(_cell(v, 1) for v in (stage.load_s, stage.merge_s, stage.step_s,
-                                          stage.commit_s, stage.eval_s)),
-                 _cell(stage.planned_gib, 2), _cell(stage.measured_gib, 2),
-                 "-" if stage.error is None else f"{stage.error:+.1f}%",
-                 _cell(stage.stored_gb, 2), _cell(stage.tokens_per_s, 0),
-                 "-" if stage.mfu is None else f"{stage.mfu:.1%}"]  # fmt: skip
+                [
+                    result.run,
+                    stage.stage,
+                    stage.status,
+                    f"{result.plan_s:.1f}",
+                    *(
+                        _cell(v, 1)
+                        for v in (
+                            stage.load_s,
+                            stage.merge_s,
+                            stage.step_s,
+                            stage.commit_s,
+                            stage.eval_s,
+                        )
+                    ),
+                    _cell(stage.planned_gib, 2),
+                    _cell(stage.measured_gib, 2),
+                    "-" if stage.error is None else f"{stage.error:+.1f}%",
+                    _cell(stage.stored_gb, 2),
+                    _cell(stage.tokens_per_s, 0),
+                    "-" if stage.mfu is None else f"{stage.mfu:.1%}",
+                ]  # fmt: skip
             )
     lines = text_table(rows, header=header)
     for result in results:

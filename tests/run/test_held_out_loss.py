@@ -1,12 +1,12 @@
-"""recipe_engine.evaluate.held_out_loss: a stage's loss flags on probe rows of another kind are
+"""recipe_engine.run.held_out_loss: a stage's loss flags on probe rows of another kind are
 replaced by the flags the plan would choose for those rows (the format registry's `Loss`)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from recipe_engine.evaluate.held_out_loss import _flags_for_rows
 from recipe_engine.resolve.row_shapes import row_shape
+from recipe_engine.run.held_out_loss import _flags_for_rows
 
 PAIR = {"prompt": "2+2?", "completion": "4", "images": []}
 CONVERSATION = {
