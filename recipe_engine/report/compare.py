@@ -12,8 +12,10 @@ line (no references, so no task metrics). Every model answers the same probes wi
 generation settings; the run folder gets compare.csv, compare.jsonl, compare_metrics.json,
 compare.md (side-by-side table, metrics, bar charts, loss plot) and the PNGs. With
 `probes=FILE` the files are named compare-<file stem>.* instead: the run's own report stays.
-Every model is measured on the full-precision base; the table also shows the accuracy and the
-eval loss the run measured itself, labelled with its base precision (4-bit for a QLoRA stage).
+A model `compare` loads is measured on the full-precision base; the comparison that ends a run
+reads the passes the run made itself (a QLoRA stage on its 4-bit base); the `base precision`
+column says which. The table also shows the accuracy and the eval loss the run measured itself,
+labelled with its base precision (4-bit for a QLoRA stage).
 The eval loss is the stage's own held-out loss (run.held_out_loss: TRL's tokens and masks with
 the stage's loss settings), so compare's and the run's agree wherever the base is the same.
 With `tasks=[...]` the same models' lm-evaluation-harness scores (evaluate.harness) get their own
