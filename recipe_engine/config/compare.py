@@ -61,6 +61,9 @@ class CompareOptions:
         "a list of recipe names, e.g. recipes=[r1-llm-only,r3-two-stage]"
     )
     seeds: list[int] | None = _list("a list of integers, e.g. seeds=[0,1,2]")
+    # Read the passes the run made of its models itself (its measured/ folder) where they
+    # answered the same probes, as the comparison that ends a run does, instead of loading them.
+    run_passes: bool = False
 
 
 @dataclass

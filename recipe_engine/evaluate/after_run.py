@@ -64,7 +64,14 @@ def _compare_in_one_process(run_dir: Path) -> list[str]:
         for key, value in os.environ.items()
         if key not in DISTRIBUTED_ENV and not key.startswith(LAUNCH_PREFIXES)
     }
-    command = [sys.executable, "-m", "recipe_engine", "compare", f"run={run_dir}"]
+    command = [
+        sys.executable,
+        "-m",
+        "recipe_engine",
+        "compare",
+        f"run={run_dir}",
+        "run_passes=true",
+    ]
     done = subprocess.run(command, env=env, check=False)
     if done.returncode:
         return [f"the compare report failed (exit {done.returncode}); try: compare run={run_dir}"]

@@ -33,7 +33,11 @@ def compare_one_run(request: CompareRequest) -> None:
         config = request.config
         run_dir = newest_run(Path(config.output_root), str(config.recipe.name))
     result = compare_run(
-        run_dir, probes=options.probes, harness=harness, settings=request.eval_settings()
+        run_dir,
+        probes=options.probes,
+        harness=harness,
+        settings=request.eval_settings(),
+        run_passes=options.run_passes,
     )
     _print(result)
 
@@ -58,13 +62,14 @@ def compare_run(
     probes: str | Path | None = None,
     harness: HarnessSettings | None = None,
     settings: dict[str, Any] | None = None,
+    run_passes: bool = False,
 ) -> CompareOutputs:
     """Compare base and every stage of a finished run on one probe set: measured and written
     as records on the run side (`evaluate.scoring.score_run`; `settings` are eval settings
     over the run's own), rendered by `report.compare`. With `harness`, the same models on
     lm-evaluation-harness tasks too, in the same pass (`evaluate.harness.harness_pass`): each
-    model loads once."""
-    overrides = RunOverrides(settings=settings)
+    model loads once. `run_passes`: a model the run measured itself is read from its record."""
+    overrides = RunOverrides(settings=settings, measured=run_passes)
     if harness is None:
         return render_compare(score_run(run_dir, probes=probes, overrides=overrides))
     kind, _ = model_loaders(Path(run_dir))

@@ -101,7 +101,7 @@ def test_a_run_loads_each_model_once_for_evaluation_and_asks_it_once(counted, tm
 def test_judged_rows_are_asked_once_per_model_and_compare_alone_gives_the_same(counted, tmp_path):
     """r6 (SFT then KTO, full precision): each model answers the probes and the judged rows
     once in the run; `compare` asked afterwards loads and measures every model again and
-    writes the very same metrics."""
+    writes the very same metrics; `compare run_passes=true` reads the run's own passes."""
     _, passes = counted
     args = ["recipe=r6-sft-kto-text", f"output_root={tmp_path}", *QUICK,
             "stage.llm.train.max_steps=2", "stage.kto.train.max_steps=2"]  # fmt: skip
@@ -113,4 +113,8 @@ def test_judged_rows_are_asked_once_per_model_and_compare_alone_gives_the_same(c
     passes.clear()
     assert main(["compare", f"run={run_dir}"]) == 0
     assert len(passes) == 6  # measured on demand
+    assert json.loads((run_dir / "compare_metrics.json").read_text()) == during_run
+    passes.clear()  # as after a distributed run: the run's passes read, nothing measured
+    assert main(["compare", f"run={run_dir}", "run_passes=true"]) == 0
+    assert passes == []
     assert json.loads((run_dir / "compare_metrics.json").read_text()) == during_run
