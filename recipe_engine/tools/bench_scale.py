@@ -6,7 +6,8 @@ stage the wall time of each phase (plan, load, handoff, a step, commit, evaluati
 and the measured peak memory, and the bytes it stored.
 
     python -m recipe_engine.tools.bench_scale [--runs r3-two-stage@qwen2-vl-2b,...]
-        [--steps 2] [--batch 2] [--image-px 448] [--device cpu] [--depth N] [--out FILE.json]
+        [--steps 2] [--batch 2] [--image-px 448] [--device cpu] [--depth N] [--attention A]
+        [--set KEY=VALUE ...] [--out FILE.json] [--work DIR]
     python -m recipe_engine.tools.bench_scale --dry-run   # plans every run, builds no model
 
 A family that ties lm_head to its embeddings (Qwen2-VL-2B, Qwen2.5-0.5B) has a stage that
@@ -70,6 +71,8 @@ class Settings:
     device: str = "cpu"
     variant: Variant = Variant()
     eval_samples: int = 8
+    extra: tuple[str, ...] = ()  # more overrides for every run (`--set`), e.g. packing
+    hardware: str | None = None  # a hardware profile to plan for (a dry run off the machine)
 
 
 @dataclass
@@ -145,7 +148,8 @@ def overrides(run: Run, settings: Settings, model_dir: Path | None, root: Path) 
     if model.kind == "vlm":
         path = scale_shapes(settings.image_px) / "train.jsonl"
         data = ["data.source=local", f"data.path={path}", f"data.name=shapes-{settings.image_px}px"]
-    base = [f"recipe={run.recipe}", *chosen, *data, f"device={settings.device}"]
+    hardware = [f"hardware={settings.hardware}"] if settings.hardware else []
+    base = [f"recipe={run.recipe}", *chosen, *data, f"device={settings.device}", *hardware]
     stages = compose_config(base).stage
     per_stage = []
     for name, stage in stages.items():
@@ -156,7 +160,8 @@ def overrides(run: Run, settings: Settings, model_dir: Path | None, root: Path) 
         frozen = list(stage.freeze.components)
         if model.tied and "embeddings" in frozen and "lm_head" not in frozen:
             per_stage.append(f"stage.{name}.freeze.components=[{','.join([*frozen, 'lm_head'])}]")
-    return [*base, *per_stage, f"eval.max_samples={settings.eval_samples}", f"output_root={root}"]
+    tail = [f"eval.max_samples={settings.eval_samples}", *settings.extra, f"output_root={root}"]
+    return [*base, *per_stage, *tail]
 
 
 def run_one(run: Run, settings: Settings, out: Path, *, dry: bool) -> RunResult:
@@ -271,6 +276,24 @@ def table(results: Sequence[RunResult]) -> list[str]:
     return lines
 
 
+def summary(results: Sequence[RunResult]) -> str:
+    """One line: each stage's planned against measured peak, and its training rate."""
+    parts = []
+    for result in results:
+        for stage in result.stages:
+            error = "" if stage.error is None else f" ({stage.error:+.1f}%)"
+            rate = f", {stage.tokens_per_s:,.0f} tokens/s" if stage.tokens_per_s else ""
+            mfu = f", MFU {stage.mfu:.1%}" if stage.mfu is not None else ""
+            parts.append(f"{result.run} {stage.stage}: planned {_cell(stage.planned_gib, 2)} GiB, "
+                         f"measured {_cell(stage.measured_gib, 2)}{error}{rate}{mfu}")  # fmt: skip
+        if not result.stages:  # a dry run: what the plan says
+            planned = ", ".join(" ".join(note.split()) for note in result.notes)
+            parts.append(
+                f"{result.run}: exit {result.exit_code}{f' ({planned})' if planned else ''}"
+            )
+    return "; ".join(parts)
+
+
 def _cell(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -284,19 +307,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu | cuda (the engine's device=)")
     parser.add_argument("--depth", type=int, help="cut the models' layers to N (widths kept)")
     parser.add_argument("--attention", help="the attn_implementation the models' config names")
+    parser.add_argument("--eval-samples", type=int, default=8, help="held-out rows asked")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override for every run (repeatable)")  # fmt: skip
+    parser.add_argument("--hardware", help="a hardware profile (e.g. a dry run for a GPU)")
     parser.add_argument("--out", type=Path, help="the table as JSON")
     parser.add_argument("--work", type=Path, help="where the runs write (default: a temp dir)")
     parser.add_argument("--dry-run", action="store_true", help="plan every run; build no model")
     options = parser.parse_args(argv)
     runs = [Run.parse(text) for text in options.runs.split(",")]
     variant = Variant(options.depth, options.attention, options.device)
-    settings = Settings(options.steps, options.batch, options.image_px, options.device, variant)
+    settings = Settings(options.steps, options.batch, options.image_px, options.device, variant,
+                        options.eval_samples, tuple(options.set), options.hardware)  # fmt: skip
     work = options.work or Path(default_cache_dir()) / "scale" / "runs"
     results = []
     for run in runs:
         shutil.rmtree(work / run.name.replace("@", "-"), ignore_errors=True)
         results.append(run_one(run, settings, work, dry=options.dry_run))
     print("\n".join(table(results)))
+    print(summary(results))
     if options.out:
         records = [asdict(result) for result in results]
         options.out.write_text(json.dumps({"settings": asdict(settings), "runs": records},

@@ -32,6 +32,8 @@ from recipe_engine.run.planning import plan_from_config
 from recipe_engine.tables import text_table
 
 QUIET = ("eval.enabled=false", "eval.compare=false")
+# The engine against plain TRL on a scale model (`--scale`): steps and rows a step.
+SCALE_STEPS, SCALE_BATCH = 10, 8
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -41,18 +43,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--parts", default="engine,smollm2", help="engine (against plain TRL), smollm2"
     )
+    parser.add_argument("--scale", help="the engine part on this scale model (scale_models)")
     options = parser.parse_args(argv)
     parts = options.parts.split(",")
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as scratch:
         root = Path(scratch)
         if "engine" in parts:
-            bench_engine_against_plain_trl(root, options.device)
+            bench_engine_against_plain_trl(root, options.device, options.scale)
         if "smollm2" in parts:
             bench_smollm2_tokens_per_second(root, options.device, options.smollm2_steps)
 
 
-def bench_engine_against_plain_trl(root: Path, device: str) -> None:
+def bench_engine_against_plain_trl(root: Path, device: str, scale: str | None = None) -> None:
+    """r1's QLoRA stage through the engine and as a plain TRL script: on the tiny Qwen2-VL, or
+    on a scale model (`tools.scale_models`, built once) with 448 px pictures and `SCALE_STEPS`
+    steps of `SCALE_BATCH` rows."""
     overrides = ["recipe=r1-llm-only", f"device={device}", *QUIET]
+    if scale is not None:
+        from recipe_engine.tools.bench_scale import Run, Settings
+        from recipe_engine.tools.bench_scale import overrides as scale_overrides
+        from recipe_engine.tools.scale_models import build_scale_model
+
+        settings = Settings(steps=SCALE_STEPS, batch=SCALE_BATCH, device=device)
+        run = Run("r1-llm-only", scale)
+        chosen = scale_overrides(run, settings, build_scale_model(scale), root)
+        overrides = [*(o for o in chosen if not o.startswith("output_root=")), *QUIET]
     engine_root = root / "engine"
     wall, _ = timed(
         [sys.executable, "-m", "recipe_engine", *overrides, f"output_root={engine_root}"]
@@ -66,9 +81,12 @@ def bench_engine_against_plain_trl(root: Path, device: str) -> None:
         for name, run, process in (("engine", engine, wall), ("plain TRL", plain, plain_wall))
     ]
     around = (wall - engine.train_runtime) - (plain_wall - plain.train_runtime)
-    print(f"r1-llm-only's QLoRA stage on tiny-qwen2-vl, device={device}")
+    print(f"r1-llm-only's QLoRA stage on {scale or 'tiny-qwen2-vl'}, device={device}")
     print("\n".join(text_table(rows, header=["", "steps", "train_runtime s", "process wall s"])))
-    print(f"the engine around training: {around:+.1f} s against the plain script")
+    rates = [run.num_tokens / run.train_runtime for run in (engine, plain)]
+    ratio = f"; training tokens/s engine / plain TRL: {rates[0] / rates[1]:.3f}"
+    print(f"the engine around training: {around:+.1f} s against the plain script"
+          f"{ratio if all(r == r for r in rates) else ''}")  # fmt: skip
 
 
 def plain_trl_job(overrides: list[str], output_dir: Path) -> JsonObject:
@@ -80,9 +98,12 @@ def plain_trl_job(overrides: list[str], output_dir: Path) -> JsonObject:
         for k, v in stage.trainer.items()
         if k not in ("save_strategy", "save_steps", "save_total_limit")
     }
+    data = stage.data.config
     return {
-        "model": str(build_tiny_model(stage.model.id)),
-        "data": str(build_dataset(stage.data.config.path)),
+        "model": str(build_tiny_model(stage.model.id))
+        if stage.model.source == "tiny"
+        else str(stage.model.id),
+        "data": str(build_dataset(data.path) if data.source == "tiny" else Path(data.path).parent),
         "dtype": stage.dtype,
         "device_map": stage.placement.device_map,
         "quantization": stage.policy.quantization.config,
@@ -117,7 +138,10 @@ trainer = SFTTrainer(
     peft_config=LoraConfig(**job["lora"]),
 )
 result = trainer.train()
-print(json.dumps({"steps": result.global_step, "train_runtime": result.metrics["train_runtime"]}))
+tokens = next((r["num_tokens"] for r in reversed(trainer.state.log_history) if "num_tokens" in r),
+              float("nan"))
+print(json.dumps({"steps": result.global_step, "train_runtime": result.metrics["train_runtime"],
+                  "num_tokens": tokens}))
 """
 
 

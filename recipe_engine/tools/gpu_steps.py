@@ -37,6 +37,7 @@ class Step:
     limit_s: int
     needs: tuple[str, ...] = ("cuda",)
     runs_dry: bool = False  # runs on a CPU in the dry mode (as it is: it is cheap there)
+    dry_args: tuple[str, ...] = ()  # in the dry mode it runs on a CPU, with these added
     result: Callable[[str], str] = lambda output: ""  # from what it printed and wrote
     alone: bool = True  # it times something: nothing else runs beside it
     group: str = ""  # the name `--only` picks it by (with `group:name`); "" serves every group
@@ -169,7 +170,7 @@ class Session:
     def _why_not(self, step: Step) -> str:
         if not step.picked_by(self.only):
             return f"not picked (--only {' '.join(self.only)})"
-        if self.dry and step.runs_dry:
+        if self.dry and (step.runs_dry or step.dry_args):
             return ""
         why = self.machine.missing(step)
         if self.dry:
@@ -242,7 +243,10 @@ def _read(log: IO[bytes]) -> str:
 
 
 def dry_command(step: Step) -> tuple[str, ...]:
-    """What a step runs in the dry mode: gpu_check says what it would run, without CUDA."""
+    """What a step runs in the dry mode: gpu_check says what it would run, without CUDA; a
+    step with `dry_args` runs with them (a benchmark's own dry run)."""
+    if step.dry_args:
+        return (*step.command, *step.dry_args)
     if step.name != "gpu_check":
         return step.command
     checks = step.command[3 : step.command.index("--out")]
