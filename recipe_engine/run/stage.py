@@ -307,8 +307,12 @@ class StageRecipe:
     def _score_on_main_process(self, held_out: Any) -> None:
         """Exact match of the trained stage and, for a root stage, of the untrained base: each
         model's one pass for the run (`run.measuring`, recorded for its comparison) where the
-        run compares, the stage's own scores read from the same answers."""
-        asks = measuring.run_asks(self.plan) if self.plan.config.eval.compare else None
+        run compares, the stage's own scores read from the same answers. A stage of several
+        processes leaves the pass to the run's compare, a process of its own: the trainer that
+        measures a held-out loss, built on rank 0 alone, would wait on the other ranks."""
+        alone = self.stage.placement.world_size == 1
+        compares = self.plan.config.eval.compare and alone
+        asks = measuring.run_asks(self.plan) if compares else None
         bits = self.policy.bits
         self.metrics.eval_accuracy, self.metrics.eval_contains = self._scores(
             self.trained, held_out, asks, self.stage.name, precision_of(bits)
@@ -408,7 +412,7 @@ class StageRecipe:
         return relative_in_store(self.weights.location, self.store)
 
     def _scores(
-        self, model: Any, rows: Any, asks: measuring.RunAsks | None, name: str, precision: str
+        self, model: Any, rows: Any, asks: measuring.RunAsks | None, name: str, measured_on: str
     ) -> tuple[float, float]:
         """(exact match, contains) on the held-out `rows` (of unpaired feedback, the desirable
         ones); for a preference stage the trained model's greedy answers judged too. With
@@ -419,7 +423,7 @@ class StageRecipe:
         if asks is not None:
             loss = asks.loss(self.stage) if model is self.trained else asks.loss(asks.root)
             measured = measuring.measure_model(
-                model, self.processor, asks.asked, kind, asks.generation, loss, precision
+                model, self.processor, asks.asked, kind, asks.generation, loss, measured_on
             )
             measuring.write_measurement(self.run_dir, name, measured)
             answers = measuring.answers_to(rows, measured, asks.asked)
