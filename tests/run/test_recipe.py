@@ -228,7 +228,7 @@ def test_a_stage_whose_evaluation_fails_stays_committed_and_is_cached_next_time(
     def broken(*args, **kwargs):
         raise RuntimeError("generation broke")
 
-    monkeypatch.setattr(evaluation, "exact_match", broken)
+    monkeypatch.setattr(evaluation, "generate_answers", broken)
     result = run("r2-vision-only", tmp_path)["vision"]
     manifest = Manifest.load(result.output)
     assert result.status == "trained" and (result.output / "COMPLETE").is_file()
