@@ -171,15 +171,34 @@ def run_one(run: Run, settings: Settings, out: Path, *, dry: bool) -> RunResult:
     args = overrides(run, settings, model_dir, root)
     plan_s, planned = _timed([sys.executable, "-m", "recipe_engine", "plan", *args])
     print(f"$ python -m recipe_engine {' '.join(args)}", flush=True)
-    if dry:
-        memory = [line.strip() for line in planned.stdout.splitlines() if "memory:" in line]
-        return RunResult(run.name, planned.returncode, plan_s, 0.0, notes=memory)
+    notes = plan_notes(planned.stdout, dry=dry)
+    if SCALE_MODELS[run.model].tied and any(".freeze.components=" in arg for arg in args):
+        notes.append(f"{run.model} ties lm_head to its embeddings: frozen with them")
+    if dry or planned.returncode:
+        return RunResult(run.name, planned.returncode, plan_s, 0.0,
+                         notes=[*notes, *_refusal(planned)])  # fmt: skip
     wall_s, done = _timed([sys.executable, "-m", "recipe_engine", *args])
-    result = RunResult(run.name, done.returncode, plan_s, wall_s)
-    if done.returncode:
-        result.notes.append(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
+    result = RunResult(run.name, done.returncode, plan_s, wall_s, notes=[*notes, *_refusal(done)])
     result.stages = stage_rows(run.name, root, settings)
     return result
+
+
+def plan_notes(plan_output: str, *, dry: bool) -> list[str]:
+    """What the table says of a run from its plan: the visual tokens per image its processor
+    gives the data's pictures (each distinct `images:` line) and, in a dry run, each stage's
+    estimate (its `memory:` line)."""
+    lines = [" ".join(line.split()) for line in plan_output.splitlines()]
+    memory = [line for line in lines if line.startswith("memory:")] if dry else []
+    return [*memory, *dict.fromkeys(line for line in lines if line.startswith("images:"))]
+
+
+def _refusal(done: subprocess.CompletedProcess) -> list[str]:
+    """A failed command's last word (the engine's one-line error, or a traceback's last line,
+    on stderr), or nothing when it succeeded."""
+    if not done.returncode:
+        return []
+    said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+    return [said[-1].strip()] if said else [f"exit {done.returncode}"]
 
 
 def _timed(command: list[str]) -> tuple[float, subprocess.CompletedProcess]:

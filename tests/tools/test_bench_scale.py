@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from recipe_engine.tools.bench_scale import Run, Settings, overrides, scale_shapes
+from recipe_engine.tools.bench_scale import Run, Settings, main, overrides, scale_shapes
 from recipe_engine.tools.scale_models import SCALE_MODELS, Variant, build_scale_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +33,32 @@ def test_a_run_is_the_recipe_as_a_user_runs_it_at_the_familys_size(tmp_path):
                                                           "max_pixels": 12845056}  # fmt: skip
     with pytest.raises(SystemExit, match="one of"):
         Run.parse("r3-two-stage@qwen2-vl-3b")
+
+
+def test_the_dry_run_plans_each_run_in_seconds_and_says_what_its_plan_said(tmp_path, capsys):
+    """`--dry-run` builds no model: each run is planned from its family's shipped snapshot and
+    the table says its estimate, the visual tokens per picture its processor gives at the
+    size asked (224 px: 16 x 16 patches of 14 px, merged 2 x 2), and that the tied family's
+    lm_head is frozen with its embeddings; a run its plan refuses says why (the engine's
+    message, on stderr) and the bench goes on to the next."""
+    out = tmp_path / "dry.json"
+    runs = "r1-llm-only@qwen2-vl-2b,text-lora@qwen2.5-0.5b"
+    argv = ["--dry-run", "--runs", runs, "--image-px", "224", "--work", str(tmp_path)]
+    assert main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "$ python -m recipe_engine recipe=r1-llm-only model=qwen2-vl-2b" in printed
+    vlm, text = json.loads(out.read_text())["runs"]
+    assert vlm["exit_code"] == 0 and vlm["stages"] == [] and vlm["notes"][0].startswith("memory: ~")
+    assert "images: 224x224 px -> 64 visual tokens each (processor: max_pixels 12,845,056" in (
+        " ".join(vlm["notes"])
+    )
+    assert "qwen2-vl-2b ties lm_head to its embeddings: frozen with them" in vlm["notes"]
+    assert not any(note.startswith("images:") for note in text["notes"])
+    assert main([*argv, "--batch", "0"]) == 2
+    printed = capsys.readouterr().out
+    for run in runs.split(","):
+        assert f"{run}: exit 2" in printed
+    assert "`stage.llm.train.per_device_train_batch_size` is 0; it must be a positive" in printed
 
 
 def test_a_scale_model_has_the_familys_widths_and_its_tiny_siblings_tokens():
