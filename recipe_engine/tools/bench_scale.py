@@ -174,6 +174,8 @@ def run_one(run: Run, settings: Settings, out: Path, *, dry: bool) -> RunResult:
     notes = plan_notes(planned.stdout, dry=dry)
     if SCALE_MODELS[run.model].tied and any(".freeze.components=" in arg for arg in args):
         notes.append(f"{run.model} ties lm_head to its embeddings: frozen with them")
+    if dry and settings.variant.suffix:  # the plan has no key for these: only the built config
+        notes.append(f"planned as the family publishes it, not as built ({settings.variant})")
     if dry or planned.returncode:
         return RunResult(run.name, planned.returncode, plan_s, 0.0,
                          notes=[*notes, *_refusal(planned)])  # fmt: skip

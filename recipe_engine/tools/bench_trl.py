@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -44,34 +45,60 @@ def main(argv: list[str] | None = None) -> None:
         "--parts", default="engine,smollm2", help="engine (against plain TRL), smollm2"
     )
     parser.add_argument("--scale", help="the engine part on this scale model (scale_models)")
+    parser.add_argument("--hardware", help="a hardware profile to plan for (with --dry-run)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="the engine part planned and its plain job made"
+    )
     options = parser.parse_args(argv)
     parts = options.parts.split(",")
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as scratch:
         root = Path(scratch)
         if "engine" in parts:
-            bench_engine_against_plain_trl(root, options.device, options.scale)
-        if "smollm2" in parts:
+            bench_engine_against_plain_trl(
+                root, options.device, options.scale, dry=options.dry_run, hardware=options.hardware
+            )
+        if "smollm2" in parts and not options.dry_run:
             bench_smollm2_tokens_per_second(root, options.device, options.smollm2_steps)
 
 
-def bench_engine_against_plain_trl(root: Path, device: str, scale: str | None = None) -> None:
+def bench_engine_against_plain_trl(
+    root: Path,
+    device: str,
+    scale: str | None = None,
+    *,
+    dry: bool = False,
+    hardware: str | None = None,
+) -> None:
     """r1's QLoRA stage through the engine and as a plain TRL script: on the tiny Qwen2-VL, or
     on a scale model (`tools.scale_models`, built once) with 448 px pictures and `SCALE_STEPS`
-    steps of `SCALE_BATCH` rows."""
+    steps of `SCALE_BATCH` rows. `dry`: the engine's command is planned (`plan`, planned for
+    `hardware`; a scale model from its family's snapshot, nothing built) and the plain script's
+    job made from that plan, both printed; nothing trains."""
     overrides = ["recipe=r1-llm-only", f"device={device}", *QUIET]
+    if hardware:
+        overrides.append(f"hardware={hardware}")
     if scale is not None:
         from recipe_engine.tools.bench_scale import Run, Settings
         from recipe_engine.tools.bench_scale import overrides as scale_overrides
         from recipe_engine.tools.scale_models import build_scale_model
 
-        settings = Settings(steps=SCALE_STEPS, batch=SCALE_BATCH, device=device)
+        settings = Settings(steps=SCALE_STEPS, batch=SCALE_BATCH, device=device, hardware=hardware)
         run = Run("r1-llm-only", scale)
-        chosen = scale_overrides(run, settings, build_scale_model(scale), root)
+        model_dir = None if dry else build_scale_model(scale)
+        chosen = scale_overrides(run, settings, model_dir, root)
         overrides = [*(o for o in chosen if not o.startswith("output_root=")), *QUIET]
     engine_root = root / "engine"
-    wall, _ = timed(
-        [sys.executable, "-m", "recipe_engine", *overrides, f"output_root={engine_root}"]
-    )
+    engine_command = [
+        sys.executable,
+        "-m",
+        "recipe_engine",
+        *overrides,
+        f"output_root={engine_root}",
+    ]
+    if dry:
+        print_dry_run(engine_command, plain_trl_job(overrides, root / "plain"))
+        return
+    wall, _ = timed(engine_command)
     engine = stage_log(engine_root, "llm")
     job = plain_trl_job(overrides, root / "plain")
     plain_wall, printed = timed([sys.executable, "-c", PLAIN_TRL_MAIN, json.dumps(job)])
@@ -87,6 +114,23 @@ def bench_engine_against_plain_trl(root: Path, device: str, scale: str | None = 
     ratio = f"; training tokens/s engine / plain TRL: {rates[0] / rates[1]:.3f}"
     print(f"the engine around training: {around:+.1f} s against the plain script"
           f"{ratio if all(r == r for r in rates) else ''}")  # fmt: skip
+
+
+def print_dry_run(engine_command: list[str], job: JsonObject) -> None:
+    """What the engine part would run: the engine's command (its plan run here, which must
+    pass) and the plain script's job."""
+    planned = subprocess.run(
+        [*engine_command[:3], "plan", *engine_command[3:]], capture_output=True, text=True
+    )
+    print("$ python " + shlex.join(engine_command[1:]))
+    print("$ python -c PLAIN_TRL_MAIN " + shlex.quote(json.dumps(job)))
+    if planned.returncode:
+        raise SystemExit(f"the engine's plan refused it:\n{planned.stderr[-3000:]}")
+    trainer, lora = job["trainer"], job["lora"]
+    deferred = "" if lora else " (LoRA targets and 4-bit modules resolved when the model loads)"
+    print(f"dry run: the engine's stage planned; the plain TRL job: {trainer.get('max_steps')} "
+          f"steps of {trainer['per_device_train_batch_size']} rows, {job['dtype']}, on "
+          f"{job['model']}{deferred}")  # fmt: skip
 
 
 def plain_trl_job(overrides: list[str], output_dir: Path) -> JsonObject:
@@ -106,7 +150,8 @@ def plain_trl_job(overrides: list[str], output_dir: Path) -> JsonObject:
         "data": str(build_dataset(data.path) if data.source == "tiny" else Path(data.path).parent),
         "dtype": stage.dtype,
         "device_map": stage.placement.device_map,
-        "quantization": stage.policy.quantization.config,
+        # None where the plan defers it to the model's load (a hub model not at hand: a dry run)
+        "quantization": stage.policy.quantization and stage.policy.quantization.config,
         "lora": stage.policy.lora.config,
         "trainer": {**trainer, "save_strategy": "no", "output_dir": str(output_dir)},
     }

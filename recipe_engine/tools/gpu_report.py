@@ -282,13 +282,17 @@ def export_steps(folder: Path, shape: Path | None = None) -> list[Step]:
 # drawn on the GPU, 448 px pictures), rows a step and optimizer steps a stage; padding-free
 # packing against unpacked on Qwen2.5-0.5B under flex_attention (no dense mask over the packed
 # sequence), batch and steps; all sized to fit `GPU_ONLY=scale` in one lease (about 12 min).
+# Packed and unpacked take about the same tokens a step: text-lora's rows are 30-31 tokens in
+# Qwen2's template, so 64 rows unpacked are 1,984 tokens and 16 sequences of 128 packed 2,048
+# (at TRL's default 1,024 a sequence, the 800 rows' 24,186 tokens fill 24 sequences: a batch of
+# 64 would be the whole data set a step, which the estimate counts as 64 full sequences).
 SCALE = "recipe_engine.tools.scale_models"
 SCALE_SECTION = "The user's scale: Qwen2-VL-2B and -7B, Qwen2.5-0.5B packed"
 SCALE_R3 = {"qwen2-vl-2b": 20, "qwen2-vl-7b": 10}
 SCALE_BATCH = 8
-PACKING_BATCH, PACKING_STEPS = 64, 20
+PACKING_BATCH, PACKED_BATCH, PACKING_STEPS = 64, 16, 20
 FLEX = "flex_attention"
-PACKED = ("--set", "++stage.llm.train.packing=true")
+PACKED = ("--set", "++stage.llm.train.packing=true", "--set", "++stage.llm.train.max_length=128")
 # A dry run plans the GPU runs on a CPU machine for a card of the H100's size.
 DRY_HARDWARE = ("--dry-run", "--hardware", "1x-h100-80gb")
 
@@ -316,17 +320,20 @@ def scale_steps(folder: Path) -> list[Step]:
             f"text-lora qwen2.5-0.5b {FLEX} {variant}",
             "text-lora@qwen2.5-0.5b",
             PACKING_STEPS,
-            PACKING_BATCH,
+            batch,
             "--attention",
             FLEX,
             *extra,
         )  # fmt: skip
-        for variant, extra in (("unpacked", ()), ("packed", PACKED))
+        for variant, batch, extra in (
+            ("unpacked", PACKING_BATCH, ()),
+            ("packed", PACKED_BATCH, PACKED),
+        )  # fmt: skip
     ]
     trl = (python(), "-m", "recipe_engine.tools.bench_trl", "--device", "cuda", "--parts",
            "engine", "--scale", "qwen2-vl-2b")  # fmt: skip
     against = Step(SCALE_SECTION, "engine against plain TRL, qwen2-vl-2b", trl, 420,
-                   result=last_line, group="scale")  # fmt: skip
+                   result=last_line, group="scale", dry_args=DRY_HARDWARE)  # fmt: skip
     return [*builds, *runs, against, *packing]
 
 

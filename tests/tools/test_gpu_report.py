@@ -34,18 +34,18 @@ def test_make_gpu_report_dry_runs_end_to_end_and_writes_the_report(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = (tmp_path / f"{date.today().isoformat()}-dry.md").read_text()
     assert all(section in report for section in SECTIONS)
-    # The CPU-possible steps ran (gpu_check's and the scale benchmark's own dry runs, which
-    # plan each run for an H100 here); every other GPU step is listed as not run.
-    assert re.search(r"\| gpu_check +\| ran +\|", report)
+    # The CPU-possible steps ran (gpu_check's, the scale benchmark's and bench_trl's own dry
+    # runs, which plan each run for an H100 here); every other GPU step is listed as not run.
     ran_dry = [s for s in all_steps(tmp_path, "") if s.name == "gpu_check" or s.dry_args]
-    for step in ran_dry[1:]:
-        assert re.search(rf"\| {re.escape(step.name)} +\| ran +\| \d+ +\| [^|]*: exit 0", report)
+    for step in ran_dry:
+        planned = r"[^|]*: exit 0" if "bench_scale" in step.command[2] else ""
+        assert re.search(rf"\| {re.escape(step.name)} +\| ran +\| \d+ +\| {planned}", report)
     assert "r3-two-stage@qwen2-vl-7b: exit 0 (memory: ~" in report  # the plan's estimate
     not_run = report.split("## Not run")[1]
     steps = all_steps(tmp_path, "")
     # 9 throughputs, a profile, 2 larger batches, 3 distributed, gpu-check, memory, TRL and
     # start-up, 3 export; the scale group: 3 builds, r3 at 2 B and 7 B, TRL at 2 B, packing 2
-    assert len(steps) == 30 and len(ran_dry) == 5
+    assert len(steps) == 30 and len(ran_dry) == 6
     for step in (s for s in steps if s not in ran_dry):
         assert f"`{step.name}`: dry mode" in not_run
     assert "no wheels in" in not_run
@@ -55,6 +55,8 @@ def test_make_gpu_report_dry_runs_end_to_end_and_writes_the_report(tmp_path):
     assert "gpu_models compare-vllm" in report and "bench_memory --device cuda" in report
     assert "scale_models build qwen2-vl-7b --device cuda" in report
     assert "bench_trl --device cuda --parts engine --scale qwen2-vl-2b" in report
+    # The engine against plain TRL planned its engine run and made the plain script's job.
+    assert "dry run: the engine's stage planned; the plain TRL job: 10 steps of 8 rows" in report
     assert "--attention flex_attention --set ++stage.llm.train.packing=true" in report
 
 
