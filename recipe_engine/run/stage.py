@@ -190,6 +190,7 @@ class StageRecipe:
     def build_trainer(self) -> None:
         """The stage's TRL trainer (`stage.<name>.trainer`) with its planned settings."""
         kind, name = TRAINERS[self.stage.config.trainer], self.stage.name
+        started = time.time()
         settings = tracking.with_run_name(self.stage.trainer, self.plan.recipe, name)
         checkpoints = self.store.checkpoints(self.stage.fingerprint)
         self.args = build_args(settings, output_dir=checkpoints, kind=kind)
@@ -210,6 +211,7 @@ class StageRecipe:
         # stage's dtype: back to the planned ones (float32 weights under bf16 autocast had a
         # vision tower's conv meet a bf16 weight with float32 inputs, seen on an H100).
         precision.hold(self.trainer.model, self.stage.precision)
+        self.timings["trainer_s"] = time.time() - started
 
     def guard_and_preflight(self) -> None:
         """The built trainer against the plan (n_gpu, wrapping, world size, steps), then one
@@ -221,8 +223,10 @@ class StageRecipe:
         if self.sharded:  # ZeRO-3 / FSDP shard the weights as training starts: none to run yet
             log.info("stage %s: no preflight batch (%s shards in train)", *self._sharding)
             return
+        started = time.time()
         self.metrics.preflight_loss = preflight(self.trainer)
         self._preflight_generation()
+        self.timings["preflight_s"] = time.time() - started
 
     def train(self) -> None:
         """Train, resuming from the latest complete checkpoint of an interrupted attempt."""

@@ -40,6 +40,8 @@ DEFAULT_RUNS = ("r3-two-stage@qwen2-vl-2b", "r1-llm-only@qwen2-vl-2b", "text-lor
 # The shapes task's rows taken, train and held out: enough for a few steps and eight probes.
 TRAIN_ROWS, EVAL_ROWS = 64, 16
 DATA_VERSION = "v1"
+# A stage's timed phases (its manifest's `timings`, `<phase>_s`), in the order they run.
+PHASES = ("merge", "load", "trainer", "preflight", "train", "commit", "eval")
 # Dense bf16 tensor-core peak, TFLOP/s, by the name torch gives the card (the GPU report's).
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 
@@ -84,9 +86,12 @@ class StageRow:
     status: str
     load_s: float | None = None
     merge_s: float | None = None
+    trainer_s: float | None = None  # TRL's trainer built (its data prepared)
+    preflight_s: float | None = None  # the preflight batch and generation, before step 0
     step_s: float | None = None
     commit_s: float | None = None
     eval_s: float | None = None
+    rest_s: float | None = None  # the stage's total less the phases above (steps: all of them)
     planned_gib: float | None = None
     measured_gib: float | None = None
     stored_gb: float | None = None
@@ -223,9 +228,12 @@ def stage_rows(run: str, root: Path, settings: Settings) -> list[StageRow]:
             "evaluation failed" if metrics.get("evaluation_error") else "trained",
             load_s=timings.get("load_s"),
             merge_s=timings.get("merge_s"),
+            trainer_s=timings.get("trainer_s"),
+            preflight_s=timings.get("preflight_s"),
             step_s=timings["train_s"] / steps if steps and "train_s" in timings else None,
             commit_s=timings.get("commit_s"),
             eval_s=timings.get("eval_s"),
+            rest_s=_rest(timings),
             planned_gib=metrics.get("estimated_peak_gib"),
             measured_gib=metrics.get("measured_peak_gib"),
             stored_gb=sum(f.stat().st_size for f in path.parent.rglob("*") if f.is_file()) / 1e9,
@@ -235,6 +243,13 @@ def stage_rows(run: str, root: Path, settings: Settings) -> list[StageRow]:
             row.mfu = _mfu(row.tokens_per_s, manifest, settings)
         rows.append(row)
     return rows
+
+
+def _rest(timings: dict[str, float]) -> float | None:
+    """The stage's seconds no phase accounts for (policies, checks, the record)."""
+    if "total_s" not in timings:
+        return None
+    return timings["total_s"] - sum(timings.get(f"{phase}_s", 0.0) for phase in PHASES)
 
 
 def _trained_tokens(folder: Path) -> float | None:
@@ -258,9 +273,9 @@ def _mfu(tokens_per_s: float, manifest: dict, settings: Settings) -> float | Non
 
 
 def table(results: Sequence[RunResult]) -> list[str]:
-    header = ["run", "stage", "status", "plan s", "load s", "handoff s", "s/step", "commit s",
-              "eval s", "planned GiB", "measured GiB", "error", "stored GB", "tokens/s",
-              "MFU"]  # fmt: skip
+    header = ["run", "stage", "status", "plan s", "load s", "handoff s", "trainer s",
+              "preflight s", "s/step", "commit s", "eval s", "rest s", "planned GiB",
+              "measured GiB", "error", "stored GB", "tokens/s", "MFU"]  # fmt: skip
     rows = []
     for result in results:
         for stage in result.stages:
@@ -275,9 +290,12 @@ def table(results: Sequence[RunResult]) -> list[str]:
                         for v in (
                             stage.load_s,
                             stage.merge_s,
+                            stage.trainer_s,
+                            stage.preflight_s,
                             stage.step_s,
                             stage.commit_s,
                             stage.eval_s,
+                            stage.rest_s,
                         )
                     ),
                     _cell(stage.planned_gib, 2),

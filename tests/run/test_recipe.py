@@ -24,6 +24,7 @@ from recipe_engine.run.recipe import run_recipe
 from recipe_engine.store.metric_text import accuracy_text, eval_text
 from recipe_engine.store.records import Manifest, RunSummary, StageMetrics
 from recipe_engine.store.stage_records import QuantizationFacts
+from recipe_engine.tools.bench_scale import PHASES
 
 SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1}
 HELD_OUT_ROWS = 8
@@ -88,6 +89,9 @@ def test_recipe_runs_end_to_end_and_outputs_load(recipe, outputs):
             memory = manifest.metrics
             assert memory.estimated_peak_gib > 0 and memory.measured_peak_gib > 0
             assert memory.memory_measure.startswith("live tensor bytes")
+            # every phase `make bench-scale` tables is timed (the trainer's construction and
+            # the preflight too)
+            assert {f"{phase}_s" for phase in PHASES} <= set(manifest.timings), manifest.timings
     summary = json.loads((outputs / "runs" / recipe / "summary.json").read_text())
     assert [row["stage"] for row in summary["stages"]] == list(results)
 
