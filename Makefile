@@ -141,7 +141,7 @@ clean:
 
 # The recipes at the user's scale: r3 and r1 at Qwen2-VL-2B's published dimensions, text-lora at
 # Qwen2.5-0.5B's (random seeded weights, bf16, built once, offline), 448 px pictures, 2 steps a
-# stage: each phase's time, planned vs measured memory, store bytes (about 25 minutes and 15 GB
+# stage: each phase's time, planned vs measured memory, store bytes (about 25 minutes and 16 GB
 # of RAM here; `make bench-scale SCALE_ARGS=--dry-run` plans every run in seconds).
 SCALE_ARGS ?=
 bench-scale: install
