@@ -179,8 +179,12 @@ def run_one(run: Run, settings: Settings, out: Path, *, dry: bool) -> RunResult:
     notes = plan_notes(planned.stdout, dry=dry)
     if SCALE_MODELS[run.model].tied and any(".freeze.components=" in arg for arg in args):
         notes.append(f"{run.model} ties lm_head to its embeddings: frozen with them")
-    if dry and settings.variant.suffix:  # the plan has no key for these: only the built config
-        notes.append(f"planned as the family publishes it, not as built ({settings.variant})")
+    variant = settings.variant
+    if dry and variant.suffix:  # the plan has no key for these: only the built config says them
+        depth = f"{variant.depth} layers" if variant.depth else ""
+        attention = f"attn_implementation {variant.attention}" if variant.attention else ""
+        built = ", ".join(filter(None, (depth, attention)))
+        notes.append(f"planned as the family publishes it, not as built ({built})")
     if dry or planned.returncode:
         return RunResult(run.name, planned.returncode, plan_s, 0.0,
                          notes=[*notes, *_refusal(planned)])  # fmt: skip
