@@ -96,6 +96,20 @@ def attention_implementation(config: Mapping[str, Any] | None) -> str:
     return str(named) if named else DEFAULT_ATTENTION
 
 
+def check_attention_trains_on(name: str, attention: str, device: str) -> None:
+    """torch's flex_attention has no backward pass on the CPU ("FlexAttention does not
+    support backward on CPU", torch 2.14): a stage of a model whose config.json names it would
+    fail at its preflight there."""
+    if attention == "flex_attention" and device == "cpu":
+        raise RecipeError(
+            f"Stage `{name}` would train on the CPU with flex_attention (its model's config.json "
+            "names attn_implementation flex_attention), which torch cannot run backward on a "
+            "CPU. Train it on a GPU (device=cuda), or use a copy of the model whose config.json "
+            "names sdpa.",
+            key="device",
+        )
+
+
 def flattens_rows(train: Mapping[str, Any]) -> bool:
     """TRL runs each batch as one sequence of its rows (padding-free, or BFD packing)."""
     strategy = train.get("packing_strategy", DEFAULT_STRATEGY)

@@ -41,6 +41,7 @@ from recipe_engine.plan.packing import (
     PackingChoice,
     PackingFacts,
     attention_implementation,
+    check_attention_trains_on,
     decide_packing,
 )
 from recipe_engine.plan.placement import (
@@ -145,6 +146,9 @@ def _plan_stage(
     context, packing = _packed(dataclasses.replace(context, stage=stage), rows)
     context, policy, checkpoint_notes = _checkpointed(context, policy, rows)
     placement = _place(context, policy, rows)
+    if not stage.evaluate_only:
+        attention = attention_implementation(_model_config(context))
+        check_attention_trains_on(name, attention, placement.device)
     context, kernels = _kernels(context, placement)
     stage = context.stage
     if placement.quantization == "none":  # skipped where bitsandbytes cannot run (recorded)

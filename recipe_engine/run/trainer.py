@@ -266,7 +266,7 @@ def _preflight_step(trainer: Any, model: Any, batch: Any) -> float:
             "a dtype mismatch between activations and weights"
             if "dtype" in text
             else "tensors on different devices"
-            if "device" in text
+            if "same device" in text or "on device" in text
             else "a runtime error"
         )
         raise PreflightError(

@@ -226,3 +226,25 @@ def test_checkpointing_is_chosen_only_where_it_makes_the_stage_fit() -> None:
     assert checkpointing_needed(memory(peak + 1)) is None  # fits already
     assert checkpointing_needed(memory(checkpointed / 2)) is None  # would not help
     assert checkpointing_needed(None) is None
+
+
+def test_a_model_that_names_flex_attention_is_refused_on_the_cpu(tmp_path):
+    """torch has no flex_attention backward on the CPU: the stage is refused by `plan`, not
+    at its preflight (seen with a scale model built with flex_attention for the GPU report)."""
+    import shutil
+
+    from plans import plan
+
+    from recipe_engine.resolve.tiny import build_tiny_model
+
+    folder = tmp_path / "tiny-qwen2-flex"
+    shutil.copytree(build_tiny_model("tiny-qwen2"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(
+        json.dumps({**config, "attn_implementation": "flex_attention"})
+    )
+    local = ("recipe=text-lora", "model.source=local", f"model.id={folder}", "model.kind=causal_lm")
+    with pytest.raises(RecipeError, match="flex_attention") as refused:
+        plan(*local)
+    assert refused.value.key == "device" and "device=cuda" in str(refused.value)
+    plan(*local, "hardware=1x-h100-80gb", "gpus=0")  # on a GPU it is planned
