@@ -28,7 +28,13 @@ from recipe_engine.evaluate.preference_probes import (
 from recipe_engine.evaluate.probes import probe_set
 from recipe_engine.run.evaluation import task_metrics
 from recipe_engine.run.held_out_loss import LossSettings, loss_settings
-from recipe_engine.run.measuring import Asked, base_name_of, measure_model, read_measurement
+from recipe_engine.run.measuring import (
+    Asked,
+    Questions,
+    base_name_of,
+    measure_model,
+    read_measurement,
+)
 from recipe_engine.store.records import ADAPTER, EVALUATION, Manifest, RunSummary
 from recipe_engine.store.scores import (
     Generation,
@@ -80,9 +86,8 @@ def measure_run(
     asked = Asked(probed, preference_rows(stages, seed, limit))
     generation = Generation.from_settings(evaluation, seed)
     stored = run_dir if overrides.measured and probes is None and also is None else None
-    outputs, metrics = _answer_all(
-        _loaders(stages, root), asked, root[2].kind, generation, also, stored
-    )
+    questions = Questions(asked, root[2].kind, generation)
+    outputs, metrics = _answer_all(_loaders(stages, root), questions, also, stored)
     return Measured(run_dir, summary.recipe, stages, probed, source, outputs, metrics, generation)
 
 
@@ -110,7 +115,7 @@ def evaluate_models(
     ]
     asked = Asked(probed, judged)
     generation = Generation.from_settings(settings, seed)
-    metrics = _answer_all(wanted, asked, root[2].kind, generation)[1]
+    metrics = _answer_all(wanted, Questions(asked, root[2].kind, generation))[1]
     return {name: values for name, values in metrics.items() if name in models}
 
 
@@ -169,9 +174,7 @@ def _loss_settings(manifest: Manifest) -> LossSettings:
 
 def _answer_all(
     loaders: list[Loader],
-    asked: Asked,
-    kind: str,
-    generation: Generation,
+    questions: Questions,
     also: ModelVisitor | None = None,
     stored: Path | None = None,
 ) -> tuple[dict[str, list[str]], dict[str, ModelMetrics]]:
@@ -179,17 +182,18 @@ def _answer_all(
     with the preference metrics on the judged rows where the run has them (rewards against the
     base, the first model). A model whose pass the run folder `stored` holds, answering the
     same, is read from it; any other is loaded and measured (one at a time)."""
+    asked = questions.asked
     references = [probe.reference for probe in asked.probes]
     outputs: dict[str, list[str]] = {}
     metrics: dict[str, ModelMetrics] = {}
-    on_judged = PreferenceJudge(asked.judged, kind, generation)
+    on_judged = PreferenceJudge(asked.judged, questions.kind, questions.generation)
     for name, load, settings in loaders:
-        identity = asked.identity(generation, settings)
+        identity = questions.identity(settings)
         measurement = read_measurement(stored, name, identity) if stored else None
         if measurement is None:
             log.info("compare: %s on %d probe(s)", name, len(asked.probes))
             model, processor = load()
-            measurement = measure_model(model, processor, asked, kind, generation, settings)
+            measurement = measure_model(model, processor, questions, settings)
             if also is not None:
                 also(name, model, processor)
             del model, processor

@@ -11,22 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from recipe_engine.config import library_keys
 from recipe_engine.config.bounds import check_engine_values
-from recipe_engine.config.components import validate_components
 from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.config.schema import (
     EngineConfig,
     ModelConfig,
     StageConfig,
-    without_empty_sections,
 )
-from recipe_engine.config.trainers import SFT, trainer_kinds
-from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.config.trainers import SFT
+from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
 from recipe_engine.plan import dag
 from recipe_engine.plan.determinism import Determinism, decide_determinism
@@ -60,6 +56,11 @@ from recipe_engine.plan.preference import (
 )
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.rows import check_held_out_rows, rows_through_template
+from recipe_engine.plan.stage_settings import (
+    check_stage_name,
+    check_stage_settings,
+    resolved_stages,
+)
 from recipe_engine.plan.trainer_settings import (
     ZeroSettings,
     choose_loss,
@@ -108,13 +109,13 @@ def check_recipe(cfg: EngineConfig) -> dag.StageGraph:
     check_launch(cfg)
     stages = resolved_stages(cfg)
     for name, stage in stages.items():
-        _check_stage_settings(name, stage)
+        check_stage_settings(name, stage)
     graph = dag.build_graph(
         {n: dataclasses.asdict(s) for n, s in stages.items()}, cfg.recipe.targets
     )
     for key, names in (("only", cfg.only), ("force", cfg.force)):
         for name in names:
-            _check_stage_name(name, stages, key)
+            check_stage_name(name, stages, key)
     return graph
 
 
@@ -242,52 +243,6 @@ def _check_rows_reach_training(name: str, policy: PolicyPlan, rows: Rows) -> Non
         f"too (stage.{name}.freeze.components, stage.{name}.lora).",
         key=f"stage.{name}.data",
     )
-
-
-# --------------------------------------------------------------------------- settings
-
-
-def resolved_stages(cfg: EngineConfig) -> dict[str, StageConfig]:
-    return {name: resolve_dtypes(stage, cfg.model) for name, stage in cfg.stage.items()}
-
-
-def resolve_dtypes(stage: StageConfig, model: ModelConfig) -> StageConfig:
-    """`dtype: auto` means the model entry's dtype, `bnb_4bit_compute_dtype: auto` the stage's.
-
-    Resolved before fingerprinting, so changing the model entry's dtype retrains the stage.
-    """
-    dtype = model.dtype if stage.dtype == "auto" else stage.dtype
-    sections = without_empty_sections(dataclasses.asdict(stage))  # empty: not used, same key
-    quant = sections["quantization"]
-    if quant and quant.get("bnb_4bit_compute_dtype") == "auto":
-        quant = {**quant, "bnb_4bit_compute_dtype": dtype}
-    return dataclasses.replace(
-        stage, dtype=dtype, lora=sections["lora"], quantization=quant, data=sections["data"]
-    )
-
-
-def _check_stage_settings(name: str, stage: StageConfig) -> None:
-    library_keys.check_dtype(name, stage.dtype)
-    validate_components(stage.freeze.components, f"stage.{name}.freeze.components")
-    kinds = trainer_kinds(stage.trainer, name)
-    library_keys.check_train_for_one_of(name, stage.train, [k.settings_class for k in kinds])
-    if stage.lora:
-        library_keys.check_lora_keys(name, stage.lora)
-        validate_components(stage.lora.get("components", []), f"stage.{name}.lora.components")
-    if stage.quantization:
-        validate_components(
-            stage.quantization.get("components", []), f"stage.{name}.quantization.components"
-        )
-        library_keys.check_quant_keys(name, stage.quantization)
-
-
-def _check_stage_name(name: str, stages: Mapping[str, Any], key: str) -> None:
-    if name not in stages:
-        raise RecipeError(
-            f"`{key}` names `{name}`, which is not a stage of this recipe."
-            f"{did_you_mean(name, stages)} Stages: {', '.join(stages)}.",
-            key=key,
-        )
 
 
 # --------------------------------------------------------------------------- placement

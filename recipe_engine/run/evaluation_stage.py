@@ -7,21 +7,20 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import asdict
+from typing import Any
 
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.run import evaluation
-from recipe_engine.run.loading import Weights, merge_parent
-from recipe_engine.run.stage import (
-    exact_match_on_held_out,
-    free_memory,
+from recipe_engine.run.loading import (
+    Weights,
     load_stage_model,
     load_stage_processor,
-    manifest_versions,
+    merge_parent,
     model_entry,
-    stage_identity,
-    stage_platform,
 )
+from recipe_engine.run.memory_peak import free_memory
+from recipe_engine.run.stage_manifest import manifest_versions, stage_identity, stage_platform
 from recipe_engine.store.records import EVALUATION, Manifest, StageMetrics
 from recipe_engine.store.stage_records import Handoff
 from recipe_engine.store.store import Store, relative_in_store
@@ -77,3 +76,13 @@ class EvaluationRecipe:
             platform=here,
             versions=manifest_versions(here),
         )
+
+
+def exact_match_on_held_out(
+    plan: RecipePlan, stage: StagePlan, model: Any, processor: Any
+) -> evaluation.HeldOutAnswers:
+    """Exact match on the stage's held-out rows, generated with the run's eval settings."""
+    settings = plan.config.eval
+    rows = evaluation.capped(stage.data.splits().eval, settings.max_samples)
+    generation = evaluation.generation_settings(settings, plan.config.seed)
+    return evaluation.exact_match(model, processor, rows, stage.model.kind, generation)

@@ -14,7 +14,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -356,3 +356,22 @@ def merge_parent(plan: RecipePlan, stage: StagePlan, store: Store) -> Weights:
         merged = merge_adapter_parent(Path(str(init.location)), stage.dtype, into)
         return Weights(str(merged.folder), merge_check=merged.check)
     return Weights(str(init.location))
+
+
+def model_entry(stage: StagePlan) -> JsonObject:
+    """The stage's model entry as loaders and manifests take it."""
+    return asdict(stage.model)
+
+
+def load_stage_model(stage: StagePlan, weights: Weights, quantization_config: Any) -> Any:
+    return load_pretrained(
+        weights.location,
+        model_entry(stage),
+        dtype=stage.dtype,
+        device_map=stage.placement.device_map,
+        quantization_config=quantization_config,
+    )
+
+
+def load_stage_processor(stage: StagePlan, weights: Weights) -> Any:
+    return load_processor(weights.location, stage.model.kind, model_entry(stage))

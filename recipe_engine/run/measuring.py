@@ -75,13 +75,25 @@ def asked_of(probe_rows: Any, judged_rows: Any, limit: int | None) -> Asked:
 
 
 @dataclass(frozen=True)
+class Questions:
+    """What a pass asks (`asked`) and how a model answers it: a model of `kind` (causal_lm,
+    vlm) generating with `generation`."""
+
+    asked: Asked
+    kind: str
+    generation: Generation
+
+    def identity(self, loss: LossSettings | None) -> str:
+        return self.asked.identity(self.generation, loss)
+
+
+@dataclass(frozen=True)
 class RunAsks:
     """What a planned run asks every model, decided from its plan: the root stage's held-out
     rows as probes, its last preference stage's held-out rows as judged rows, answered with its
     eval settings; `root` is the stage whose rows the probes are."""
 
-    asked: Asked
-    generation: Generation
+    questions: Questions
     root: StagePlan
 
     def loss(self, stage: StagePlan) -> LossSettings:
@@ -100,7 +112,8 @@ def run_asks(plan: RecipePlan) -> RunAsks:
     judged = preference[-1].data.splits().eval if preference else None
     settings = plan.config.eval
     asked = asked_of(root.data.splits().eval or [], judged, settings.max_samples)
-    return RunAsks(asked, evaluation.generation_settings(settings, plan.config.seed), root)
+    generation = evaluation.generation_settings(settings, plan.config.seed)
+    return RunAsks(Questions(asked, root.model.kind, generation), root)
 
 
 def answers_to(rows: Any, measurement: Measurement, asked: Asked) -> list[str] | None:
@@ -152,20 +165,15 @@ def described(row: TrlRow, reference: str | None) -> Probe:
 
 
 def measure_model(
-    model: Any,
-    processor: Any,
-    asked: Asked,
-    kind: str,
-    generation: Generation,
-    loss: LossSettings,
-    precision: str = "full",
+    model: Any, processor: Any, questions: Questions, loss: LossSettings, precision: str = "full"
 ) -> Measurement:
-    """The model's one pass over `asked`: its answers to the probes (generated once), its
+    """The model's one pass over the questions: its answers to the probes (generated once), its
     held-out loss on them with the stage's `loss` settings where they are instruction rows,
     and its judged rows' log-probabilities and answers. Nothing of the model is trained or
     kept: its weights are left as they are (a trainer built to measure the loss would cast a
     k-bit model's trainable weights, so none is left trainable)."""
     model.requires_grad_(False)
+    asked, kind, generation = questions.asked, questions.kind, questions.generation
     rows = [probe.row for probe in asked.probes]
     answers = evaluation.generate_answers(model, processor, rows, kind, generation)
     eval_loss, measured = None, False
@@ -175,9 +183,7 @@ def measure_model(
     judged = None
     if asked.judged and judging(asked.judged) is not None:
         judged = measure_judged(model, processor, asked.judged, kind, generation)
-    return Measurement(
-        asked.identity(generation, loss), precision, answers, eval_loss, measured, judged
-    )
+    return Measurement(questions.identity(loss), precision, answers, eval_loss, measured, judged)
 
 
 def measure_judged(

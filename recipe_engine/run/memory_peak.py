@@ -140,3 +140,11 @@ def peak_memory(device: str, trainer: Any) -> Iterator[PeakMemory]:
     result.peak_gib = tracker.peak / GIB
     result.method = f"live tensor bytes (TorchDispatchMode), first {TRACKED_STEPS} steps"
     result.tracking_s = baseline_s + tracker.spent_s
+
+
+def free_memory() -> None:
+    """Collect what is unreachable now (a finished stage's reference cycles) and hand the
+    CUDA allocator's cache back, so the next stage starts from what it holds itself."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -2,25 +2,21 @@
 
 `StageRecipe.run` is the table of contents of a training stage; each step is one method.
 Evaluation runs after the trained weights are committed, so a failing evaluation never
-costs the training. The evaluation-only stage is `run/evaluation_stage.EvaluationRecipe`; the
-loading and manifest helpers below serve both.
+costs the training. The evaluation-only stage is `run/evaluation_stage.EvaluationRecipe`; both
+load through `run/loading` and record `run/stage_manifest`'s fields.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from recipe_engine.config.components import report_layout
 from recipe_engine.config.trainers import TRAINERS, TrainerKind
-from recipe_engine.files import JsonObject
 from recipe_engine.plan.policy import decide_policy
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.trainer_settings import zero_stage
@@ -32,16 +28,22 @@ from recipe_engine.run.loading import (
     Weights,
     check_handoff,
     handoff_checksums,
-    load_pretrained,
-    load_processor,
+    load_stage_model,
+    load_stage_processor,
     merge_parent,
+    model_entry,
     name_adapter_base,
 )
-from recipe_engine.run.machine import recorded_platform
-from recipe_engine.run.memory_peak import PeakMemory, peak_memory
+from recipe_engine.run.memory_peak import PeakMemory, free_memory, peak_memory
 from recipe_engine.run.policies import Frozen, apply_freeze, apply_lora, bnb_config
 from recipe_engine.run.policies import enable_gradient_checkpointing as checkpointing
 from recipe_engine.run.seeding import seed_stage
+from recipe_engine.run.stage_manifest import (
+    manifest_versions,
+    stage_identity,
+    stage_platform,
+    trained_parameter_names,
+)
 from recipe_engine.run.trainer import (
     MetricsLogger,
     TrainerParts,
@@ -59,14 +61,7 @@ from recipe_engine.run.trainer import (
     verify_trainer,
     whole_models,
 )
-from recipe_engine.store.records import (
-    ADAPTER,
-    FULL,
-    Manifest,
-    Platform,
-    StageMetrics,
-    precision_of,
-)
+from recipe_engine.store.records import ADAPTER, FULL, Manifest, StageMetrics, precision_of
 from recipe_engine.store.stage_records import (
     Census,
     Handoff,
@@ -427,10 +422,10 @@ class StageRecipe:
         if asks is not None:
             loss = asks.loss(self.stage) if model is self.trained else asks.loss(asks.root)
             measured = measuring.measure_model(
-                model, self.processor, asks.asked, kind, asks.generation, loss, measured_on
+                model, self.processor, asks.questions, loss, measured_on
             )
             measuring.write_measurement(self.run_dir, name, measured)
-            answers = measuring.answers_to(rows, measured, asks.asked)
+            answers = measuring.answers_to(rows, measured, asks.questions.asked)
         if answers is None:
             answers = evaluation.generate_answers(model, self.processor, rows, kind, generation)
         result = evaluation.score_answers(answers, rows)
@@ -440,7 +435,7 @@ class StageRecipe:
 
     def _manifest(self) -> Manifest:
         stage, policy = self.stage, self.policy
-        trained = _trained_parameter_names(self.model)
+        trained = trained_parameter_names(self.model)
         here = stage_platform(stage)
         return Manifest(
             **asdict(stage_identity(self.plan, stage)),
@@ -473,88 +468,3 @@ class StageRecipe:
             platform=here,
             versions=manifest_versions(here),
         )
-
-
-def free_memory() -> None:
-    """Collect what is unreachable now (a finished stage's reference cycles) and hand the
-    CUDA allocator's cache back, so the next stage starts from what it holds itself."""
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def model_entry(stage: StagePlan) -> JsonObject:
-    """The stage's model entry as loaders and manifests take it."""
-    return asdict(stage.model)
-
-
-def exact_match_on_held_out(
-    plan: RecipePlan, stage: StagePlan, model: Any, processor: Any
-) -> evaluation.HeldOutAnswers:
-    """Exact match on the stage's held-out rows, generated with the run's eval settings."""
-    settings = plan.config.eval
-    rows = evaluation.capped(stage.data.splits().eval, settings.max_samples)
-    generation = evaluation.generation_settings(settings, plan.config.seed)
-    return evaluation.exact_match(model, processor, rows, stage.model.kind, generation)
-
-
-def load_stage_model(stage: StagePlan, weights: Weights, quantization_config: Any) -> Any:
-    return load_pretrained(
-        weights.location,
-        model_entry(stage),
-        dtype=stage.dtype,
-        device_map=stage.placement.device_map,
-        quantization_config=quantization_config,
-    )
-
-
-def load_stage_processor(stage: StagePlan, weights: Weights) -> Any:
-    return load_processor(weights.location, stage.model.kind, model_entry(stage))
-
-
-@dataclass(frozen=True)
-class StageIdentity:
-    """The manifest fields that place a stage output in its recipe and graph."""
-
-    stage: str
-    recipe: str
-    fingerprint: str
-    parent: str | None
-    parent_fingerprint: str | None
-
-
-def stage_identity(plan: RecipePlan, stage: StagePlan) -> StageIdentity:
-    parent = plan.parent_of(stage)
-    return StageIdentity(
-        stage=stage.name,
-        recipe=plan.recipe,
-        fingerprint=stage.fingerprint,
-        parent=stage.parent,
-        parent_fingerprint=parent.fingerprint if parent else None,
-    )
-
-
-def _trained_parameter_names(model: Any) -> list[str]:
-    """Names, in the base model's naming, of the weights this stage changed."""
-    names = set()
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        name = name.removeprefix("base_model.model.")
-        if ".lora_" in name:  # merged into the base weight of the same module
-            names.add(f"{name.split('.lora_')[0]}.weight")
-            continue
-        names.add(name.replace(".modules_to_save.default", ""))
-    return sorted(names)
-
-
-def stage_platform(stage: StagePlan) -> Platform:
-    """The platform the stage ran on: this process's, which is rank 0's in a distributed run
-    (only rank 0 writes the manifest)."""
-    deterministic = stage.determinism.deterministic_kernels
-    return recorded_platform(stage.placement.device, deterministic=deterministic)
-
-
-def manifest_versions(platform: Platform) -> dict[str, str | None]:
-    """The manifest's `versions` (older than `platform`, which holds them too)."""
-    return {**platform.libraries, "python": platform.python}

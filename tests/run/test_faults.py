@@ -52,6 +52,7 @@ import sys
 
 from transformers import Trainer
 
+import recipe_engine.run.loading as loading
 import recipe_engine.run.recipe as runner
 import recipe_engine.run.stage as execution
 
@@ -81,7 +82,7 @@ def run_stage(self):
 
 
 execution.StageRecipe.run = run_stage
-real_load = execution.load_pretrained
+real_load = loading.load_pretrained
 
 
 def load_pretrained(location, *args, **kwargs):
@@ -96,7 +97,7 @@ def load_pretrained(location, *args, **kwargs):
     return real_load(location, *args, **kwargs)
 
 
-execution.load_pretrained = load_pretrained
+loading.load_pretrained = load_pretrained
 
 if FAULT == "step":
     real_step = Trainer.training_step

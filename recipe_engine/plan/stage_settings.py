@@ -1,0 +1,63 @@
+"""A recipe's stage settings as the planner reads them: `dtype: auto` resolved, and what the
+settings alone get wrong (a dtype, a component, a library key, a stage name) refused before
+anything is read."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from recipe_engine.config import library_keys
+from recipe_engine.config.components import validate_components
+from recipe_engine.config.schema import (
+    EngineConfig,
+    ModelConfig,
+    StageConfig,
+    without_empty_sections,
+)
+from recipe_engine.config.trainers import trainer_kinds
+from recipe_engine.errors import RecipeError, did_you_mean
+
+
+def resolved_stages(cfg: EngineConfig) -> dict[str, StageConfig]:
+    return {name: resolve_dtypes(stage, cfg.model) for name, stage in cfg.stage.items()}
+
+
+def resolve_dtypes(stage: StageConfig, model: ModelConfig) -> StageConfig:
+    """`dtype: auto` means the model entry's dtype, `bnb_4bit_compute_dtype: auto` the stage's.
+
+    Resolved before fingerprinting, so changing the model entry's dtype retrains the stage.
+    """
+    dtype = model.dtype if stage.dtype == "auto" else stage.dtype
+    sections = without_empty_sections(dataclasses.asdict(stage))  # empty: not used, same key
+    quant = sections["quantization"]
+    if quant and quant.get("bnb_4bit_compute_dtype") == "auto":
+        quant = {**quant, "bnb_4bit_compute_dtype": dtype}
+    return dataclasses.replace(
+        stage, dtype=dtype, lora=sections["lora"], quantization=quant, data=sections["data"]
+    )
+
+
+def check_stage_settings(name: str, stage: StageConfig) -> None:
+    library_keys.check_dtype(name, stage.dtype)
+    validate_components(stage.freeze.components, f"stage.{name}.freeze.components")
+    kinds = trainer_kinds(stage.trainer, name)
+    library_keys.check_train_for_one_of(name, stage.train, [k.settings_class for k in kinds])
+    if stage.lora:
+        library_keys.check_lora_keys(name, stage.lora)
+        validate_components(stage.lora.get("components", []), f"stage.{name}.lora.components")
+    if stage.quantization:
+        validate_components(
+            stage.quantization.get("components", []), f"stage.{name}.quantization.components"
+        )
+        library_keys.check_quant_keys(name, stage.quantization)
+
+
+def check_stage_name(name: str, stages: Mapping[str, Any], key: str) -> None:
+    if name not in stages:
+        raise RecipeError(
+            f"`{key}` names `{name}`, which is not a stage of this recipe."
+            f"{did_you_mean(name, stages)} Stages: {', '.join(stages)}.",
+            key=key,
+        )
