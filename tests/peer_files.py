@@ -339,6 +339,15 @@ def ms_query_response(folder: Path) -> Path:
     return json_lines(folder / "query_response.jsonl", rows)
 
 
+def ms_query_response_history(folder: Path) -> Path:
+    """ms-swift 2's (and Qwen's older) rows: the earlier exchanges as [query, response] pairs."""
+    rows = [
+        {"system": SYSTEM, "query": q, "response": a, "history": [["Hello", "Ask me a sum."]]}
+        for q, a in sums()
+    ]
+    return json_lines(folder / "query_response_history.jsonl", rows)
+
+
 def ms_alpaca(folder: Path) -> Path:
     rows = [
         {"system": SYSTEM, "instruction": "Add the numbers.", "input": q, "output": a}
@@ -437,6 +446,23 @@ def hh_dialogues(folder: Path) -> Path:
     return json_lines(folder / "hh.jsonl", rows)
 
 
+# --------------------------------------------------------------------------- Firefly
+
+
+def firefly(folder: Path) -> Path:
+    """Firefly's (README, firefly-train-1.1M): one {human, assistant} object per exchange."""
+    greeting = {"human": "Hello", "assistant": "Ask me a sum."}
+    rows = [
+        {
+            "conversation_id": i,
+            "category": "Arithmetic",
+            "conversation": [greeting, {"human": q, "assistant": a}],
+        }
+        for i, (q, a) in enumerate(sums())
+    ]
+    return json_lines(folder / "firefly.jsonl", rows)
+
+
 def _peer(tool: str, documented: str, kind: str, trainer: str, shape: str, write: Any) -> PeerFile:
     return PeerFile(tool, documented, kind, trainer, shape, write)
 
@@ -487,6 +513,9 @@ PEER_FILES = {
     "ms-query-response": _peer(
         MS, MS_DOC, TEXT, "sft", "chat_prompt_completion", ms_query_response
     ),
+    "ms-query-response-history": _peer(
+        MS, MS_DOC, TEXT, "sft", "chat_prompt_completion", ms_query_response_history
+    ),
     "ms-alpaca": _peer(MS, MS_DOC, TEXT, "sft", "messages", ms_alpaca),
     "ms-rejected-response": _peer(MS, MS_DOC, TEXT, "dpo", "chat_preference", ms_rejected_response),
     "ms-rejected-messages": _peer(MS, MS_DOC, TEXT, "dpo", "chat_preference", ms_rejected_messages),
@@ -498,6 +527,7 @@ PEER_FILES = {
     "trl-implicit-text": _peer(TRL, TRL_DOC, TEXT, "dpo", "chat_preference", trl_implicit_text),
     "trl-unpaired": _peer(TRL, TRL_DOC, TEXT, "kto", "chat_unpaired", trl_unpaired),
     "trl-chat-unpaired": _peer(TRL, TRL_DOC, TEXT, "kto", "chat_unpaired", trl_chat_unpaired),
+    "firefly": _peer("Firefly", "README.md", TEXT, "sft", "messages", firefly),
     "anthropic-hh": _peer(
         "Anthropic HH-RLHF",
         "TRL examples/datasets/hh-rlhf-helpful-base.py",

@@ -40,7 +40,8 @@ class DataConfig:
     name: str = MISSING
     source: str = "local"  # local | hub | tiny
     path: str | None = None
-    # auto | messages | prompt_completion | alpaca | preference | sharegpt | vlm
+    # auto | messages | prompt_completion | alpaca | preference | unpaired | sharegpt | firefly
+    # | vlm (resolve/formats.REGISTRY)
     format: str = "auto"
     columns: dict[str, str] = field(default_factory=dict)
     train_split: str = "train"

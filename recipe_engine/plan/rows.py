@@ -11,7 +11,7 @@ import dataclasses
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.data import chat_template_setting
-from recipe_engine.resolve.formats import is_plain_text, is_text_prompt_completion
+from recipe_engine.resolve.formats import is_plain_text
 from recipe_engine.resolve.held_out import AUTO_MIN_DATA_ROWS, HeldOut
 from recipe_engine.resolve.inputs import Rows, StageInputs
 
@@ -25,7 +25,9 @@ def rows_through_template(inputs: StageInputs, shared: dict[tuple[str, str], Row
     rows = inputs.data[""]
     setting = chat_template_setting(rows.config)
     written = inputs.data.get("auto", rows)  # as written, where `true` read them otherwise
-    if not (is_text_prompt_completion(rows.format) or is_plain_text(written.format)):
+    # Rows that are conversations as written (a `history` of turns makes them so) are read as
+    # written whatever the setting: the same rows, the same key.
+    if not is_plain_text(written.format):
         return inputs.data["auto"] if setting == "true" else rows  # moot for these rows
     if setting == "false":
         return _rendered(rows, "as plain text (data.chat_template=false)", shared)

@@ -30,6 +30,8 @@ SHAREGPT_ROLES = {
 IMAGE_TOKEN = "<image>"
 CHATML_EXAMPLE = '[{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]'
 SHAREGPT_EXAMPLE = '[{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}]'
+FIREFLY_EXAMPLE = '[{"human": "...", "assistant": "..."}]'
+FIREFLY_KEYS = frozenset({"human", "assistant"})
 
 
 # --------------------------------------------------------------------------- row shapes
@@ -141,6 +143,24 @@ def alpaca_messages(row: Row, parts: bool) -> tuple[list[Any], str]:
     messages = [*alpaca_history(row), {"role": "user", "content": alpaca_instruction(row)}]
     messages.append({"role": "assistant", "content": row.text("output")})
     return messages, "alpaca row"
+
+
+def firefly_messages(row: Row, parts: bool) -> tuple[list[Any], str]:
+    """Firefly's `conversation`: one {human, assistant} object per exchange, in order."""
+    name = row.name("conversation")
+    turns = row.message_list("conversation", "{human, assistant}", FIREFLY_EXAMPLE)
+    messages: list[Message] = []
+    for j, turn in enumerate(turns, 1):
+        if not isinstance(turn, Mapping) or not FIREFLY_KEYS <= turn.keys():
+            raise row.fail(
+                f"exchange {j} of `{name}` is not a {{human, assistant}} object (Firefly)",
+                f"Write each exchange like {FIREFLY_EXAMPLE[1:-1]}.",
+            )
+        messages += [
+            {"role": "user", "content": turn["human"]},
+            {"role": "assistant", "content": turn["assistant"]},
+        ]
+    return messages, name
 
 
 def alpaca_instruction(row: Row) -> str:

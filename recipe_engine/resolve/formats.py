@@ -19,6 +19,8 @@ Input formats (`data.format`; `auto` detects one from the columns):
   the answers
 - ``unpaired``: a prompt, one ``completion`` and a boolean ``label`` (KTO; LLaMA-Factory's
   ``kto_tag``); the completion may be a conversation's last assistant turn
+- ``firefly``: a ``conversation`` of ``{human, assistant}`` exchanges (Firefly's format),
+  optionally with a ``system`` column
 - ``vlm``: ``messages`` with images (kept for configs that name it)
 
 Any of them takes an ``images`` column (paths relative to the data file, or image bytes) on a
@@ -39,6 +41,7 @@ from recipe_engine.resolve.converters import (
     Row,
     alpaca_messages,
     chatml_messages,
+    firefly_messages,
     sharegpt_messages,
 )
 from recipe_engine.resolve.row_shapes import (
@@ -69,6 +72,7 @@ CANONICAL_COLUMNS = (
     "label",
     "system",
     "history",
+    "conversation",
 )
 ROLES = ("system", "user", "assistant")
 # Other names for a prompt (ms-swift's `query`, Axolotl's `chatml.intel` `question`), read as
@@ -183,6 +187,14 @@ REGISTRY: dict[str, DataFormat] = {
             messages=sharegpt_messages,
             conversation=True,
             message_keys=looks_sharegpt,
+        ),
+        DataFormat(
+            "firefly",
+            ("conversation",),
+            (("conversation",),),
+            "`conversation` ({human, assistant} exchanges, Firefly)",
+            CONVERSATIONS,
+            messages=firefly_messages,
         ),
         DataFormat(
             VLM,

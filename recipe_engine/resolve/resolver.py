@@ -22,7 +22,7 @@ from recipe_engine.hashing import canonical_hash
 from recipe_engine.resolve import cache, templates
 from recipe_engine.resolve import data as rows_data
 from recipe_engine.resolve.data import chat_template_setting, data_identity
-from recipe_engine.resolve.formats import is_plain_text, is_text_prompt_completion
+from recipe_engine.resolve.formats import is_plain_text
 from recipe_engine.resolve.held_out import HeldOut, rows_identity
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.inputs import (
@@ -248,15 +248,15 @@ def _rows_each_way(
 ) -> dict[str, Rows]:
     """The rows as written, and read the other way where the planner may choose it: plain-text
     rows (prompt/completion, preference pairs) through the chat template (`auto` with a
-    template at hand), and rows read with `chat_template=true` that may not be plain
-    prompt/completion text read as `auto` too (as written: `plan.rows` tells by them)."""
+    template at hand), and rows read with `chat_template=true` read as `auto` too (as written:
+    `plan.rows` tells by them whether the setting chose anything)."""
     kind = model.entry.kind
     given = survey(data, kind, seed, surveyed)
     setting = chat_template_setting(data)
     ways = {"": given}
     if setting == "auto" and is_plain_text(given.format) and model.template.found:
         ways["true"] = survey(dataclasses.replace(data, chat_template="true"), kind, seed, surveyed)
-    if setting == "true" and not is_text_prompt_completion(given.format):
+    if setting == "true":
         ways["auto"] = survey(dataclasses.replace(data, chat_template="auto"), kind, seed, surveyed)
     return ways
 

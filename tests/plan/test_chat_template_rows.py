@@ -85,3 +85,30 @@ def test_conversations_and_the_default_recipes_keep_their_keys_whatever_the_sett
         for setting in ("true", "false"):
             other = plan(f"recipe={recipe}", f"data.chat_template={setting}").stages
             assert {name: stage.fingerprint for name, stage in other.items()} == keys
+
+
+def test_query_response_rows_with_a_history_of_pairs_are_conversations_whatever_the_setting(
+    tmp_path,
+):
+    """ms-swift's (and Qwen's older) `query` / `response` rows with a `history` of
+    [query, response] pairs: the earlier turns come first, and the rows go through the chat
+    template under every setting of data.chat_template (they are conversations as written)."""
+    rows = [
+        {"query": f"{i} + {i}?", "response": str(2 * i), "history": [["Hi", "Ask me a sum."]]}
+        for i in range(8)
+    ]
+    path = tmp_path / "swift.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    data = ["recipe=text-lora", "data.source=local", f"data.path={path}", "data.eval_fraction=0.25"]
+    keys = set()
+    for setting in ("auto", "true", "false"):
+        stage = plan(*data, f"data.chat_template={setting}").stages["llm"]
+        assert stage.data.format == "chat_prompt_completion", setting
+        [row] = [r for r in stage.data.splits().train if r["completion"][0]["content"] == "2"]
+        assert row["prompt"] == [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Ask me a sum."},
+            {"role": "user", "content": "1 + 1?"},
+        ], setting
+        keys.add(stage.fingerprint)
+    assert len(keys) == 1  # the same rows, the same result

@@ -51,6 +51,7 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         "preference",
         "unpaired",
         "sharegpt",
+        "firefly",
         "vlm",
     )
     assert OUTPUT_FORMATS == (
@@ -148,11 +149,12 @@ def test_an_undetectable_split_lists_what_each_format_expects() -> None:
     assert (
         "Expected `prompt`+`chosen`+`rejected` (preference pairs), `prompt`+`completion`+"
         "`label` (unpaired feedback, KTO), `messages` (role/content messages), `conversations` "
-        "(ShareGPT from/value messages), `prompt`+`completion`, or `instruction`+`output` "
-        "(Alpaca); an `images` column adds images." in str(info.value)
+        "(ShareGPT from/value messages), `prompt`+`completion`, `instruction`+`output` "
+        "(Alpaca), or `conversation` ({human, assistant} exchanges, Firefly); an `images` "
+        "column adds images." in str(info.value)
     )
     assert (
-        "data.format=<messages|prompt_completion|alpaca|preference|unpaired|sharegpt|vlm>"
+        "data.format=<messages|prompt_completion|alpaca|preference|unpaired|sharegpt|firefly|vlm>"
         in str(info.value)
     )
 
