@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import subprocess
 import sys
@@ -111,9 +112,9 @@ def bench_engine_against_plain_trl(
     print(f"r1-llm-only's QLoRA stage on {scale or 'tiny-qwen2-vl'}, device={device}")
     print("\n".join(text_table(rows, header=["", "steps", "train_runtime s", "process wall s"])))
     rates = [run.num_tokens / run.train_runtime for run in (engine, plain)]
-    ratio = f"; training tokens/s engine / plain TRL: {rates[0] / rates[1]:.3f}"
-    print(f"the engine around training: {around:+.1f} s against the plain script"
-          f"{ratio if all(r == r for r in rates) else ''}")  # fmt: skip
+    counted = not any(math.isnan(rate) for rate in rates)  # the plain script logged its tokens
+    ratio = f"; training tokens/s engine / plain TRL: {rates[0] / rates[1]:.3f}" if counted else ""
+    print(f"the engine around training: {around:+.1f} s against the plain script{ratio}")
 
 
 def print_dry_run(engine_command: list[str], job: JsonObject) -> None:
@@ -128,9 +129,11 @@ def print_dry_run(engine_command: list[str], job: JsonObject) -> None:
         raise SystemExit(f"the engine's plan refused it:\n{planned.stderr[-3000:]}")
     trainer, lora = job["trainer"], job["lora"]
     deferred = "" if lora else " (LoRA targets and 4-bit modules resolved when the model loads)"
-    print(f"dry run: the engine's stage planned; the plain TRL job: {trainer.get('max_steps')} "
-          f"steps of {trainer['per_device_train_batch_size']} rows, {job['dtype']}, on "
-          f"{job['model']}{deferred}")  # fmt: skip
+    steps, rows = trainer.get("max_steps"), trainer["per_device_train_batch_size"]
+    print(
+        f"dry run: the engine's stage planned; the plain TRL job: {steps} steps of {rows} rows, "
+        f"{job['dtype']}, on {job['model']}{deferred}"
+    )
 
 
 def plain_trl_job(overrides: list[str], output_dir: Path) -> JsonObject:

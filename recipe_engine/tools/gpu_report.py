@@ -279,10 +279,6 @@ def export_steps(folder: Path, shape: Path | None = None) -> list[Step]:
     ]
 
 
-# The user's scale on the card: r3 at Qwen2-VL-2B's and -7B's published shapes (random weights
-# drawn on the GPU, 448 px pictures), rows a step and optimizer steps a stage; padding-free
-# packing against unpacked on Qwen2.5-0.5B under flex_attention (no dense mask over the packed
-# sequence), batch and steps; all sized to fit `GPU_ONLY=scale` in one lease (about 12 min).
 def wheelhouse_step(folder: Path, wheels: Path) -> Step | None:
     """The wheels taken along, installed with `--target` under the scratch folder (no index:
     docs/gpu/README.md); every later step finds them first on its PYTHONPATH."""

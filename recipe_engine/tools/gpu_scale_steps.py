@@ -9,14 +9,18 @@ from pathlib import Path
 
 from recipe_engine.tools.gpu_steps import Step, last_line
 
+SCALE = "recipe_engine.tools.scale_models"
+SCALE_SECTION = "The user's scale: Qwen2-VL-2B and -7B, Qwen2.5-0.5B packed"
+# The user's scale on the card: r3 at Qwen2-VL-2B's and -7B's published shapes (random weights
+# drawn on the GPU, 448 px pictures), rows a step and optimizer steps a stage; padding-free
+# packing against unpacked on Qwen2.5-0.5B under flex_attention (no dense mask over the packed
+# sequence), batch and steps; all sized to fit `GPU_ONLY=scale` in one lease (about 12 min).
+SCALE_R3 = {"qwen2-vl-2b": 20, "qwen2-vl-7b": 10}
+SCALE_BATCH = 8
 # Packed and unpacked take about the same tokens a step: text-lora's rows are 30-31 tokens in
 # Qwen2's template, so 64 rows unpacked are 1,984 tokens and 16 sequences of 128 packed 2,048
 # (at TRL's default 1,024 a sequence, the 800 rows' 24,186 tokens fill 24 sequences: a batch of
 # 64 would be the whole data set a step, which the estimate counts as 64 full sequences).
-SCALE = "recipe_engine.tools.scale_models"
-SCALE_SECTION = "The user's scale: Qwen2-VL-2B and -7B, Qwen2.5-0.5B packed"
-SCALE_R3 = {"qwen2-vl-2b": 20, "qwen2-vl-7b": 10}
-SCALE_BATCH = 8
 PACKING_BATCH, PACKED_BATCH, PACKING_STEPS = 64, 16, 20
 FLEX = "flex_attention"
 PACKED = ("--set", "++stage.llm.train.packing=true", "--set", "++stage.llm.train.max_length=128")
