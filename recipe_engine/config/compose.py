@@ -179,7 +179,7 @@ def _trainer_hint(schema: type, prefix: str, key: str) -> str:
 def trainer_fields() -> set[str]:
     """Every field of the trainers' settings classes (a stage's `train` keys are one's)."""
     from recipe_engine.config.library_keys import library_fields
-    from recipe_engine.config.trainers import TRAINERS
+    from recipe_engine.trainers import TRAINERS
 
     return {name for kind in TRAINERS.values() for name in library_fields(kind.settings_class)}
 

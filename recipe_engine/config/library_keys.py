@@ -1,8 +1,9 @@
 """Check library settings against the libraries' own classes before anything loads.
 
-`train` keys are SFTConfig fields, `lora` keys LoraConfig fields, `quantization` keys
-BitsAndBytesConfig arguments. Importing TRL costs several seconds, so the field tables are
-read from the installed classes once per library version and kept in the cache folder.
+`train` keys are fields of the stage's trainer's settings class (`trainers`), `lora` keys
+LoraConfig fields, `quantization` keys BitsAndBytesConfig arguments. Importing TRL costs
+several seconds, so the field tables are read from the installed classes once per library
+version and kept in the cache folder.
 """
 
 from __future__ import annotations
@@ -32,15 +33,13 @@ from recipe_engine.config.components import validate_components
 from recipe_engine.config.field_tables import shipped_fields
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
 from recipe_engine.files import JsonObject, atomic_write_json
+from recipe_engine.trainers import TRAINERS
 from recipe_engine.versions import package_version
 
 # (module, class, distribution that versions it); dataclasses list their fields,
 # BitsAndBytesConfig its __init__ arguments.
 LIBRARY_CLASSES = {
-    "SFTConfig": ("trl", "SFTConfig", "trl"),
-    "DPOConfig": ("trl", "DPOConfig", "trl"),
-    "ORPOConfig": ("trl.experimental.orpo", "ORPOConfig", "trl"),
-    "KTOConfig": ("trl", "KTOConfig", "trl"),
+    **{k.settings_class: (k.module, k.settings_class, "trl") for k in TRAINERS.values()},
     "LoraConfig": ("peft", "LoraConfig", "peft"),
     "BitsAndBytesConfig": ("transformers", "BitsAndBytesConfig", "transformers"),
 }

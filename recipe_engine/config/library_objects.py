@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.config.trainers import TRAINERS
+from recipe_engine.trainers import DEFAULT, TRAINERS
 
 # Keyword arguments handed as they are to a library's settings class (SFTConfig, LoraConfig,
 # BitsAndBytesConfig): the library defines their keys, the engine checks them (library_keys).
@@ -24,6 +24,7 @@ LibraryKwargs = dict[str, Any]
 DTYPE_KEYS = ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage")
 # What a child process checks: the class name -> how to build it from plain arguments.
 TRAINER_CLASSES = tuple(kind.settings_class for kind in TRAINERS.values())
+DEFAULT_CLASS = DEFAULT.settings_class
 CLASSES = (*TRAINER_CLASSES, "LoraConfig", "BitsAndBytesConfig")
 # `report_to` integrations the engine offers as extras: pip install 'recipe-engine[<name>]'.
 ENGINE_EXTRAS = ("tensorboard", "wandb", "mlflow")
@@ -43,12 +44,8 @@ INTEGRATION_PACKAGES = {
 }
 
 
-def sft_config(settings: Mapping[str, Any], output_dir: Path | str) -> Any:
-    return trainer_config("SFTConfig", settings, output_dir)
-
-
 def trainer_config(class_name: str, settings: Mapping[str, Any], output_dir: Path | str) -> Any:
-    """A trainer's settings object (SFTConfig, DPOConfig, ORPOConfig) from plain arguments."""
+    """A trainer kind's settings object (`TrainerKind.settings_class`) from plain arguments."""
     import importlib
     import os
 
@@ -105,7 +102,7 @@ def judge(stages: list[Mapping[str, Any]]) -> dict[str, str]:
 def reporting_refusal(stage: Mapping[str, Any]) -> dict[str, str]:
     """`report_to` names integrations SFTConfig accepts but the Trainer fails on when their
     package is missing (after the model has loaded): refuse those here, saying what to install."""
-    trainer_class = next((c for c in TRAINER_CLASSES if stage.get(c) is not None), "SFTConfig")
+    trainer_class = next((c for c in TRAINER_CLASSES if stage.get(c) is not None), DEFAULT_CLASS)
     report_to = (stage.get(trainer_class) or {}).get("report_to") or "none"
     names = [report_to] if isinstance(report_to, str) else list(report_to)
     available = available_integrations()

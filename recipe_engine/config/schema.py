@@ -80,8 +80,8 @@ class StageConfig:
     template: str | None = None
     description: str = ""
     evaluate_only: bool = False  # a held-out evaluation of `init`, cached like any stage
-    # auto | sft | dpo | orpo | kto (config/trainers.py): TRL's trainer, whose settings class
-    # `train` holds; auto: the one the stage's rows call for (plan says which)
+    # auto, or a kind of recipe_engine/trainers/: TRL's trainer, whose settings class `train`
+    # holds; auto: the one the stage's rows call for (plan says which)
     trainer: str = "auto"
     init: InitConfig = field(default_factory=InitConfig)
     freeze: FreezeConfig = field(default_factory=FreezeConfig)

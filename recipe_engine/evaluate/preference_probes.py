@@ -14,7 +14,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from recipe_engine.config.trainers import TRAINERS
 from recipe_engine.resolve.converters import TrlRow
 from recipe_engine.run.measuring import measure_judged
 from recipe_engine.run.preference_scores import LogPs, judging
@@ -26,14 +25,15 @@ from recipe_engine.store.scores import (
     ModelMetrics,
     Stage,
 )
+from recipe_engine.trainers import trainer_of
 
 log = logging.getLogger("recipe_engine")
 
 
 def is_preference_stage(manifest: Manifest) -> bool:
-    """The stage learns from judged rows (DPO, ORPO, KTO), not from demonstrations."""
-    trainer = (manifest.config or {}).get("trainer", "sft")
-    return trainer in TRAINERS and TRAINERS[trainer].judged
+    """The stage learns from judged rows (pairs, or labelled completions), not from
+    demonstrations."""
+    return trainer_of(manifest.config).judged
 
 
 def preference_rows(stages: Sequence[Stage], seed: int, limit: int | None) -> list[TrlRow] | None:

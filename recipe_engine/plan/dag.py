@@ -15,9 +15,11 @@ from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.files import JsonObject
 from recipe_engine.hashing import canonical_hash
 
-# Bump when the meaning of a stage changes (how policies or training apply), so stored
-# stages made under the old meaning are not reused.
-STAGE_SEMANTICS_VERSION = 1
+# Enters every key. Raised when what a stage trains to changes for the same settings (how
+# policies, random draws or kernels apply), so that no key made before names another result:
+# the store keeps those stages (`runs` lists them), and a run trains the new keys. 2: the
+# salts and special cases that kept older keys unchanged went (2026-11-28).
+KEY_VERSION = 2
 
 # Trainer settings that change logging, saving or evaluation but not the trained weights.
 NON_WEIGHT_TRAIN_KEYS = frozenset(
@@ -202,7 +204,7 @@ def fingerprints(
         source = {"parent": result[parent]} if parent else {"init": source_identity[name]}
         result[name] = canonical_hash(
             {
-                "semantics": STAGE_SEMANTICS_VERSION,
+                "key_version": KEY_VERSION,
                 "settings": stage_settings(stages[name]),
                 "data": data_identity[name],
                 "seed": seed,

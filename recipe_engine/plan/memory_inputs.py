@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from recipe_engine.config.schema import StageConfig
-from recipe_engine.config.trainers import ORPO, TRAINERS
 from recipe_engine.plan.memory import (
     CUDA_CONTEXT_GIB,
     CUDA_WORKSPACE_GIB,
@@ -26,6 +25,7 @@ from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.plan.recipe_plan import PolicyPlan
 from recipe_engine.plan.trainer_settings import ZeroSettings
 from recipe_engine.resolve.inputs import LongestRow, ModelFiles, TemplateTokens
+from recipe_engine.trainers import AUTO, trainer_named
 
 # SFTConfig's defaults for the keys the estimate reads (TRL 1.x / transformers 5.x).
 DEFAULT_BATCH = 8
@@ -115,18 +115,19 @@ def _with_policy(request: MemoryRequest, policy: PolicyPlan, stage: StageConfig)
 
 
 def _with_trainer(request: MemoryRequest, policy: PolicyPlan, stage: StageConfig) -> MemoryRequest:
-    """What the trainer puts on the estimate (config/trainers.py): a preference pair is two
-    sequences, an unpaired row one (KTO's KL sequences run without gradients: `plan.memory`);
-    DPO's and KTO's reference is a frozen copy of the starting weights for a full fine-tune
-    (LoRA's is the adapter-disabled base), none when TRL precomputes its log-probs (no
-    `ref_model`: the policy before training scores the rows); ORPO materializes the logits."""
-    kind = TRAINERS.get(stage.trainer, TRAINERS["sft"])
+    """What the trainer puts on the estimate (its kind says): the sequences a row puts through
+    the model with gradients (a pair's two; KL sequences run without: `plan.memory`); a
+    reference is a frozen copy of the starting weights for a full fine-tune (LoRA's is the
+    adapter-disabled base), none when TRL precomputes its log-probs (no `ref_model`: the
+    policy before training scores the rows); a kind without TRL's fused head materializes the
+    logits. An evaluation stage (`auto`, never chosen) counts as the default kind."""
+    kind = trainer_named(None if stage.trainer == AUTO else stage.trainer)
     precomputed = bool(stage.train.get("precompute_ref_log_probs"))
     return replace(
         request,
-        sequences_per_row=2 if kind.preference else 1,
+        sequences_per_row=kind.sequences_per_row,
         reference_copy=kind.reference and policy.lora is None and not precomputed,
-        fused_head=kind.name != ORPO,
+        fused_head=kind.fused_head,
     )
 
 

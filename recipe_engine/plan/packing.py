@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recipe_engine.config.library_objects import LibraryKwargs
-from recipe_engine.config.trainers import DPO, SFT
 from recipe_engine.errors import RecipeError
+from recipe_engine.trainers.kind import Packing, TrainerKind
 
 PACKING_KEYS = ("packing", "padding_free")
 # BFD packing turns padding-free on (SFTTrainer: `args.packing_strategy in {"bfd", "bfd_split"}`).
@@ -67,7 +67,7 @@ class PackingFacts:
     """What the decision reads of a stage besides its `train` keys."""
 
     name: str
-    trainer: str  # the chosen trainer (config/trainers.py)
+    trainer: TrainerKind  # the chosen trainer
     model_type: str | None  # the model's config.json model_type; None: not readable here
     attention: str  # the attention implementation the model loads with
     image_rows: bool
@@ -134,13 +134,9 @@ def decide_packing(train: LibraryKwargs, facts: PackingFacts) -> PackingChoice:
             f"own image features). Drop {key}.{asked[0]}.",
             key=f"{key}.{asked[0]}",
         )
-    if facts.trainer == DPO:
-        return _without(
-            train,
-            "padding_free: off: TRL 1.16's DPOTrainer pads its batches (padding-free is disabled "
-            "there since its refactor), so the stage trains as without it",
-        )
-    if facts.trainer != SFT:
+    if facts.trainer.packing is Packing.PADS:
+        return _without(train, facts.trainer.packing_note)
+    if facts.trainer.packing is Packing.NONE:
         return PackingChoice(train)  # no such keys: config.library_keys refused them
     _refuse_unbounded(train, key, facts.name)
     where = _isolation(facts)

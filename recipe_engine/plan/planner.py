@@ -21,12 +21,10 @@ from recipe_engine.config.schema import (
     ModelConfig,
     StageConfig,
 )
-from recipe_engine.config.trainers import SFT
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
 from recipe_engine.plan import dag
 from recipe_engine.plan.determinism import Determinism, decide_determinism
-from recipe_engine.plan.feedback import check_kl_batches, check_labels, feedback_notes
 from recipe_engine.plan.hardware import parse_gpus, profile_gpus
 from recipe_engine.plan.jobs import check_launch
 from recipe_engine.plan.kernels import KernelChoice, checkpointing_needed, decide_liger
@@ -73,6 +71,8 @@ from recipe_engine.resolve.formats import has_images, is_prompt_completion
 from recipe_engine.resolve.inputs import RecipeInputs, Rows, StageInputs
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.sources import InitSource, check_model_entry
+from recipe_engine.trainers import TRAINERS
+from recipe_engine.trainers.kind import StageFacts
 
 # Components only image tokens reach.
 VISION_SIDE = {"vision_tower", "projector"}
@@ -156,8 +156,7 @@ def _plan_stage(
         policy = dataclasses.replace(policy, quantization=None)
     check_rows_fit_trainer(name, stage, rows)
     check_reference_settings(name, stage, policy, rows)
-    check_kl_batches(name, stage, rows.train_rows, placement.world_size)
-    check_labels(name, stage, rows.describe(), rows.labels)
+    kind_notes = _checked_by_its_kind(name, stage, rows, placement)
     stage, loss_notes = _loss_follows_data(context, rows)
     held_out_notes = check_held_out_rows(name, stage, rows, context.cfg.eval.enabled)
     _check_rows_reach_training(name, policy, rows)
@@ -180,7 +179,7 @@ def _plan_stage(
         notes=[
             *_notes(policy, context),
             *trainer_notes(name, stage, policy, chosen_by),
-            *feedback_notes(name, stage),
+            *kind_notes,
             *loss_notes,
             *packing.notes,
             *packing.tokens_note(placement.world_size),
@@ -402,7 +401,7 @@ def _packed(context: StageContext, rows: Rows) -> tuple[StageContext, PackingCho
     config = _model_config(context)
     facts = PackingFacts(
         name=context.name,
-        trainer=context.stage.trainer,
+        trainer=TRAINERS[context.stage.trainer],
         model_type=(config or {}).get("model_type"),
         attention=attention_implementation(config),
         image_rows=has_images(rows.format),
@@ -443,12 +442,26 @@ def _loss_follows_data(context: StageContext, rows: Rows) -> tuple[StageConfig, 
     """The stage with the loss flag its rows call for (`choose_loss`) among its `train`
     keys, so that the flag enters the stage key, and the note `plan` prints about it."""
     stage = context.stage
-    if stage.evaluate_only or stage.trainer != SFT:  # preference trainers have no loss flags
+    if stage.evaluate_only or not TRAINERS[stage.trainer].demonstrations:  # no loss flags
         return stage, []
     support = "" if is_prompt_completion(rows.format) else context.inputs.model.template.support
     choice = choose_loss(context.name, stage.train, rows.format, support)
     train = {**stage.train, **choice.flags}
     return dataclasses.replace(stage, train=train), [choice.note]
+
+
+def _checked_by_its_kind(
+    name: str, stage: StageConfig, rows: Rows, placement: PlacementPlan
+) -> list[str]:
+    """What the stage's trainer kind refuses of it (RecipeError), else what `plan` says."""
+    if stage.evaluate_only:
+        return []
+    kind = TRAINERS[stage.trainer]
+    facts = StageFacts(
+        name, stage.train, rows.train_rows, placement.world_size, rows.describe(), rows.labels
+    )
+    kind.check_plan(facts)
+    return kind.plan_notes(facts)
 
 
 def _notes(policy: PolicyPlan, context: StageContext) -> list[str]:

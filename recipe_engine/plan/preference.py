@@ -2,7 +2,7 @@
 
 Pure: the rows' format (`resolve` surveyed it) decides whether the trainer can take them, so a
 trainer given another kind of rows than it learns from (instruction rows, preference pairs,
-unpaired feedback: `config.trainers`), or image rows for a text-only trainer, is refused before
+unpaired feedback: `trainers`), or image rows for a text-only trainer, is refused before
 any weight loads, with the trainer that does take them. A trainer with a reference model has
 its reference settings checked as TRL would check them once the model is loaded.
 """
@@ -13,21 +13,18 @@ import dataclasses
 
 from recipe_engine.config import library_keys
 from recipe_engine.config.schema import StageConfig
-from recipe_engine.config.trainers import (
-    AUTO,
-    INSTRUCTION_ROWS,
-    PREFERENCE_ROWS,
-    ROWS_IN_WORDS,
-    TRAINERS,
-    UNPAIRED_ROWS,
-    TrainerKind,
-    trainer_for,
-    trainers_taking,
-)
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan.recipe_plan import PolicyPlan
 from recipe_engine.resolve.formats import has_images, rows_kind
 from recipe_engine.resolve.inputs import Rows
+from recipe_engine.trainers import AUTO, TRAINERS, trainer_for, trainers_taking
+from recipe_engine.trainers.kind import (
+    INSTRUCTION_ROWS,
+    PREFERENCE_ROWS,
+    ROWS_IN_WORDS,
+    UNPAIRED_ROWS,
+    TrainerKind,
+)
 
 PAIR_COLUMNS = "prompt / chosen / rejected"
 # The columns each kind of rows needs, and the column a user most often maps to them.
@@ -39,11 +36,11 @@ COLUMNS = {
 
 
 def choose_trainer(name: str, stage: StageConfig, rows: Rows) -> tuple[StageConfig, str]:
-    """A stage left at `trainer: auto` trains with the trainer its rows call for (SFT on
-    instruction rows, DPO on pairs, KTO on feedback: `trainer_for`), its `train` keys checked
-    against that trainer's settings class; the stage as decided, and why, for `plan`'s note
-    ("" where the trainer was named, or is SFT as it always was). An evaluation stage trains
-    nothing: SFT's settings stand for it (its key as before)."""
+    """A stage left at `trainer: auto` trains with the trainer its rows call for (the first
+    kind that takes them: `trainer_for`), its `train` keys checked against that trainer's
+    settings class; the stage as decided, and why, for `plan`'s note ("" where the trainer was
+    named, or its rows are instructions). An evaluation stage trains nothing: the default
+    kind's settings stand for it."""
     if stage.trainer != AUTO:
         return stage, ""
     given = INSTRUCTION_ROWS if stage.evaluate_only else rows_kind(rows.format)
@@ -58,14 +55,14 @@ def choose_trainer(name: str, stage: StageConfig, rows: Rows) -> tuple[StageConf
         ) from None
     chosen = dataclasses.replace(stage, trainer=kind.name)
     if given == INSTRUCTION_ROWS:
-        return chosen, ""  # SFT, as every stage trained before trainers were a choice
+        return chosen, ""  # as every stage trained before trainers were a choice
     others = [t for t in trainers_taking(given) if t != kind.name]
     instead = f"; stage.{name}.trainer={_either(others)} trains another" if others else ""
     return chosen, f"chosen by its rows, {ROWS_IN_WORDS[given]}{instead}"
 
 
 def check_rows_fit_trainer(name: str, stage: StageConfig, rows: Rows) -> None:
-    """The stage's trainer takes rows of this kind (`config.trainers`)."""
+    """The stage's trainer takes rows of this kind (`trainers`)."""
     if stage.evaluate_only:
         return  # no trainer: the held-out rows are only asked
     kind = TRAINERS[stage.trainer]

@@ -16,8 +16,8 @@ from recipe_engine.config.schema import (
     StageConfig,
     without_empty_sections,
 )
-from recipe_engine.config.trainers import trainer_kinds
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.trainers import trainer_kinds
 
 
 def resolved_stages(cfg: EngineConfig) -> dict[str, StageConfig]:

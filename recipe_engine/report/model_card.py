@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import yaml
 
 from recipe_engine.store.records import Manifest
+from recipe_engine.trainers import trainer_of
 
 PIPELINE_TAGS = {"causal_lm": "text-generation", "vlm": "image-text-to-text"}
 
@@ -82,7 +83,7 @@ def _lineage_table(lineage: list[Manifest]) -> str:
         [
             m.stage,
             f"`{m.fingerprint[:12]}`",
-            (m.config or {}).get("trainer", "sft"),
+            trainer_of(m.config).name,
             m.trained_text() or "-",
             _data_text(m),
             str(m.metrics.steps if m.metrics.steps is not None else "-"),

@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from recipe_engine.config.trainers import PREFERENCE_ROWS, UNPAIRED_ROWS
 from recipe_engine.report.experiment import JudgedMetrics, RecipeRun
 from recipe_engine.report.significance import Accuracies, difference
 from recipe_engine.tables import markdown_table, text_table
+from recipe_engine.trainers.kind import PREFERENCE_ROWS, UNPAIRED_ROWS
 
 Judged = Mapping[str, JudgedMetrics | None]  # model -> its metrics on the judged rows (or None)
 

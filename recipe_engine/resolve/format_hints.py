@@ -18,6 +18,8 @@ from recipe_engine.resolve.formats import (
 )
 from recipe_engine.resolve.row_shapes import PREFERENCE, UNPAIRED
 from recipe_engine.resolve.survey import Survey
+from recipe_engine.trainers import trainer_for
+from recipe_engine.trainers.kind import UNPAIRED_ROWS
 
 # Column names that usually hold what a canonical column holds (for the hints in errors).
 LOOKS_LIKE = {
@@ -31,6 +33,7 @@ LOOKS_LIKE = {
     "label": re.compile(r"^(label|kto_tag|desirable|thumbs?_?up|is_good|feedback)$", re.I),
 }
 ANSWERS = ("chosen", "rejected")
+FEEDBACK_TRAINER = trainer_for(UNPAIRED_ROWS)  # what `auto` trains unpaired feedback with
 
 
 def half_there(
@@ -109,7 +112,8 @@ def _hints(seen: Survey) -> list[str]:
         if label:
             hints.append(
                 f"`{label}` looks like feedback on each answer: {mapped} "
-                f"data.columns.label={label} (data.format={UNPAIRED}, for trainer=kto)"
+                f"data.columns.label={label} (data.format={UNPAIRED}, "
+                f"for trainer={FEEDBACK_TRAINER})"
             )
     return hints
 

@@ -36,7 +36,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipe_engine.config.trainers import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
 from recipe_engine.resolve.converters import (
     Row,
     alpaca_messages,
@@ -57,6 +56,8 @@ from recipe_engine.resolve.row_shapes import (
     VLM,
     Shapes,
 )
+from recipe_engine.trainers import trainer_for
+from recipe_engine.trainers.kind import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
 
 CANONICAL_COLUMNS = (
     "messages",
@@ -104,7 +105,7 @@ class DataFormat:
     message_keys: Callable[[frozenset[str] | None], bool] = lambda keys: True
     images: bool = False  # its rows always carry images
     detected: bool = True  # `auto` can find it
-    rows: str = INSTRUCTION_ROWS  # the kind of rows (config.trainers): which trainers take them
+    rows: str = INSTRUCTION_ROWS  # the kind of rows (trainers.kind): which trainers take them
     # The columns judged (preference: chosen, rejected; unpaired: the completion); a
     # conversation column may hold the prompt, or the prompt and the first of them.
     answers: tuple[str, ...] = ()
@@ -171,7 +172,8 @@ REGISTRY: dict[str, DataFormat] = {
             UNPAIRED,
             ("prompt", "completion", "label"),
             (("label",), ("completion", *_CONVERSATION_COLUMNS)),
-            "`prompt`+`completion`+`label` (unpaired feedback, KTO)",
+            "`prompt`+`completion`+`label` (unpaired feedback, "
+            f"{trainer_for(UNPAIRED_ROWS).upper()})",
             UNPAIRED_SHAPES,
             conversable=_JUDGED_CONVERSABLE,
             rows=UNPAIRED_ROWS,
@@ -247,7 +249,7 @@ def written_as(output_format: str) -> str:
 
 
 def rows_kind(output_format: str) -> str:
-    """The kind of rows (`config.trainers`): instruction | preference | unpaired."""
+    """The kind of rows (`trainers`): instruction | preference | unpaired."""
     return SHAPES[output_format].rows
 
 

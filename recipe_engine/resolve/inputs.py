@@ -25,6 +25,7 @@ from recipe_engine.resolve.hub_revisions import HubRevision
 from recipe_engine.resolve.inventory import ModelInventory
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.sources import InitSource
+from recipe_engine.trainers.kind import LabelCounts
 
 if TYPE_CHECKING:
     from recipe_engine.resolve.data import DataSplits
@@ -78,15 +79,6 @@ class ModelInputs:
     snapshot: ModelInventory | None  # the shipped snapshot's, where `inventory` is None
     files: ModelFiles | None  # None: neither the model's config nor a snapshot at hand
     template: TemplateFacts
-
-
-@dataclass(frozen=True)
-class LabelCounts:
-    """How many training rows of unpaired feedback are labelled desirable (true) and
-    undesirable (false)."""
-
-    desirable: int
-    undesirable: int
 
 
 # Distinct image sizes a survey keeps exactly; a dataset with more keeps, for each aspect

@@ -27,7 +27,6 @@ from recipe_engine.resolve.held_out import HeldOut, rows_identity
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.inputs import (
     SAMPLE_CHARS,
-    LabelCounts,
     LongestRow,
     ModelFiles,
     ModelInputs,
@@ -42,6 +41,7 @@ from recipe_engine.resolve.machine import Machine, detect_machine
 from recipe_engine.resolve.models import model_location
 from recipe_engine.resolve.sources import PARENT, InitSource, model_source, parent_source
 from recipe_engine.resolve.template_tokens import longest_tokens, saved_tokenizer, template_tokens
+from recipe_engine.trainers.kind import LabelCounts
 
 SNAPSHOTS = Path(__file__).parent / "model_snapshots"
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")

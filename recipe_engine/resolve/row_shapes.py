@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from recipe_engine.config.trainers import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
 from recipe_engine.resolve.converters import (
     Row,
     TrlRow,
@@ -54,6 +53,7 @@ from recipe_engine.resolve.unpaired_rows import (
     unpaired_row,
     vlm_unpaired_row,
 )
+from recipe_engine.trainers.kind import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
 
 MESSAGES, PROMPT_COMPLETION = "messages", "prompt_completion"
 CHAT_PROMPT_COMPLETION = "chat_prompt_completion"
@@ -102,7 +102,7 @@ class RowShape:
     conversational: bool  # the columns hold messages (TRL applies the chat template)
     images: bool  # carries images: a vision-language stage only
     prompt_completion: bool
-    rows: str  # the kind of rows (config.trainers): instruction | preference | unpaired
+    rows: str  # the kind of rows (trainers.kind): instruction | preference | unpaired
     loss: Loss | None  # None: preference rows (SFT's loss flags do not apply)
     asked: Asking
     make: Callable[[Row], TrlRow]  # one record -> one TRL row

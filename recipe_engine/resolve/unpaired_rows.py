@@ -76,5 +76,6 @@ def label(row: Row) -> bool:
     raise row.fail(
         f"`{row.name('label')}` is {value!r}, not true or false",
         "Label each completion true (desirable) or false (undesirable), or read the rows "
-        "without their label for SFT (data.format=messages, prompt_completion or alpaca).",
+        "without their label as instruction rows (data.format=messages, prompt_completion or "
+        "alpaca).",
     )

@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.config.trainers import TRAINERS
 from recipe_engine.files import atomic_write_text
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
@@ -30,6 +29,7 @@ from recipe_engine.run import evaluation
 from recipe_engine.run.held_out_loss import LossSettings, held_out_loss, loss_settings
 from recipe_engine.run.preference_scores import answer_logps, is_judged_row, judging
 from recipe_engine.store.scores import Generation, JudgedAnswers, Measurement, Probe
+from recipe_engine.trainers import TRAINERS
 
 MEASURED = "measured"  # the run folder's folder of Measurement records
 BASE = "base"  # the untrained base's name in a comparison (unless a stage has that name)

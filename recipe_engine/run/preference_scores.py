@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
-from recipe_engine.config.trainers import PREFERENCE_ROWS, UNPAIRED_ROWS
 from recipe_engine.run.evaluation import is_exact_match, message_text, prompt_text
+from recipe_engine.trainers.kind import PREFERENCE_ROWS, UNPAIRED_ROWS
 
 # TRL's evaluation metrics of a preference stage, as the manifest names them.
 TRL_METRICS = {
@@ -137,7 +137,7 @@ class Judging:
     """How one kind of judged rows is scored: the answers whose log-probabilities are
     measured, the reward metrics against a reference, and the greedy answers' metrics."""
 
-    rows: str  # PREFERENCE_ROWS | UNPAIRED_ROWS (config.trainers)
+    rows: str  # PREFERENCE_ROWS | UNPAIRED_ROWS (trainers.kind)
     answers: tuple[str, ...]
     rewards: Callable[[LogPs, LogPs | None, Rows], dict[str, float]]
     greedy: Callable[[Sequence[str], Rows], dict[str, float]]

@@ -20,11 +20,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from recipe_engine.config.trainers import TRAINERS
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
 from recipe_engine.plan.recipe_plan import StagePlan
 from recipe_engine.resolve import cache
+from recipe_engine.trainers import TRAINERS
 
 # Placement decides these for the machine that runs the stage; the child runs on CPU, so
 # they are left to the trainer (a bf16 plan for a GPU profile is valid on a laptop).

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.components import report_layout
-from recipe_engine.config.trainers import TRAINERS, TrainerKind
 from recipe_engine.plan.policy import decide_policy
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.trainer_settings import zero_stage
@@ -71,6 +70,8 @@ from recipe_engine.store.stage_records import (
     TrainableReport,
 )
 from recipe_engine.store.store import Store, relative_in_store
+from recipe_engine.trainers import TRAINERS
+from recipe_engine.trainers.kind import TrainerKind
 
 log = logging.getLogger("recipe_engine")
 

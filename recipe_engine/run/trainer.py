@@ -24,14 +24,14 @@ from transformers import TrainerCallback
 
 from recipe_engine.config import library_objects
 from recipe_engine.config.library_objects import LibraryKwargs
-from recipe_engine.config.trainers import SFT, TRAINERS, TrainerKind
 from recipe_engine.errors import RecipeError, StageFailed
 from recipe_engine.files import JsonObject
 from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.run.evaluation import answer_batch
 from recipe_engine.store.scores import Generation
+from recipe_engine.trainers import DEFAULT
+from recipe_engine.trainers.kind import TrainerKind
 
-SFT_KIND = TRAINERS[SFT]
 # The preflight's generation: one new token after the prompt runs every forward generation runs
 # (the prompt's, then a cached step's would repeat it); two, to take the cached path too.
 PREFLIGHT_GENERATION = Generation(max_new_tokens=2, batch_size=1)
@@ -51,7 +51,7 @@ class PreflightError(StageFailed):
     """The one-batch forward/backward failed: a dtype or device mismatch, named clearly."""
 
 
-def build_args(settings: LibraryKwargs, *, output_dir: Path, kind: TrainerKind = SFT_KIND) -> Any:
+def build_args(settings: LibraryKwargs, *, output_dir: Path, kind: TrainerKind = DEFAULT) -> Any:
     """The planned settings object (SFTConfig, DPOConfig ...: `StagePlan.trainer`) writing its
     checkpoints to `output_dir`."""
     if (settings.get("accelerator_config") or {}).get("use_configured_state"):
@@ -68,7 +68,8 @@ def build_args(settings: LibraryKwargs, *, output_dir: Path, kind: TrainerKind =
 @dataclass
 class TrainerParts:
     """What a stage hands its TRL trainer; `reference` is the frozen reference model a
-    full-fine-tune DPO or KTO stage compares with (None: the adapter-disabled base, or none)."""
+    full-fine-tune stage of a kind with a reference compares with (None: the adapter-disabled
+    base, or none)."""
 
     model: Any
     args: Any
@@ -79,12 +80,10 @@ class TrainerParts:
 
 
 def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
-    """TRL's trainer for `kind` (SFTTrainer, DPOTrainer, ORPOTrainer, KTOTrainer) built from
-    the parts."""
+    """TRL's trainer for `kind` built from the parts, with what the kind adds (its reference)."""
     import importlib
 
     trainer_class = getattr(importlib.import_module(kind.module), kind.trainer_class)
-    extra = {"ref_model": parts.reference} if kind.reference else {}
     if getattr(parts.args, "deepspeed", None):
         fresh_accelerator_state()
     trainer = trainer_class(
@@ -94,7 +93,7 @@ def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
         eval_dataset=parts.splits.eval,
         processing_class=parts.processor,
         callbacks=parts.callbacks,
-        **extra,
+        **kind.trainer_arguments(parts.reference),
     )
     if kind.reference:
         reference_is_the_disabled_adapter(trainer.model)

@@ -6,6 +6,8 @@ table, the sweep table). One definition for all of them, in the lowest layer tha
 from __future__ import annotations
 
 from recipe_engine.store.records import Manifest, StageMetrics
+from recipe_engine.trainers import DEFAULT, trainer_of
+from recipe_engine.trainers.kind import TrainerKind
 
 
 def accuracy_text(manifest: Manifest) -> str | None:
@@ -28,8 +30,8 @@ def loss_text(manifest: Manifest) -> str | None:
     if loss is None:
         return None
     precision = manifest.base_precision
-    trainer = (manifest.config or {}).get("trainer", "sft")
-    labels = [f"{trainer} loss"] if trainer != "sft" else []  # not an SFT loss: say whose
+    own = trainer_of(manifest.config).loss_label  # not the demonstrations' loss: say whose
+    labels = [own] if own else []
     labels += [] if precision == "full" else [f"{precision} base"]
     return f"{loss:.4f}" + (f" ({', '.join(labels)})" if labels else "")
 
@@ -37,16 +39,18 @@ def loss_text(manifest: Manifest) -> str | None:
 def eval_text(manifest: Manifest) -> str:
     """The run table's `eval` cell: the stage's held-out metrics, accuracy and loss labelled
     (a preference stage's loss is its trainer's, not an SFT loss)."""
-    trainer = (manifest.config or {}).get("trainer", "sft")
-    return metrics_text(manifest.metrics, manifest.base_precision, trainer)
+    return metrics_text(manifest.metrics, manifest.base_precision, trainer_of(manifest.config))
 
 
-def metrics_text(metrics: StageMetrics, precision: str | None, trainer: str = "sft") -> str:
+def metrics_text(
+    metrics: StageMetrics, precision: str | None, trainer: TrainerKind = DEFAULT
+) -> str:
     """ "acc 93% (4-bit base), loss 0.092": `StageMetrics.eval_text` with the accuracy labelled
-    with the base it was measured on and the loss with its trainer (when not SFT's)."""
+    with the base it was measured on and the loss with its trainer's name (when not the
+    demonstrations' loss)."""
     text = metrics.eval_text()
-    if trainer != "sft":
-        text = text.replace("loss ", f"{trainer} loss ", 1)
+    if trainer.loss_label:
+        text = text.replace("loss ", f"{trainer.loss_label} ", 1)
     if metrics.eval_accuracy is None:
         return text
     # StageMetrics.eval_text writes "acc NN%" first; only the label is added to it here.

@@ -71,7 +71,7 @@ class JudgedScores:
     """One model's metrics on held-out judged rows (`run.preference_scores`' rule for their
     kind): the reward and greedy-answer metrics, and how many rows were judged."""
 
-    judged: str  # the kind of rows: PREFERENCE_ROWS | UNPAIRED_ROWS (config.trainers)
+    judged: str  # the kind of rows: PREFERENCE_ROWS | UNPAIRED_ROWS (trainers.kind)
     values: dict[str, float]  # metric name -> value (which ones: the kind's rule)
     count: int
     count_key: str  # what the records call the count: "pairs" | "rows"

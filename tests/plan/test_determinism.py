@@ -31,7 +31,7 @@ def test_mps_is_never_promised_repeatable():
     assert not decide_determinism("mps", deterministic=True, quantized=False).repeatable
 
 
-def test_deterministic_true_reaches_the_trainer_and_the_key_while_default_keys_stay():
+def test_deterministic_true_reaches_the_trainer_and_the_key():
     default, asked = (
         plan("recipe=r2-vision-only"),
         plan("recipe=r2-vision-only", "deterministic=true"),
@@ -40,10 +40,7 @@ def test_deterministic_true_reaches_the_trainer_and_the_key_while_default_keys_s
     assert vision.trainer["full_determinism"] is False
     assert strict.trainer["full_determinism"] is True and strict.determinism.deterministic_kernels
     assert strict.fingerprint != vision.fingerprint
-    # Seeding left full fine-tune keys as they were; built-in data is keyed by its rows since
-    # the resolve layer (it was keyed by the tiny builder's source file, cc17357bb5e3 then).
-    # The tiny builder's version entered the key with v4 (f6643624bda3 before).
-    assert vision.fingerprint.startswith("81cb9290d57c")
+    assert vision.fingerprint.startswith("8754e3875076")  # key version 2
 
 
 def test_a_stage_asking_full_determinism_itself_is_planned_as_deterministic():
@@ -51,22 +48,16 @@ def test_a_stage_asking_full_determinism_itself_is_planned_as_deterministic():
     assert stage.stages["vision"].determinism.deterministic_kernels
 
 
-def test_lora_stages_got_new_keys_because_their_old_keys_named_no_single_result(monkeypatch):
-    """LoRA adapters were initialised unseeded (key 873ef3c284d3 then): the seeded init is
-    part of a LoRA stage's key, so a key without it names another stage."""
-    from recipe_engine.plan import keys
+def test_the_key_version_enters_every_key(monkeypatch):
+    """One constant names what every key is made with: a new version gives every stage of
+    every recipe a new key (what was stored under the old ones is kept, not reused)."""
+    from recipe_engine.plan import dag
 
-    llm = plan("recipe=r1-llm-only").stages["llm"]
-    unseeded = {"lora_init": "seeded"}
-    assert keys._randomness(llm).items() >= unseeded.items()
-    real = keys._randomness
-    monkeypatch.setattr(
-        keys,
-        "_randomness",
-        lambda stage: {k: v for k, v in real(stage).items() if k != "lora_init"},
-    )
-    without = plan("recipe=r1-llm-only").stages["llm"]
-    assert without.fingerprint != llm.fingerprint
+    before = plan("recipe=r3-two-stage")
+    monkeypatch.setattr(dag, "KEY_VERSION", dag.KEY_VERSION + 1)
+    after = plan("recipe=r3-two-stage")
+    for name in ("vision", "llm"):
+        assert after.stages[name].fingerprint != before.stages[name].fingerprint
 
 
 def test_a_new_tiny_builder_version_gives_a_tiny_model_s_stages_new_keys(monkeypatch):

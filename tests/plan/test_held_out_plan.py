@@ -86,6 +86,5 @@ def test_built_in_data_keeps_its_split_and_its_keys() -> None:
     llm = auto.stages["llm"]
     assert llm.data.held_out is HeldOut.SPLIT and llm.data.eval_rows == 64
     assert llm.fingerprint == zero.stages["llm"].fingerprint
-    # The key text-lora's stage had before rows were held out automatically (e9b273eaac6e),
-    # as it is since the tiny builder's version entered the key (v4).
-    assert llm.fingerprint.startswith("8de9b789c865")
+    # The key text-lora's stage has (key version 2): held-out rows left it as it was.
+    assert llm.fingerprint.startswith("1871f5ce4cf9")

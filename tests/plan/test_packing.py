@@ -24,8 +24,9 @@ from recipe_engine.plan.packing import (
     flattens_rows,
 )
 from recipe_engine.resolve.resolver import snapshot_folder
+from recipe_engine.trainers import TRAINERS
 
-FACTS = PackingFacts("llm", "sft", "qwen2", "sdpa", image_rows=False)
+FACTS = PackingFacts("llm", TRAINERS["sft"], "qwen2", "sdpa", image_rows=False)
 PACKED = {"packing": True, "max_length": 128, "per_device_train_batch_size": 4}
 
 
@@ -82,7 +83,7 @@ def test_image_rows_are_refused() -> None:
 
 def test_dpo_padding_free_falls_back_and_leaves_the_key_as_without() -> None:
     choice = decide_packing(
-        {"padding_free": True, "beta": 0.1}, dataclasses.replace(FACTS, trainer="dpo")
+        {"padding_free": True, "beta": 0.1}, dataclasses.replace(FACTS, trainer=TRAINERS["dpo"])
     )
     assert choice.train == {"beta": 0.1}
     assert "DPOTrainer pads" in choice.notes[0]

@@ -74,11 +74,9 @@ def test_the_estimate_counts_the_unquantized_weights_at_the_stages_width() -> No
     assert counts["bfloat16"] < 0.6 * counts["float32"]
 
 
-def test_half_precision_k_bit_stages_got_new_keys_and_float32_ones_kept_theirs() -> None:
-    """Until the plan decided precision, a bf16 QLoRA stage held its other weights in
-    float32: its key named another result. A float32 stage holds what it held."""
+def test_the_planned_precision_enters_the_key() -> None:
+    """What each part is held in decides the weights a QLoRA stage trains to."""
     float32 = plan("recipe=r1-llm-only").stages["llm"]
     bfloat16 = plan("recipe=r1-llm-only", BF16).stages["llm"]
-    assert float32.fingerprint.startswith("6ec1064db894")  # as before precision was planned
-    assert not bfloat16.fingerprint.startswith("a65aeb9464f6")  # the key it had then
+    assert float32.fingerprint.startswith("06b1fb3a1a06")  # r1's QLoRA stage, key version 2
     assert bfloat16.fingerprint != float32.fingerprint

@@ -35,18 +35,15 @@ def test_r5_plans_r3s_stages_with_r3s_keys_then_dpo_from_the_sft_stage():
     assert "beta" in dpo.trainer and "assistant_only_loss" not in dpo.trainer
 
 
-def test_the_trainer_enters_the_key_and_sft_keys_stay_as_they_were(tmp_path):
+def test_the_trainer_enters_every_key(tmp_path):
     data = f"data.path={_pairs_file(tmp_path)}"
     dpo = _text("data.source=local", data, "stage.llm.trainer=dpo")
     orpo = _text("data.source=local", data, "stage.llm.trainer=orpo")
     assert dpo.stages["llm"].fingerprint != orpo.stages["llm"].fingerprint
-    # r3's keys as planned before `trainer` existed (commit 8540584): the default is not
-    # hashed, so the vision stage keeps its key; the 4-bit llm stage was re-keyed on purpose
-    # (plan.keys: it used to train through bitsandbytes' CPU inference kernel). Both keys
-    # changed again when the tiny builder's version entered them (v4; f6643624bda3 before).
+    # r3's keys at key version 2: the default trainer (sft) is hashed like any other.
     r3 = plan("recipe=r3-two-stage")
-    assert r3.stages["vision"].fingerprint.startswith("81cb9290d57c")
-    assert not r3.stages["llm"].fingerprint.startswith("8cafda1fd823")
+    assert r3.stages["vision"].fingerprint.startswith("8754e3875076")
+    assert r3.stages["llm"].fingerprint.startswith("51c08692dd3e")
 
 
 def test_a_full_fine_tune_dpo_stage_keeps_a_frozen_copy_as_its_reference(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from data_kit import load
 from peer_files import PEER_FILES, SYSTEM
 
-from recipe_engine.config.trainers import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
+from recipe_engine.trainers.kind import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
 from recipe_engine.resolve.formats import rows_kind
 
 FIRST_QUESTION, FIRST_ANSWER = "What is 1 + 1?", "2"

@@ -3,7 +3,7 @@ has always held them (a key only for what was measured, in the same order)."""
 
 from __future__ import annotations
 
-from recipe_engine.config.trainers import PREFERENCE_ROWS
+from recipe_engine.trainers.kind import PREFERENCE_ROWS
 from recipe_engine.report.compare import metrics_table
 from recipe_engine.store.scores import (
     Generation,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from recipe_engine.config.library_keys import check_train, check_train_for_one_of
-from recipe_engine.config.trainers import TRAINERS, trainer_for, trainer_kinds, trainers_taking
 from recipe_engine.errors import RecipeError
+from recipe_engine.trainers import TRAINERS, trainer_for, trainer_kinds, trainers_taking
 
 
 def test_an_unknown_trainer_is_named_with_the_closest_one():
@@ -42,11 +42,11 @@ def test_preference_trainers_take_pairs_and_only_dpo_keeps_a_reference():
 def test_kto_takes_unpaired_rows_keeps_a_reference_and_forms_kl_pairs_in_its_batches():
     kto = TRAINERS["kto"]
     assert kto.rows == "unpaired" and kto.judged and not kto.preference
-    assert kto.reference and kto.images and kto.kl_batch
+    assert kto.reference and kto.images and kto.estimates_kl
     assert (kto.module, kto.trainer_class, kto.settings_class) == ("trl", "KTOTrainer", "KTOConfig")
     assert trainers_taking("unpaired") == ["kto"]
     assert trainers_taking("preference") == ["dpo", "orpo"]
-    assert not any(TRAINERS[name].kl_batch for name in ("sft", "dpo", "orpo"))
+    assert not any(TRAINERS[name].estimates_kl for name in ("sft", "dpo", "orpo"))
 
 
 def test_kto_keys_are_checked_against_kto_config():

@@ -1,9 +1,11 @@
-"""What a KTO stage asks of its batches and its labels, checked before a weight loads.
+"""`trainer: kto`: Kahneman-Tversky optimisation on unpaired feedback (TRL's KTOTrainer).
 
-Pure. TRL's `KTOTrainer` (trl/trainer/kto_trainer.py) estimates the KL term of its loss from
-mismatched prompt / completion pairs: when it tokenizes the rows it rotates the completions by
-one inside each run of `per_device_train_batch_size` rows ((x1, y1) ... (xn, yn) -> (x1, yn),
-(x2, y1) ...), and reads the rows in that order (`train_sampling_strategy: sequential`). So:
+One completion per row, labelled desirable or not; the reference as DPO's. TRL's KTOTrainer
+(trl/trainer/kto_trainer.py) estimates the KL term of its loss from mismatched prompt /
+completion pairs: when it tokenizes the rows it rotates the completions by one inside each
+run of `per_device_train_batch_size` rows ((x1, y1) ... (xn, yn) -> (x1, yn), (x2, y1) ...),
+and reads the rows in that order (`train_sampling_strategy: sequential`). So, checked before
+a weight loads:
 
 - a per-device batch of one row pairs each prompt with its own completion: TRL refuses it
   ("the KL term will be equivalent to the implied reward");
@@ -20,11 +22,12 @@ TRL's `apo_zero_unpaired` loss has no KL term: the batch checks do not apply to 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from recipe_engine.config.schema import StageConfig
-from recipe_engine.config.trainers import TRAINERS
 from recipe_engine.errors import RecipeError
-from recipe_engine.resolve.inputs import LabelCounts
+from recipe_engine.trainers.kind import UNPAIRED_ROWS, StageFacts, TrainerKind
 
 # KTOTrainer: calculate_KL = loss_type not in ["apo_zero_unpaired"].
 KL_FREE_LOSSES = ("apo_zero_unpaired",)
@@ -33,18 +36,46 @@ DEFAULT_BATCH = 8  # KTOConfig's per_device_train_batch_size (TrainingArguments'
 SEQUENTIAL = "sequential"
 
 
-def estimates_kl(stage: StageConfig) -> bool:
-    """The stage's trainer estimates a KL term from mismatched pairs within each batch."""
-    kind = TRAINERS.get(stage.trainer)
-    loss = stage.train.get("loss_type", DEFAULT_LOSS)
-    return kind is not None and kind.kl_batch and loss not in KL_FREE_LOSSES
+def estimates_kl(train: Mapping[str, Any]) -> bool:
+    """The stage's loss estimates a KL term from mismatched pairs within each batch."""
+    return train.get("loss_type", DEFAULT_LOSS) not in KL_FREE_LOSSES
 
 
-def check_kl_batches(name: str, stage: StageConfig, train_rows: int, world_size: int) -> None:
+@dataclass(frozen=True)
+class KTOKind(TrainerKind):
+    """KTO's checks of its batches and labels, and its note on how the KL term is formed."""
+
+    def check_plan(self, stage: StageFacts) -> None:
+        if estimates_kl(stage.train):
+            check_kl_batches(stage)
+        check_labels(stage)
+
+    def plan_notes(self, stage: StageFacts) -> list[str]:
+        if not estimates_kl(stage.train):
+            return []
+        batch = int(stage.train.get("per_device_train_batch_size", DEFAULT_BATCH))
+        return [
+            f"KL term: each prompt paired with the previous row's completion within batches of "
+            f"{batch} rows, read in order (TRL's KTOTrainer)"
+        ]
+
+
+KIND = KTOKind(
+    name="kto",
+    settings_class="KTOConfig",
+    module="trl",
+    trainer_class="KTOTrainer",
+    rows=UNPAIRED_ROWS,
+    reference=True,
+    images=True,
+    rank=3,
+    estimates_kl=True,
+)
+
+
+def check_kl_batches(stage: StageFacts) -> None:
     """The batches TRL forms its KL pairs in hold two rows or more, in TRL's order."""
-    if stage.evaluate_only or not estimates_kl(stage):
-        return
-    key, train = f"stage.{name}.train", stage.train
+    key, train = f"stage.{stage.name}.train", stage.train
     batch = int(train.get("per_device_train_batch_size", DEFAULT_BATCH))
     no_kl = f"or {key}.loss_type=apo_zero_unpaired (a loss without the KL term)"
     if batch <= 1:
@@ -64,15 +95,13 @@ def check_kl_batches(name: str, stage: StageConfig, train_rows: int, world_size:
             f"key (KTO reads rows sequentially; shuffle the file itself if you want), {no_kl}.",
             key=f"{key}.train_sampling_strategy",
         )
-    _check_last_batch(name, stage, batch, train_rows, world_size)
+    _check_last_batch(stage, batch)
 
 
-def _check_last_batch(
-    name: str, stage: StageConfig, batch: int, train_rows: int, world_size: int
-) -> None:
+def _check_last_batch(stage: StageFacts, batch: int) -> None:
     """A training run that reaches the end of an epoch must not end it on a one-row batch."""
-    train, key = stage.train, f"stage.{name}.train"
-    per_process = math.ceil(train_rows / max(world_size, 1))  # DistributedSampler pads
+    train, key = stage.train, f"stage.{stage.name}.train"
+    per_process = math.ceil(stage.train_rows / max(stage.world_size, 1))  # DistributedSampler pads
     if per_process % batch != 1 or per_process == 1 or train.get("dataloader_drop_last"):
         return
     batches = math.ceil(per_process / batch)
@@ -83,39 +112,28 @@ def _check_last_batch(
     nearest = sorted(range(2, per_process + 1), key=lambda b: (abs(b - batch), b))
     better = next(b for b in nearest if per_process % b != 1)
     raise RecipeError(
-        f"Stage `{name}` trains KTO on {per_process} rows per process in batches of {batch}: "
-        "each epoch ends on a batch of one row, whose KL pair is its own completion (the term "
-        "KTO needs is then the row's own reward, silently). Set "
+        f"Stage `{stage.name}` trains KTO on {per_process} rows per process in batches of "
+        f"{batch}: each epoch ends on a batch of one row, whose KL pair is its own completion "
+        "(the term KTO needs is then the row's own reward, silently). Set "
         f"{key}.per_device_train_batch_size={better}, or {key}.dataloader_drop_last=true, or "
         "hold one row more out (data.max_samples, data.eval_fraction).",
         key=f"{key}.per_device_train_batch_size",
     )
 
 
-def check_labels(name: str, stage: StageConfig, described: str, labels: LabelCounts | None) -> None:
-    """Both labels are among the training rows of unpaired feedback (`described`: the rows,
-    as `plan` names them; `labels` None: rows without labels)."""
-    if stage.evaluate_only or labels is None or labels.desirable and labels.undesirable:
+def check_labels(stage: StageFacts) -> None:
+    """Both labels are among the training rows of unpaired feedback."""
+    labels = stage.labels
+    if labels is None or labels.desirable and labels.undesirable:
         return
     one_way = "desirable (true)" if labels.desirable else "undesirable (false)"
     missing = "undesirable (false)" if labels.desirable else "desirable (true)"
     raise RecipeError(
-        f"Stage `{name}` trains KTO on rows that are all labelled {one_way}: its data "
-        f"({described}) holds {labels.desirable} desirable and {labels.undesirable} "
+        f"Stage `{stage.name}` trains KTO on rows that are all labelled {one_way}: its data "
+        f"({stage.rows}) holds {labels.desirable} desirable and {labels.undesirable} "
         f"undesirable rows. KTO weighs desirable completions against undesirable ones; with "
         f"one side empty it only learns to raise (or to lower) what it is shown, which TRL "
         f"does not refuse. Add {missing} rows to the data, or train the stage with "
-        f"stage.{name}.trainer=sft on the desirable ones.",
-        key=f"stage.{name}.data",
+        f"stage.{stage.name}.trainer=sft on the desirable ones.",
+        key=f"stage.{stage.name}.data",
     )
-
-
-def feedback_notes(name: str, stage: StageConfig) -> list[str]:
-    """How the KL term is formed, where it is: `plan` says so beside the reference."""
-    if stage.evaluate_only or not estimates_kl(stage):
-        return []
-    batch = int(stage.train.get("per_device_train_batch_size", DEFAULT_BATCH))
-    return [
-        f"KL term: each prompt paired with the previous row's completion within batches of "
-        f"{batch} rows, read in order (TRL's KTOTrainer)"
-    ]

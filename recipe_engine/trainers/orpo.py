@@ -1,0 +1,23 @@
+"""`trainer: orpo`: odds-ratio preference optimisation on pairs (TRL's ORPOTrainer).
+
+No reference model. TRL 1.16 keeps it in trl.experimental, tokenizes text only, evaluates
+only the rows it tokenized when it was built, and materializes the logits (no fused head).
+"""
+
+from __future__ import annotations
+
+from recipe_engine.trainers.kind import PREFERENCE_ROWS, TrainerKind
+
+KIND = TrainerKind(
+    name="orpo",
+    settings_class="ORPOConfig",
+    module="trl.experimental.orpo",
+    trainer_class="ORPOTrainer",
+    rows=PREFERENCE_ROWS,
+    reference=False,
+    images=False,
+    rank=2,
+    experimental=True,
+    evaluates_tokenized=True,
+    fused_head=False,
+)
