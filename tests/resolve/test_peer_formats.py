@@ -12,8 +12,8 @@ import pytest
 from data_kit import load
 from peer_files import PEER_FILES, SYSTEM
 
-from recipe_engine.trainers.kind import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
 from recipe_engine.resolve.formats import rows_kind
+from recipe_engine.trainers.kind import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
 
 FIRST_QUESTION, FIRST_ANSWER = "What is 1 + 1?", "2"
 ROWS_FOR = {"sft": INSTRUCTION_ROWS, "dpo": PREFERENCE_ROWS, "kto": UNPAIRED_ROWS}

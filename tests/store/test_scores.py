@@ -3,7 +3,6 @@ has always held them (a key only for what was measured, in the same order)."""
 
 from __future__ import annotations
 
-from recipe_engine.trainers.kind import PREFERENCE_ROWS
 from recipe_engine.report.compare import metrics_table
 from recipe_engine.store.scores import (
     Generation,
@@ -13,6 +12,7 @@ from recipe_engine.store.scores import (
     TaskMetrics,
     metrics_json,
 )
+from recipe_engine.trainers.kind import PREFERENCE_ROWS
 
 
 def test_a_models_record_holds_every_measurement_in_the_files_order():
