@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 import typing
 from collections.abc import Sequence
@@ -264,6 +265,9 @@ def translate_error(error: BaseException, extra_dirs: Sequence[str] = ()) -> Rec
     library = re.fullmatch(r"stage\.[\w\-]+\.(train|lora|quantization)\.(\w+)", key or "")
     if "Could not override" in text and library:
         return _library_key_error(key, *library.groups())
+    choice = _choice_of(cause, key)
+    if choice is not None:
+        return _not_a_choice(key, getattr(cause, "value", None), choice)
     if "not in" in str(cause) and key:
         parent_type = getattr(cause, "object_type", None)
         valid = getattr(parent_type, "__dataclass_fields__", {})
@@ -294,6 +298,24 @@ def translate_error(error: BaseException, extra_dirs: Sequence[str] = ()) -> Rec
     switch = "is not a valid bool" in detail
     fix = "Fix it: use true or false." if switch else "Fix the override or the YAML entry."
     return RecipeError(f"Invalid value for {where}{detail}. {fix}", key=key)
+
+
+def _choice_of(cause: BaseException, key: str | None) -> type[enum.Enum] | None:
+    """The closed choice (`config.choices`) a refused value was given for, if it was one."""
+    parent = getattr(cause, "object_type", None)
+    if key is None or not dataclasses.is_dataclass(parent):
+        return None
+    hint = typing.get_type_hints(parent).get(key.rsplit(".", 1)[-1])
+    return hint if isinstance(hint, type) and issubclass(hint, enum.Enum) else None
+
+
+def _not_a_choice(key: str, value: object, choice: type[enum.Enum]) -> RecipeError:
+    """One message from the choice's type: the value, the members, the closest one."""
+    members = [member.name for member in choice]
+    return RecipeError(
+        f"`{key}={value}` is not one of: {', '.join(members)}.{did_you_mean(str(value), members)}",
+        key=key,
+    )
 
 
 def _unparsable(error: OverrideParseException) -> RecipeError:

@@ -82,7 +82,6 @@ _ONLY_4BIT = {
     "bnb_4bit_quant_storage",
 }
 _ONLY_8BIT = {"llm_int8_threshold", "llm_int8_has_fp16_weight"}
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Bumped when the cached field tables change shape.
 FIELDS_FORMAT = "v2"
 
@@ -332,14 +331,6 @@ def quant_bits(quant: Mapping[str, Any] | None) -> str:
     if not quant:
         return "none"
     return "4bit" if quant.get("load_in_4bit") else "8bit" if quant.get("load_in_8bit") else "none"
-
-
-def check_dtype(stage: str, dtype: str) -> None:
-    if dtype not in DTYPES:
-        raise RecipeError(
-            f"`stage.{stage}.dtype` is {dtype!r}; use one of {', '.join(DTYPES)}.",
-            key=f"stage.{stage}.dtype",
-        )
 
 
 # --------------------------------------------------------------------------- lora, quantization

@@ -1,10 +1,10 @@
 """Structured configs: the single source of truth for the engine's keys and defaults.
 
-Hydra validates every composed recipe against `EngineConfig` (unknown keys and wrong
-types fail at composition). Library settings (`train`, `lora`, `quantization`) are open
-mappings here because their keys belong to TRL's settings classes (SFTConfig, DPOConfig,
-ORPOConfig, KTOConfig), LoraConfig and BitsAndBytesConfig; `library_keys` checks them against
-those classes.
+Hydra validates every composed recipe against `EngineConfig`: unknown keys, wrong types and
+a value outside a closed choice (`config.choices`) fail at composition. Library settings
+(`train`, `lora`, `quantization`) are open mappings here because their keys belong to the
+trainer kind's settings class (`trainers`), LoraConfig and BitsAndBytesConfig;
+`library_keys` checks them against those classes.
 """
 
 from __future__ import annotations
@@ -16,6 +16,15 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from recipe_engine.config.choices import (
+    DataSource,
+    Device,
+    Dtype,
+    ModelKind,
+    ModelSource,
+    Parallel,
+    StageDtype,
+)
 from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.files import JsonObject
 
@@ -38,7 +47,7 @@ class FreezeConfig:
 @dataclass
 class DataConfig:
     name: str = MISSING
-    source: str = "local"  # local | hub | tiny
+    source: DataSource = DataSource.local
     path: str | None = None
     # auto | messages | prompt_completion | alpaca | preference | unpaired | sharegpt | firefly
     # | vlm (resolve/formats.REGISTRY)
@@ -89,7 +98,7 @@ class StageConfig:
     # e.g. stage.vision.lora.r=8 on a template without LoRA.
     lora: LibraryKwargs | None = field(default_factory=dict)  # LoraConfig keys + `components`
     quantization: LibraryKwargs | None = field(default_factory=dict)  # BitsAndBytesConfig keys
-    dtype: str = "auto"  # auto (the model entry's) | float32 | bfloat16 | float16
+    dtype: StageDtype = StageDtype.auto  # auto: the model entry's
     gradient_checkpointing: bool = False
     # `data` keys that replace the recipe's for this stage (empty: the recipe's data), so
     # stage.<name>.data.path=... changes one key, like any other override.
@@ -100,11 +109,11 @@ class StageConfig:
 @dataclass
 class ModelConfig:
     name: str = MISSING
-    source: str = "hub"  # hub | tiny | local
+    source: ModelSource = ModelSource.hub
     id: str = MISSING  # hub repo id, tiny builder name or local folder
     revision: str | None = None
-    kind: str = "vlm"  # vlm | causal_lm
-    dtype: str = "bfloat16"  # compute dtype for stages with dtype=auto
+    kind: ModelKind = ModelKind.vlm
+    dtype: Dtype = Dtype.bfloat16  # compute dtype for stages with dtype=auto
     trust_remote_code: bool = False
     allow_pickle: bool = False  # load .bin/.pt weights (arbitrary code on unpickling)
     params_billion: float | None = None  # size estimate when the config cannot be read
@@ -187,9 +196,9 @@ class EngineConfig:
     data: DataConfig = field(default_factory=DataConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    device: str = "auto"  # auto | cpu | cuda | mps
+    device: Device = Device.auto
     gpus: Any = None  # physical GPU ids: 6 | [6, 7]; sets CUDA_VISIBLE_DEVICES
-    parallel: str = "auto"  # auto | single | model_parallel | ddp | fsdp | deepspeed
+    parallel: Parallel = Parallel.auto
     nproc: int | None = None  # processes for ddp on cpu (one per GPU otherwise)
     # local: this machine trains the stages in order; slurm: every stage not in the store is
     # one SLURM job (submitit), a child after its parent. `nodes` > 1: each stage on that many

@@ -10,9 +10,8 @@ import csv
 import json
 import re
 from pathlib import Path
-from typing import Any
 
-from recipe_engine.evaluate.probing import measure_run
+from recipe_engine.evaluate.probing import ModelVisitor, RunOverrides, measure_run
 from recipe_engine.files import atomic_write_text
 from recipe_engine.store.metric_text import accuracy_text, loss_text
 from recipe_engine.store.scores import (
@@ -25,10 +24,18 @@ from recipe_engine.store.scores import (
 )
 
 
-def score_run(run_dir: Path, *, probes: str | Path | None = None, **measuring: Any) -> Scored:
-    """The base and every stage of a finished run measured on one probe set (by
-    `evaluate.probing.measure_run`, which takes `overrides` and `also`), written."""
-    return write_scores(measure_run(run_dir, probes=probes, **measuring), probes)
+def score_run(
+    run_dir: Path,
+    *,
+    probes: str | Path | None = None,
+    overrides: RunOverrides | None = None,
+    also: ModelVisitor | None = None,
+) -> Scored:
+    """The base and every stage of a finished run measured on one probe set
+    (`evaluate.probing.measure_run`: `overrides` of the run's records, `also` shown each
+    model while it is loaded), written."""
+    measured = measure_run(run_dir, probes=probes, overrides=overrides, also=also)
+    return write_scores(measured, probes)
 
 
 def write_scores(measured: Measured, probes: str | Path | None = None) -> Scored:

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from recipe_engine.config.choices import Device, Parallel, values
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.resolve.machine import GpuInfo
 
-PARALLEL_MODES = ("auto", "single", "model_parallel", "ddp", "fsdp", "deepspeed")
+PARALLEL_MODES = values(Parallel)
 # Where each sharded mode has run in this project's tests, as `plan` says it (a claim is made
 # only for what ran): DeepSpeed on CPU runs as 2 gloo processes (tests/cli/test_run_sharded.py);
 # on CUDA, one H100 on 2026-11-25 (docs/gpu/2026-11-25.md): FSDP committed, DeepSpeed trained
@@ -25,7 +26,7 @@ WHERE_IT_RAN = {
     "process (docs/gpu/2026-11-25.md), not yet across several GPUs; accelerate does not shard "
     "on CPU",
 }
-DEVICES = ("auto", "cpu", "cuda", "mps")
+DEVICES = values(Device)
 QUANTIZATIONS = ("none", "4bit", "8bit")
 LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed", "other")
 ON_UNSUPPORTED = ("error", "skip")

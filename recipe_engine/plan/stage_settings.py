@@ -40,7 +40,6 @@ def resolve_dtypes(stage: StageConfig, model: ModelConfig) -> StageConfig:
 
 
 def check_stage_settings(name: str, stage: StageConfig) -> None:
-    library_keys.check_dtype(name, stage.dtype)
     validate_components(stage.freeze.components, f"stage.{name}.freeze.components")
     kinds = trainer_kinds(stage.trainer, name)
     library_keys.check_train_for_one_of(name, stage.train, [k.settings_class for k in kinds])

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config.bounds import FRACTION, POSITIVE_INT, is_number
+from recipe_engine.config.choices import DataSource, ModelKind, values
 from recipe_engine.config.schema import DataConfig
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.files import JsonObject
@@ -56,13 +57,13 @@ __all__ = [
     "resolve_path",
 ]
 
-SOURCES = ("local", "hub", "tiny")
+SOURCES = values(DataSource)  # a stage's `data` is an open section: checked here
 # How a user's rows are read, versioned: bump it when the same file would become other TRL rows
 # (its stage keys then name other weights). 2: a `system` column, Alpaca's `history` and
 # `<image>` marks in role/content turns are read (they were ignored), text parts are joined.
 READER = 2
 FORMAT_SETTINGS = ("auto", *INPUT_FORMATS)
-KINDS = ("vlm", "causal_lm")
+KINDS = values(ModelKind)
 # `data.chat_template`: whether plain prompt/completion rows (and plain-text preference pairs)
 # go through the model's chat template (as one user and one assistant turn). The planner
 # resolves `auto` by the tokenizer: rows it reads with `true` are converted, with `auto` or

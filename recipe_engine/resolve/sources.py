@@ -17,16 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.schema import ModelConfig, StageConfig
-from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
 from recipe_engine.resolve import cache, gguf, hub_models, model_files
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.models import model_location
 from recipe_engine.resolve.tiny.build import VERSION as TINY_BUILD_VERSION
 
-MODEL_SOURCES = ("hub", "tiny", "local")
-MODEL_KINDS = ("vlm", "causal_lm")
-MODEL_DTYPES = ("float32", "bfloat16", "float16")
 # Where a stage's weights come from.
 HUB, TINY, LOCAL, PARENT = "hub", "tiny", "local", "stage"
 
@@ -47,18 +44,8 @@ class InitSource:
 
 
 def check_model_entry(model: ModelConfig) -> None:
-    """The model entry's own choices, before anything is looked up by them."""
-    for key, value, choices in (
-        ("source", model.source, MODEL_SOURCES),
-        ("kind", model.kind, MODEL_KINDS),
-        ("dtype", model.dtype, MODEL_DTYPES),
-    ):
-        if value not in choices:
-            raise RecipeError(
-                f"`model.{key}` is {value!r}.{did_you_mean(str(value), choices)} "
-                f"Use one of: {', '.join(choices)}.",
-                key=f"model.{key}",
-            )
+    """The model entry's own settings, before anything is looked up by them (its closed
+    choices, `source`, `kind` and `dtype`, are typed: composition refused any other)."""
     if model.gguf_file:
         _check_gguf_entry(model)
     if model.processor:

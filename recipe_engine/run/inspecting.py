@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.config.choices import Dtype, values
 from recipe_engine.config.components import (
     Layout,
     canonical_name,
@@ -23,7 +24,7 @@ from recipe_engine.files import JsonObject
 from recipe_engine.store.records import Manifest
 from recipe_engine.store.stage_records import ComponentCensus
 
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = values(Dtype)
 
 
 @dataclass
