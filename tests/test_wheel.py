@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,8 @@ pytestmark = pytest.mark.install
 
 ROOT = Path(__file__).resolve().parents[1]
 # What the build reads; building in the checkout itself would write build/ and *.egg-info there.
-BUILD_INPUTS = ("pyproject.toml", "README.md", "recipe_engine")
+# tools/ goes along so that the check below sees the build leave it out.
+BUILD_INPUTS = ("pyproject.toml", "README.md", "recipe_engine", "tools")
 # A default run made short: two steps per stage, no held-out evaluation.
 SHORT_R3 = (
     "data.max_samples=16",
@@ -83,6 +85,12 @@ def build_wheel(into: Path) -> Path:
     return wheel
 
 
+def top_level(wheel: Path) -> set[str]:
+    """The wheel's top-level folders and files."""
+    with zipfile.ZipFile(wheel) as archive:
+        return {name.split("/")[0] for name in archive.namelist()}
+
+
 def fresh_venv(folder: Path) -> tuple[Path, Path]:
     """A venv without pip or packages whose sys.path ends with this venv's site-packages;
     returns (its bin folder, its site-packages)."""
@@ -102,6 +110,10 @@ def where_recipe_engine(python: Path, cwd: Path, env: dict[str, str]) -> str:
 
 def test_the_wheel_installs_and_runs_from_anywhere(tmp_path: Path) -> None:
     wheel = build_wheel(tmp_path / "build")
+    # The engine alone: the development scripts (tools/) are not shipped.
+    assert {name for name in top_level(wheel) if not name.endswith(".dist-info")} == {
+        "recipe_engine"
+    }
     venv_bin, site = fresh_venv(tmp_path / "venv")
     work = tmp_path / "work"
     work.mkdir()

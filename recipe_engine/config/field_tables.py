@@ -7,8 +7,8 @@ the package: a first `plan` on an empty cache imports no TRL. A table is used on
 library it was read from is installed at the version it records; any other install reads its
 classes as before and keeps the table in the user's cache.
 
-Refresh after changing `constraints.txt` (`make constraints` does):
-`python -m recipe_engine.tools.field_tables`.
+Refresh after changing `constraints.txt` (`make constraints` does): `make field-tables`
+(the checkout's `tools/field_tables.py`).
 """
 
 from __future__ import annotations

@@ -12,19 +12,18 @@ from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.resolve.machine import GpuInfo
 
 PARALLEL_MODES = values(Parallel)
-# Where each sharded mode has run in this project's tests, as `plan` says it (a claim is made
-# only for what ran): DeepSpeed on CPU runs as 2 gloo processes (tests/cli/test_run_sharded.py);
-# on CUDA, one H100 on 2026-11-25 (docs/gpu/2026-11-25.md): FSDP committed, DeepSpeed trained
-# but was stopped before its commit. No multi-GPU machine has been lent.
+# Where each sharded mode has run in this project's tests and GPU sessions, as `plan` says it (a
+# claim is made only for what ran; docs/placement.md's table "Where each has run" links the
+# runs): DeepSpeed on CPU runs as 2 gloo processes (tests/cli/test_run_sharded.py); on CUDA
+# DeepSpeed (ZeRO-2, ZeRO-3) and FSDP committed on one GPU in one process. No multi-GPU machine
+# has been lent.
 WHERE_IT_RAN = {
     ("deepspeed", "cpu"): "parallel: deepspeed on CPU ran in this project's tests (2 gloo "
     "processes, ZeRO-2 and ZeRO-3, full fine-tune and QLoRA, DS_ACCELERATOR=cpu)",
-    ("deepspeed", "cuda"): "parallel: deepspeed on CUDA trained in this project on one H100 "
-    "(ZeRO-2 QLoRA, ZeRO-3 full) but stopped before its commit (docs/gpu/2026-11-25.md); the "
-    "same stages commit under it on CPU",
-    ("fsdp", "cuda"): "parallel: fsdp on CUDA committed in this project on one H100, one "
-    "process (docs/gpu/2026-11-25.md), not yet across several GPUs; accelerate does not shard "
-    "on CPU",
+    ("deepspeed", "cuda"): "parallel: deepspeed on CUDA committed in this project on one GPU, "
+    "one process (ZeRO-2 QLoRA, ZeRO-3 full), not yet across several GPUs (docs/placement.md)",
+    ("fsdp", "cuda"): "parallel: fsdp on CUDA committed in this project on one GPU, one process, "
+    "not yet across several GPUs (docs/placement.md); accelerate does not shard on CPU",
 }
 DEVICES = values(Device)
 QUANTIZATIONS = ("none", "4bit", "8bit")

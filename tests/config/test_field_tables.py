@@ -18,7 +18,7 @@ def test_a_shipped_table_is_what_the_installed_class_gives(class_name):
     shipped = field_tables.shipped_fields(class_name)
     assert shipped is not None, (
         "no shipped table matches the installed libraries: run "
-        "`make field-tables` (python -m recipe_engine.tools.field_tables) and commit it"
+        "`make field-tables` (python -m tools.field_tables) and commit it"
     )
     assert shipped == read_library_fields(class_name)
 

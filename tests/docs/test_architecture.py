@@ -46,3 +46,13 @@ def test_every_module_is_named_in_its_layers_row():
         if f"`{name}`" not in rows.get(layer, "") and f"`{name}/`" not in rows.get(layer, "")
     ]
     assert not missing, "docs/architecture.md's layer table misses: " + ", ".join(missing)
+
+
+def test_every_development_script_is_named():
+    """tools/ (outside the package and the layers) has its own paragraph after the table."""
+    text = ARCHITECTURE.read_text()
+    paragraph = text[text.index("The development scripts are outside the package") :]
+    paragraph = paragraph[: paragraph.index("\n\n")]
+    scripts = sorted(p.stem for p in (ROOT / "tools").glob("*.py") if p.stem not in NOT_MODULES)
+    missing = [name for name in scripts if f"`{name}`" not in paragraph]
+    assert not missing, "docs/architecture.md's development scripts miss: " + ", ".join(missing)

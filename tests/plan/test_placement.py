@@ -407,11 +407,13 @@ def test_describe_says_where_each_sharded_mode_ran() -> None:
         return [line for line in describe(plan_placement(_req(**fields))) if "this project" in line]
 
     [on_gpu] = said(machine_gpus=TWO, parallel="deepspeed", deepspeed_stage=2)
-    assert "deepspeed on CUDA trained" in on_gpu and "stopped before its commit" in on_gpu
+    assert "deepspeed on CUDA committed" in on_gpu and "not yet across several GPUs" in on_gpu
+    assert "docs/placement.md" in on_gpu  # the user guide, which keeps the evidence
     [on_cpu] = said(device="cpu", parallel="deepspeed", nproc=2, deepspeed_stage=3)
     assert "deepspeed on CPU ran" in on_cpu and "ZeRO-3" in on_cpu
     [fsdp] = said(machine_gpus=TWO, parallel="fsdp")
     assert "fsdp on CUDA committed" in fsdp and "not yet across several GPUs" in fsdp
+    assert "docs/placement.md" in fsdp
     assert not said(machine_gpus=TWO, parallel="ddp")
 
 

@@ -24,7 +24,7 @@ from recipe_engine.run.recipe import run_recipe
 from recipe_engine.store.metric_text import accuracy_text, eval_text
 from recipe_engine.store.records import Manifest, RunSummary, StageMetrics
 from recipe_engine.store.stage_records import QuantizationFacts
-from recipe_engine.tools.bench_scale import PHASES
+from tools.bench_scale import PHASES
 
 SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1}
 HELD_OUT_ROWS = 8

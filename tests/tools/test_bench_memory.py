@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from recipe_engine.tools.bench_memory import CASES, case_arguments, long_feedback, long_pairs
+from tools.bench_memory import CASES, case_arguments, long_feedback, long_pairs
 
 
 def test_case_names_are_unique_and_preference_rows_name_their_trainer() -> None:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.tools.bench_packing import _overrides, plain_trl_jobs
+from tools.bench_packing import _overrides, plain_trl_jobs
 
 
 def test_the_plain_script_gets_every_stage_in_order_with_its_planned_settings(tmp_path):

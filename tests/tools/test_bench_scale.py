@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from recipe_engine.tools.bench_scale import Run, Settings, main, overrides, scale_shapes
-from recipe_engine.tools.scale_models import SCALE_MODELS, Variant, build_scale_model
+from tools.bench_scale import Run, Settings, main, overrides, scale_shapes
+from tools.scale_models import SCALE_MODELS, Variant, build_scale_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,7 +84,7 @@ def test_at_a_real_familys_widths_the_estimate_is_on_the_safe_side(tmp_path):
     the same at 2 B parameters."""
     out = tmp_path / "scale.json"
     done = subprocess.run(
-        [sys.executable, "-m", "recipe_engine.tools.bench_scale", "--runs",
+        [sys.executable, "-m", "tools.bench_scale", "--runs",
          "r3-two-stage@qwen2-vl-2b,text-lora@qwen2.5-0.5b", "--depth", "1", "--steps", "2",
          "--image-px", "224", "--eval-samples", "2", "--out", str(out),
          "--work", str(tmp_path / "work")],

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
-from recipe_engine.tools.bench_scale import Run, Settings, overrides, scale_shapes
-from recipe_engine.tools.bench_trl import (
+from tools.bench_scale import Run, Settings, overrides, scale_shapes
+from tools.bench_trl import (
     QUIET,
     bench_engine_against_plain_trl,
     plain_trl_job,
     stage_log,
     steady_rate,
 )
-from recipe_engine.tools.scale_models import Variant, build_scale_model
+from tools.scale_models import Variant, build_scale_model
 
 
 def test_the_plain_script_is_handed_the_engines_resolved_library_arguments(tmp_path):

@@ -1,5 +1,5 @@
 """`make install` installs DeepSpeed with its CPU shared-memory op compiled, from a wheel built
-once per machine (recipe_engine/tools/deepspeed_op.py), so no DeepSpeed launch compiles it."""
+once per machine (tools/deepspeed_op.py), so no DeepSpeed launch compiles it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from deepspeed.accelerator import get_accelerator
 from deepspeed.git_version_info import installed_ops
 
-from recipe_engine.tools import deepspeed_op
+from tools import deepspeed_op
 
 
 def test_the_installed_deepspeed_holds_the_op_so_no_launch_compiles_it() -> None:

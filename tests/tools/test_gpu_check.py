@@ -1,4 +1,4 @@
-"""`python -m recipe_engine.tools.gpu_check` on a machine without CUDA: arguments, selection, the
+"""`python -m tools.gpu_check` on a machine without CUDA: arguments, selection, the
 report and its exit code. The checks themselves need a CUDA GPU (`make gpu-check`)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recipe_engine.tools import gpu_check
-from recipe_engine.tools.gpu_check import (
+from tools import gpu_check
+from tools.gpu_check import (
     CHECKS,
     FAIL,
     PASS,

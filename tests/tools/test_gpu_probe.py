@@ -8,7 +8,7 @@ import json
 import torch
 from engine_cli import forked_engine
 
-from recipe_engine.tools.gpu_probe import (
+from tools.gpu_probe import (
     ForwardFacts,
     ProbeRecord,
     TrainerFacts,
@@ -55,9 +55,7 @@ def test_a_probed_stage_records_the_fused_heads_tile_as_trl_projected_it(tmp_pat
     """On a CPU TRL scores every position of the batch, in the hidden states' dtype (no
     autocast): the rows and dtype the memory estimate takes for its `logits` part."""
     out, prelude = tmp_path / "probe.jsonl", tmp_path / "arm.py"
-    prelude.write_text(
-        f"from recipe_engine.tools.gpu_probe import arm_probe\narm_probe({str(out)!r}, '')\n"
-    )
+    prelude.write_text(f"from tools.gpu_probe import arm_probe\narm_probe({str(out)!r}, '')\n")
     done = forked_engine(
         "recipe=text-lora", "++stage.llm.train.max_steps=1", "data.max_samples=8",
         "stage.llm.train.per_device_train_batch_size=4", "eval.enabled=false",

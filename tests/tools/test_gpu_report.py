@@ -9,8 +9,8 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from recipe_engine.tools.gpu_report import all_steps
-from recipe_engine.tools.gpu_steps import Machine
+from tools.gpu_report import all_steps
+from tools.gpu_steps import Machine
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = (
@@ -61,7 +61,7 @@ def test_make_gpu_report_dry_runs_end_to_end_and_writes_the_report(tmp_path):
 
 
 def test_throughput_is_read_from_the_stage_log_with_its_mfu(tmp_path):
-    from recipe_engine.tools.gpu_report import tokens_per_second
+    from tools.gpu_report import tokens_per_second
 
     entry = tmp_path / "store" / "abc123"
     entry.mkdir(parents=True)
@@ -84,7 +84,7 @@ def test_random_weights_of_a_shape_load_as_a_model_of_that_config(tmp_path):
     from tokenizers import Tokenizer, models
     from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
-    from recipe_engine.tools.gpu_models import random_weights
+    from tools.gpu_models import random_weights
 
     shape = tmp_path / "shape"
     LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -99,8 +99,8 @@ def test_random_weights_of_a_shape_load_as_a_model_of_that_config(tmp_path):
 
 
 def test_where_only_smollm2s_shape_was_taken_along_its_steps_train_random_weights_of_it(tmp_path):
-    from recipe_engine.tools.gpu_models import SHAPE, SHAPED
-    from recipe_engine.tools.gpu_report import smollm2_shape
+    from tools.gpu_models import SHAPE, SHAPED
+    from tools.gpu_report import smollm2_shape
 
     wheels = tmp_path / "wheels"
     (wheels / SHAPE).mkdir(parents=True)
@@ -118,7 +118,7 @@ def test_where_only_smollm2s_shape_was_taken_along_its_steps_train_random_weight
 
 
 def test_the_profile_steps_result_is_its_closing_line_not_the_runs_summary():
-    from recipe_engine.tools.gpu_report import profile_summary
+    from tools.gpu_report import profile_summary
 
     printed = (
         "top 15 operators by the host's own time:\n...\n"
@@ -129,7 +129,7 @@ def test_the_profile_steps_result_is_its_closing_line_not_the_runs_summary():
 
 
 def test_gpu_checks_result_is_its_closing_count_not_where_it_wrote_its_table():
-    from recipe_engine.tools.gpu_report import checks_summary
+    from tools.gpu_report import checks_summary
 
     printed = "default-bf16  PASS\n\n1 passed, 0 failed, 0 skipped\nreport: /tmp/x.md"
     assert checks_summary(printed) == "1 passed, 0 failed, 0 skipped"

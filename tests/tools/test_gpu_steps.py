@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from recipe_engine.tools.gpu_report import write_report
-from recipe_engine.tools.gpu_steps import FAILED, NOT_RUN, RAN, Machine, Session, Step
+from tools.gpu_report import write_report
+from tools.gpu_steps import FAILED, NOT_RUN, RAN, Machine, Session, Step
 
 
 def python_step(
@@ -135,8 +135,8 @@ def test_every_steps_whole_output_is_kept_in_one_archive(session, tmp_path):
 
 
 def test_steps_share_the_engine_cache_the_report_laid_under_its_folder(tmp_path, monkeypatch):
-    from recipe_engine.tools.gpu_models import TINY_CACHE
-    from recipe_engine.tools.gpu_steps import step_env
+    from tools.gpu_models import TINY_CACHE
+    from tools.gpu_steps import step_env
 
     monkeypatch.delenv("RECIPE_ENGINE_CACHE", raising=False)
     assert "RECIPE_ENGINE_CACHE" not in step_env(tmp_path)

@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 
-from recipe_engine.tools.gpu_wheels import pinned, prune_bitsandbytes, refuse_platform_wheels
+from tools.gpu_wheels import pinned, prune_bitsandbytes, refuse_platform_wheels
 
 LIBRARIES = ("cpu", "cuda118", "cuda128", "cuda130", "cuda132", "rocm72", "xpu2025")
 
@@ -61,8 +61,8 @@ def test_the_tiny_models_and_datasets_travel_as_a_cache_the_engine_reads(tmp_pat
     pointed at it finds every embedded model and dataset without building one."""
     from recipe_engine.files import default_cache_dir
     from recipe_engine.resolve.tiny import TINY_DATASETS, TINY_MODELS, build_tiny_model
-    from recipe_engine.tools.gpu_models import TINY_CACHE
-    from recipe_engine.tools.gpu_wheels import copy_tiny_cache
+    from tools.gpu_models import TINY_CACHE
+    from tools.gpu_wheels import copy_tiny_cache
 
     carried = copy_tiny_cache(tmp_path)
     assert carried == tmp_path / TINY_CACHE

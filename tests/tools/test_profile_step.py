@@ -9,7 +9,7 @@ from engine_cli import forked_engine
 
 def test_a_profiled_window_of_an_engine_runs_steps_says_where_their_time_went(tmp_path):
     prelude = tmp_path / "arm.py"
-    prelude.write_text("from recipe_engine.tools.profile_step import arm\narm(2, 2)\n")
+    prelude.write_text("from tools.profile_step import arm\narm(2, 2)\n")
     done = forked_engine(
         "recipe=text-lora", "++stage.llm.train.max_steps=5", "data.max_samples=16",
         "eval.enabled=false", "eval.compare=false", f"output_root={tmp_path / 'out'}",

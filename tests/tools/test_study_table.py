@@ -12,8 +12,8 @@ import pytest
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.report.experiment_report import CSV_FIELDS
-from recipe_engine.tools import study_table
-from recipe_engine.tools.study_table import END, START, rewrite
+from tools import study_table
+from tools.study_table import END, START, rewrite
 
 ANSWER = (
     "answer: r2-vision-only and r3-two-stage are level on held-out exact match (2 seeds: 95% "

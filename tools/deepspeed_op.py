@@ -1,6 +1,6 @@
 """DeepSpeed's CPU shared-memory op, compiled once per machine rather than once per environment.
 
-    python -m recipe_engine.tools.deepspeed_op     # prints the wheel to install, or nothing
+    python -m tools.deepspeed_op     # prints the wheel to install, or nothing
 
 On CPU, DeepSpeed's communication backend loads its `deepspeed_shm_comm` op at every launch,
 and DeepSpeed on PyPI ships as a source distribution that compiles no op: the first launch in

@@ -32,7 +32,7 @@ from recipe_engine.run.machine import cpu_model
 START, END = "<!-- study-table:start -->", "<!-- study-table:end -->"
 BASE = "base"  # the base's rows in experiment.csv (report.experiment.BASE)
 LIBRARIES = ("torch", "transformers", "trl", "peft", "bitsandbytes")
-ROOT = Path(__file__).resolve().parents[2]  # the checkout (for the commit)
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (for the commit)
 TIME_FOLDER = re.compile(r"^(\d{4}-\d{2}-\d{2})_")  # the report folder's name: 2026-11-23_22-12-17
 
 
@@ -192,7 +192,7 @@ def rewrite(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.study_table")
+    parser = argparse.ArgumentParser(prog="python -m tools.study_table")
     parser.add_argument("--outputs", type=Path, default=Path("outputs"), help="output root")
     parser.add_argument("--page", type=Path, default=Path("docs/experiments.md"))
     options = parser.parse_args(argv)

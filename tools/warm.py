@@ -1,6 +1,6 @@
 """Warm the caches `make install` leaves behind: tiny models and data, field tables, plans.
 
-Run once after installing (`python -m recipe_engine.tools.warm`): it builds the embedded tiny models
+Run once after installing (`python -m tools.warm`): it builds the embedded tiny models
 and datasets and plans every shipped recipe, so the first `plan` or `run` a user types does
 not pay for TRL's import (the SFTConfig field table) or the meta-model checks.
 """

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
-from recipe_engine.tools.gpu_models import TINY_CACHE
+from tools.gpu_models import TINY_CACHE
 
 BUDGET_S = 25 * 60
 RAN, FAILED, NOT_RUN = "ran", "failed", "not run"

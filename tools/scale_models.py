@@ -6,7 +6,7 @@ of the same family (its special tokens' ids written into the config): the hub's 
 cannot be had here, and a tokenizer only decides which ids a row becomes, not the memory or
 FLOPs a token costs.
 
-    python -m recipe_engine.tools.scale_models build qwen2-vl-2b [--depth N] [--attention A]
+    python -m tools.scale_models build qwen2-vl-2b [--depth N] [--attention A]
         [--device cuda] [--cache-dir DIR]
 
 `--depth` keeps the widths and cuts the layers (a fast test at a real family's widths).
@@ -155,7 +155,7 @@ def _write_processor(tiny: Path, target: Path, limits: dict[str, int]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.scale_models")
+    parser = argparse.ArgumentParser(prog="python -m tools.scale_models")
     parser.add_argument("verb", choices=["build"])
     parser.add_argument("name", choices=sorted(SCALE_MODELS))
     parser.add_argument("--depth", type=int, help="keep the widths, cut the layers to N")

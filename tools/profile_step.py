@@ -1,7 +1,7 @@
 """Where an engine run's training steps spend their time: torch.profiler around a few optimizer
 steps of a real `python -m recipe_engine` run (`make gpu-report`'s `profile` step).
 
-    python -m recipe_engine.tools.profile_step [--skip 5] [--steps 5] -- OVERRIDES...
+    python -m tools.profile_step [--skip 5] [--steps 5] -- OVERRIDES...
 
 The run is the engine's own, in this process (the CLI run as `__main__`, as `-m` does); the
 profiler starts when the Trainer begins optimizer step `--skip` + 1 (after the warm-up: the
@@ -134,7 +134,7 @@ def profiled_run(overrides: Sequence[str], skip: int, steps: int) -> StepWindow:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.profile_step")
+    parser = argparse.ArgumentParser(prog="python -m tools.profile_step")
     parser.add_argument("--skip", type=int, default=5, help="optimizer steps before the window")
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps profiled")
     parser.add_argument("overrides", nargs="*", help="the engine's overrides (after --)")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from recipe_engine.tools.gpu_steps import Step, last_line
+from tools.gpu_steps import Step, last_line
 
-SCALE = "recipe_engine.tools.scale_models"
+SCALE = "tools.scale_models"
 SCALE_SECTION = "The user's scale: Qwen2-VL-2B and -7B, Qwen2.5-0.5B packed"
 # The user's scale on the card: r3 at Qwen2-VL-2B's and -7B's published shapes (random weights
 # drawn on the GPU, 448 px pictures), rows a step and optimizer steps a stage; padding-free
@@ -61,7 +61,7 @@ def scale_steps(folder: Path) -> list[Step]:
             ("packed", PACKED_BATCH, PACKED),
         )  # fmt: skip
     ]
-    trl = (sys.executable, "-m", "recipe_engine.tools.bench_trl", "--device", "cuda", "--parts",
+    trl = (sys.executable, "-m", "tools.bench_trl", "--device", "cuda", "--parts",
            "engine", "--scale", "qwen2-vl-2b")  # fmt: skip
     against = Step(SCALE_SECTION, "engine against plain TRL, qwen2-vl-2b", trl, 420,
                    result=last_line, group="scale", dry_args=DRY_HARDWARE)  # fmt: skip
@@ -79,7 +79,7 @@ def _scale_build(name: str, attention: str | None = None) -> Step:
 def _scale_bench(folder: Path, name: str, run: str, steps: int, batch: int, *args: str) -> Step:
     """One `tools.bench_scale` run on the card; in the dry mode its own dry run, planned for an
     H100 on this machine."""
-    command = (sys.executable, "-m", "recipe_engine.tools.bench_scale", "--device", "cuda",
+    command = (sys.executable, "-m", "tools.bench_scale", "--device", "cuda",
                "--work", str(folder / "scale"), "--runs", run, "--steps", str(steps),
                "--batch", str(batch), *args)  # fmt: skip
     return Step(SCALE_SECTION, name, command, 480, result=last_line, group="scale",

@@ -1,7 +1,7 @@
 """GPU checks: what only a CUDA machine can show (`make gpu-check`; not part of `make test`).
 
-    python -m recipe_engine.tools.gpu_check [CHECK ...] [--out docs/gpu/gpu-check-DATE.md]
-    python -m recipe_engine.tools.gpu_check --list | --dry-run
+    python -m tools.gpu_check [CHECK ...] [--out docs/gpu/gpu-check-DATE.md]
+    python -m tools.gpu_check --list | --dry-run
 
 Each check is a real `python -m recipe_engine` run in its own scratch output_root (a temporary
 folder), offline, on the tiny models `recipe_engine.tiny` builds on the spot:
@@ -42,7 +42,8 @@ from typing import Any
 
 from recipe_engine.store.records import Manifest
 from recipe_engine.tables import markdown_table, text_table
-from recipe_engine.tools.gpu_probe import (
+from recipe_engine.versions import package_version
+from tools.gpu_probe import (
     PLANT_BF16_LAYER,
     PROBE,
     PROBE_FILE,
@@ -50,7 +51,6 @@ from recipe_engine.tools.gpu_probe import (
     ProbeRecord,
     read_probes,
 )
-from recipe_engine.versions import package_version
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PASS, FAIL, SKIP = "pass", "fail", "skip"

@@ -1,5 +1,5 @@
 """The engine against a plain TRL script doing the same work, and SmolLM2-135M LoRA throughput
-(`make bench-trl`; on a GPU: `python -m recipe_engine.tools.bench_trl --device cuda`).
+(`make bench-trl`; on a GPU: `python -m tools.bench_trl --device cuda`).
 
 - `r1-llm-only`'s QLoRA stage on the tiny Qwen2-VL, twice, each in a fresh process:
   through the engine (`python -m recipe_engine`: plan, checks, load, policies, guard,
@@ -39,7 +39,7 @@ SCALE_STEPS, SCALE_BATCH = 10, 8
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.bench_trl")
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_trl")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (the engine's device=)")
     parser.add_argument("--smollm2-steps", type=int, default=20, help="optimizer steps to time")
     parser.add_argument(
@@ -79,9 +79,9 @@ def bench_engine_against_plain_trl(
     if hardware:
         overrides.append(f"hardware={hardware}")
     if scale is not None:
-        from recipe_engine.tools.bench_scale import Run, Settings
-        from recipe_engine.tools.bench_scale import overrides as scale_overrides
-        from recipe_engine.tools.scale_models import build_scale_model
+        from tools.bench_scale import Run, Settings
+        from tools.bench_scale import overrides as scale_overrides
+        from tools.scale_models import build_scale_model
 
         settings = Settings(steps=SCALE_STEPS, batch=SCALE_BATCH, device=device, hardware=hardware)
         run = Run("r1-llm-only", scale)

@@ -1,7 +1,7 @@
 """The wheelhouse `make gpu-report` takes to a GPU machine without a package index, sized to
 what one device call carries (64 MiB with the working tree; docs/gpu/README.md).
 
-    python -m recipe_engine.tools.gpu_wheels [DEST]       # default .gpu-wheels (`make gpu-wheels`)
+    python -m tools.gpu_wheels [DEST]       # default .gpu-wheels (`make gpu-wheels`)
 
 - The packages the GPU image lacks or holds at other versions than constraints.txt pins, as
   wheels for its Python (3.12, manylinux x86_64); deepspeed and antlr4's runtime, published as
@@ -25,7 +25,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from recipe_engine.tools.gpu_models import SHAPE, TINY_CACHE, write_shape
+from tools.gpu_models import SHAPE, TINY_CACHE, write_shape
 
 # What the image lacks, or holds at versions other than the pins (KINDS.md's package list):
 # its accelerate, huggingface_hub, tokenizers and safetensors are admissible and stay.
@@ -131,7 +131,7 @@ def copy_tiny_cache(dest: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.gpu_wheels")
+    parser = argparse.ArgumentParser(prog="python -m tools.gpu_wheels")
     parser.add_argument("dest", nargs="?", type=Path, default=Path(".gpu-wheels"))
     dest = parser.parse_args(argv).dest
     dest.mkdir(parents=True, exist_ok=True)

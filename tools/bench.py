@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from recipe_engine.config.compose import available
-from recipe_engine.tools.bench_packing import bench_packing
+from tools.bench_packing import bench_packing
 
 QUIET = ["eval.compare=false"]
 

@@ -229,7 +229,7 @@ def run_case(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.bench_memory")
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_memory")
     parser.add_argument("--device", default="cpu", help="cpu | cuda (the engine's device=)")
     parser.add_argument("--only", default="", help="names to run: comma-separated substrings")
     parser.add_argument("--smollm2", type=Path, help="a SmolLM2-135M folder instead of the GGUF")

@@ -5,10 +5,10 @@ recipe as a user runs it (`python -m recipe_engine ...`, one process each), then
 stage the wall time of each phase (plan, load, handoff, a step, commit, evaluation), the planned
 and the measured peak memory, and the bytes it stored.
 
-    python -m recipe_engine.tools.bench_scale [--runs r3-two-stage@qwen2-vl-2b,...]
+    python -m tools.bench_scale [--runs r3-two-stage@qwen2-vl-2b,...]
         [--steps 2] [--batch 2] [--image-px 448] [--device cpu] [--depth N] [--attention A]
         [--set KEY=VALUE ...] [--out FILE.json] [--work DIR]
-    python -m recipe_engine.tools.bench_scale --dry-run   # plans every run, builds no model
+    python -m tools.bench_scale --dry-run   # plans every run, builds no model
 
 A family that ties lm_head to its embeddings (Qwen2-VL-2B, Qwen2.5-0.5B) has a stage that
 freezes the embeddings freeze lm_head with them: what `plan`'s refusal of the templates'
@@ -34,7 +34,7 @@ from recipe_engine.files import default_cache_dir
 from recipe_engine.resolve.tiny import build_dataset
 from recipe_engine.resolve.tiny.build import build_once
 from recipe_engine.tables import text_table
-from recipe_engine.tools.scale_models import SCALE_MODELS, Variant, build_scale_model
+from tools.scale_models import SCALE_MODELS, Variant, build_scale_model
 
 DEFAULT_RUNS = ("r3-two-stage@qwen2-vl-2b", "r1-llm-only@qwen2-vl-2b", "text-lora@qwen2.5-0.5b")
 # The shapes task's rows taken, train and held out: enough for a few steps and eight probes.
@@ -342,7 +342,7 @@ def _cell(value: float | None, digits: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.bench_scale")
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_scale")
     parser.add_argument("--runs", default=",".join(DEFAULT_RUNS), help="recipe@model, ...")
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps a stage")
     parser.add_argument("--batch", type=int, default=2, help="rows a step")

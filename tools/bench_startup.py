@@ -126,7 +126,7 @@ def plan_timings(root: Path, recipe: str) -> list[Timing]:
 def phase_timings(root: Path, recipe: str) -> list[Timing]:
     """The cold plan's phases, timed inside one fresh process (`--phases`)."""
     env = engine_env(cold_cache(root / "phases-cache"))
-    command = [sys.executable, "-m", "recipe_engine.tools.bench_startup", "--phases", recipe]
+    command = [sys.executable, "-m", "tools.bench_startup", "--phases", recipe]
     printed = timed_process("phases", command, env).stdout
     return [Timing(**t) for t in json.loads(printed.strip().splitlines()[-1])]
 
@@ -223,7 +223,7 @@ def new_inputs(root: Path) -> NewInputs:
 def first_run_timings(root: Path) -> list[Timing]:
     """The engine's first and second `run` of text-lora on new inputs, and a plain TRL script
     training the same stage; each row notes what it spent around training."""
-    from recipe_engine.tools.bench_trl import TrainingLog, stage_log
+    from tools.bench_trl import TrainingLog, stage_log
 
     inputs = new_inputs(root)
     env = engine_env(cold_cache(root / "run-cache"))
@@ -292,7 +292,7 @@ print(json.dumps({"steps": result.global_step, "train_runtime": result.metrics["
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.bench_startup")
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_startup")
     parser.add_argument("--recipe", default="r3-two-stage", help="the recipe `plan` plans")
     parser.add_argument("--parts", default="imports,plan,phases,run", help="what to measure")
     parser.add_argument("--phases", metavar="RECIPE", help=argparse.SUPPRESS)  # the child's

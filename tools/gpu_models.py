@@ -1,10 +1,10 @@
 """The model work `make gpu-report`'s steps run, each in its own process, and what
 `make gpu-wheels` writes of SmolLM2 beforehand:
 
-    python -m recipe_engine.tools.gpu_models shape DIR       # SmolLM2-135M's config, tokenizer
-    python -m recipe_engine.tools.gpu_models random-weights SHAPE DIR
-    python -m recipe_engine.tools.gpu_models export RUN_ROOT DIR  # the run's stage, merged
-    python -m recipe_engine.tools.gpu_models compare-vllm EXPORT     # vLLM against transformers
+    python -m tools.gpu_models shape DIR       # SmolLM2-135M's config, tokenizer
+    python -m tools.gpu_models random-weights SHAPE DIR
+    python -m tools.gpu_models export RUN_ROOT DIR  # the run's stage, merged
+    python -m tools.gpu_models compare-vllm EXPORT     # vLLM against transformers
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def compare_vllm(export: Path, probes: int = 16) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.gpu_models")
+    parser = argparse.ArgumentParser(prog="python -m tools.gpu_models")
     verbs = parser.add_subparsers(dest="verb", required=True)
     verbs.add_parser("shape").add_argument("target", type=Path)
     weights = verbs.add_parser("random-weights")

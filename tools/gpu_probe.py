@@ -22,7 +22,7 @@ from recipe_engine.files import JsonObject
 PROBE_FILE = "probe.jsonl"
 # The child's command: `python -c PROBE OUT PLANT ARGS...` (see `probe_run`).
 PROBE = (
-    "import sys; from recipe_engine.tools.gpu_probe import probe_run; "
+    "import sys; from tools.gpu_probe import probe_run; "
     "raise SystemExit(probe_run(sys.argv[1], sys.argv[2], sys.argv[3:]))"
 )
 PLANT_BF16_LAYER = "plant-bf16-layer"

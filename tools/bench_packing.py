@@ -1,5 +1,5 @@
 """The engine against plain TRL with and without packing, on the CPU (`make bench`; alone:
-`python -m recipe_engine.tools.bench_packing --pairs 3`).
+`python -m tools.bench_packing --pairs 3`).
 
 For `text-lora` and `r3-two-stage`, each without and with `packing=true`: `pairs` times, the
 engine's run (`python -m recipe_engine`, evaluation off) then a plain TRL script given the same
@@ -30,7 +30,7 @@ from recipe_engine.plan.recipe_plan import StagePlan
 from recipe_engine.resolve.tiny import build_dataset, build_tiny_model
 from recipe_engine.run.planning import plan_from_config
 from recipe_engine.tables import text_table
-from recipe_engine.tools.bench_trl import stage_log, timed
+from tools.bench_trl import stage_log, timed
 
 QUIET = ("eval.enabled=false", "eval.compare=false", "device=cpu")
 # Optimizer steps per stage: enough for a steady tokens/s, short enough for 3 pairs.
@@ -48,7 +48,7 @@ class Measured:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.bench_packing")
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_packing")
     parser.add_argument("--pairs", type=int, default=3, help="engine / plain TRL pairs per row")
     options = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-packing-") as scratch:

@@ -1,7 +1,7 @@
 """One GPU session's report: every check only a GPU can make, run in one go (`make gpu-report`).
 
-    python -m recipe_engine.tools.gpu_report [--out-dir docs/gpu] [--wheels .gpu-wheels]
-    python -m recipe_engine.tools.gpu_report --dry-run      # anywhere: plan, print, write
+    python -m tools.gpu_report [--out-dir docs/gpu] [--wheels .gpu-wheels]
+    python -m tools.gpu_report --dry-run      # anywhere: plan, print, write
 
 On a GPU machine without a package index it runs, each step with its own time limit and all
 within `--budget-s` (25 minutes by default), and writes docs/gpu/<date>.md. Steps whose result
@@ -42,9 +42,10 @@ from datetime import date
 from pathlib import Path
 
 from recipe_engine.tables import markdown_table
-from recipe_engine.tools.gpu_models import SHAPE, SHAPED, TINY_CACHE
-from recipe_engine.tools.gpu_scale_steps import scale_steps
-from recipe_engine.tools.gpu_steps import (
+from recipe_engine.versions import package_version
+from tools.gpu_models import SHAPE, SHAPED, TINY_CACHE
+from tools.gpu_scale_steps import scale_steps
+from tools.gpu_steps import (
     BUDGET_S,
     FAILED,
     NOT_RUN,
@@ -57,7 +58,6 @@ from recipe_engine.tools.gpu_steps import (
     last_line_with,
     step_env,
 )
-from recipe_engine.versions import package_version
 
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes", "datasets",
              "deepspeed", "vllm", "liger-kernel")  # fmt: skip
@@ -89,7 +89,7 @@ VARIANTS = {
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 GROUPS = ("throughput", "sweep", "profile", "distributed", "gpu-check", "memory", "bench-trl",
           "vllm", "scale")  # fmt: skip
-MODELS = "recipe_engine.tools.gpu_models"  # the model work steps run in their own processes
+MODELS = "tools.gpu_models"  # the model work steps run in their own processes
 
 
 def python() -> str:
@@ -113,7 +113,7 @@ def tokens_per_second(folder: Path, gpu: str) -> str:
     its first logged step (the warm-up left out), and the model FLOPs utilization of each: 6 N
     FLOPs per token against the card's dense bf16 peak (full fine-tuning's count; LoRA and
     QLoRA skip most weight gradients, so theirs reads high by up to a third)."""
-    from recipe_engine.tools.bench_trl import stage_log
+    from tools.bench_trl import stage_log
 
     log = stage_log(folder, "llm")
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in gpu), None)
@@ -214,7 +214,7 @@ def profile_step(folder: Path, shape: Path | None = None) -> Step:
     THROUGHPUT_BATCH (`tools.profile_step`): where a step's wall time goes."""
     root = folder / "profile-lora-plain"
     overrides = Configuration("lora", "plain", steps=12).overrides(folder, shape, root)
-    command = (python(), "-m", "recipe_engine.tools.profile_step", "--skip", "5", "--steps", "5",
+    command = (python(), "-m", "tools.profile_step", "--skip", "5", "--steps", "5",
                "--", *overrides)  # fmt: skip
     return Step("SmolLM2-135M throughput", "profile: lora plain", command, 240,
                 result=profile_summary, group="profile")  # fmt: skip
@@ -310,12 +310,12 @@ def all_steps(
     first, side by side (distributed commits, gpu-check, the memory table), then each timed
     step alone (throughput, one profiled step, the engine against plain TRL, larger batches),
     then vLLM."""
-    gpu_check = (python(), "-m", "recipe_engine.tools.gpu_check", *checks,
+    gpu_check = (python(), "-m", "tools.gpu_check", *checks,
                  "--out", str(folder / "gpu-check.md"))  # fmt: skip
-    bench_trl = (python(), "-m", "recipe_engine.tools.bench_trl", "--device", "cuda",
+    bench_trl = (python(), "-m", "tools.bench_trl", "--device", "cuda",
                  "--parts", "engine")  # fmt: skip
     local = ("--smollm2", str(folder / SHAPED)) if shape else ()
-    bench_memory = (python(), "-m", "recipe_engine.tools.bench_memory", "--device", "cuda",
+    bench_memory = (python(), "-m", "tools.bench_memory", "--device", "cuda",
                     "--jobs", "8", *local)  # fmt: skip
     memory = "CUDA memory, every bench-memory configuration"
     return [
@@ -349,7 +349,7 @@ def all_steps(
         Step(
             "Engine against plain TRL",
             "bench_startup",
-            (python(), "-m", "recipe_engine.tools.bench_startup", "--parts", "phases,run"),
+            (python(), "-m", "tools.bench_startup", "--parts", "phases,run"),
             300,
             result=last_line,
             group="bench-trl",
@@ -423,7 +423,7 @@ def write_report(session: Session, out: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipe_engine.tools.gpu_report")
+    parser = argparse.ArgumentParser(prog="python -m tools.gpu_report")
     parser.add_argument("--out-dir", type=Path, default=Path("docs/gpu"))
     parser.add_argument("--wheels", type=Path, help="a wheelhouse to install under /tmp first")
     parser.add_argument(
