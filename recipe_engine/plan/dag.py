@@ -202,16 +202,22 @@ def fingerprints(
     for name in graph.order:
         parent = graph.parents[name]
         source = {"parent": result[parent]} if parent else {"init": source_identity[name]}
-        result[name] = canonical_hash(
-            {
-                "key_version": KEY_VERSION,
-                "settings": stage_settings(stages[name]),
-                "data": data_identity[name],
-                "seed": seed,
-                "source": source,
-            }
-        )
+        result[name] = fingerprint(stages[name], data=data_identity[name], seed=seed, source=source)
     return result
+
+
+def fingerprint(stage: Mapping[str, Any], *, data: str, seed: int, source: JsonObject) -> str:
+    """One stage's fingerprint (`fingerprints`): `source` is `{"parent": its key}`, or
+    `{"init": the identity of where a root stage starts}`."""
+    return canonical_hash(
+        {
+            "key_version": KEY_VERSION,
+            "settings": stage_settings(stage),
+            "data": data,
+            "seed": seed,
+            "source": source,
+        }
+    )
 
 
 def short(fingerprint: str) -> str:

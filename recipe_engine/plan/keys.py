@@ -19,32 +19,20 @@ from recipe_engine.plan import dag
 from recipe_engine.plan.recipe_plan import StagePlan
 
 
-def set_fingerprints(
-    cfg: EngineConfig, graph: dag.StageGraph, planned: dict[str, StagePlan]
-) -> None:
-    """Each stage's key, set on its plan once every stage's placement is known. What is
-    hashed is JSON (`JsonObject`): its keys are the keys of every stage key."""
-    settings: dict[str, JsonObject] = {}
-    for name, stage in planned.items():
-        settings[name] = {
-            **dataclasses.asdict(stage.config),
-            "world_size": stage.placement.world_size,
-            "effective_quantization": stage.placement.quantization,
-            "deterministic_kernels": stage.determinism.deterministic_kernels,
-            "precision": dataclasses.asdict(stage.precision),
-            **_model_settings(stage.model),
-            **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
-        }
-    fingerprints = dag.fingerprints(
-        graph,
-        settings,
-        source_identity={n: s.init.identity for n, s in planned.items()},
-        data_identity={n: s.data.identity for n, s in planned.items()},
-        seed=cfg.seed,
-    )
-    _check_duplicates(fingerprints)
-    for name, fingerprint in fingerprints.items():
-        planned[name].fingerprint = fingerprint
+def stage_key(cfg: EngineConfig, stage: StagePlan, parent: StagePlan | None) -> str:
+    """The stage's key, from its plan once its placement is known (a child's source is its
+    parent's key). What is hashed is JSON: its keys are the keys of every stage key."""
+    settings: JsonObject = {
+        **dataclasses.asdict(stage.config),
+        "world_size": stage.placement.world_size,
+        "effective_quantization": stage.placement.quantization,
+        "deterministic_kernels": stage.determinism.deterministic_kernels,
+        "precision": dataclasses.asdict(stage.precision),
+        **_model_settings(stage.model),
+        **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
+    }
+    source = {"parent": parent.fingerprint} if parent else {"init": stage.init.identity}
+    return dag.fingerprint(settings, data=stage.data.identity, seed=cfg.seed, source=source)
 
 
 def _model_settings(model: ModelConfig) -> JsonObject:
@@ -57,7 +45,7 @@ def _model_settings(model: ModelConfig) -> JsonObject:
     }
 
 
-def _check_duplicates(fingerprints: Mapping[str, str]) -> None:
+def check_duplicates(fingerprints: Mapping[str, str]) -> None:
     seen: dict[str, str] = {}
     for name, fp in fingerprints.items():
         if fp in seen:

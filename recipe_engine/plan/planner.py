@@ -28,7 +28,7 @@ from recipe_engine.plan.determinism import Determinism, decide_determinism
 from recipe_engine.plan.hardware import parse_gpus, profile_gpus
 from recipe_engine.plan.jobs import check_launch
 from recipe_engine.plan.kernels import KernelChoice, checkpointing_needed, decide_liger
-from recipe_engine.plan.keys import set_fingerprints
+from recipe_engine.plan.keys import check_duplicates, stage_key
 from recipe_engine.plan.memory_fit import StageMemory
 from recipe_engine.plan.memory_inputs import MemoryInputs, stage_memory
 from recipe_engine.plan.packing import (
@@ -127,7 +127,7 @@ def plan_recipe(cfg: EngineConfig, graph: dag.StageGraph, inputs: RecipeInputs) 
         context = StageContext(cfg, inputs.machine, name, stages[name], inputs.stages[name])
         parent = planned[graph.parents[name]] if graph.parents[name] else None
         planned[name] = _plan_stage(context, parent, graph.children(name), shared)
-    set_fingerprints(cfg, graph, planned)
+    check_duplicates({name: stage.fingerprint for name, stage in planned.items()})
     return RecipePlan(cfg.recipe.name, cfg, graph, planned, inputs.machine, cfg.hardware.name)
 
 
@@ -162,9 +162,9 @@ def _plan_stage(
     _check_rows_reach_training(name, policy, rows)
     determinism = _determinism(context.cfg, stage, placement)
     trainer, autocast = _trainer(dataclasses.replace(context, stage=stage), placement, rows)
-    return StagePlan(
+    planned = StagePlan(
         name=name,
-        fingerprint="",  # set once every stage's placement is known
+        fingerprint="",  # hashed from the rest, below
         parent=parent.name if parent else None,
         config=stage,
         init=context.init,
@@ -190,6 +190,7 @@ def _plan_stage(
         ],
         memory=_memory(context, policy, rows, placement, _zero(trainer)),
     )
+    return dataclasses.replace(planned, fingerprint=stage_key(context.cfg, planned, parent))
 
 
 def _trainer(

@@ -83,7 +83,7 @@ class PolicyPlan:
         return trained / total
 
 
-@dataclass
+@dataclass(frozen=True)
 class StagePlan:
     name: str
     fingerprint: str
@@ -150,7 +150,7 @@ class StageJob:
         return f"; rendezvous on the first node's port {port}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class RecipePlan:
     recipe: str
     config: EngineConfig

@@ -4,6 +4,8 @@ let the libraries judge the decided settings. Every verb that plans goes through
 
 from __future__ import annotations
 
+import dataclasses
+
 from omegaconf import DictConfig
 
 from recipe_engine.config.compose import to_engine_config
@@ -36,7 +38,7 @@ def plan_from_config(
         check_with_libraries(list(plan.stages.values()))
     if config.launcher == "slurm":
         partition = partition or read_partition(config.slurm.partition)
-        plan.jobs = plan_jobs(plan, partition, _stored(plan))
+        plan = dataclasses.replace(plan, jobs=plan_jobs(plan, partition, _stored(plan)))
     return plan
 
 
