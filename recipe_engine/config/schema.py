@@ -41,7 +41,7 @@ class DataConfig:
     source: str = "local"  # local | hub | tiny
     path: str | None = None
     # auto | messages | prompt_completion | alpaca | preference | unpaired | sharegpt | firefly
-    # | vlm (resolve/formats.REGISTRY)
+    # | vlm | tools | language_modeling (resolve/formats.REGISTRY)
     format: str = "auto"
     columns: dict[str, str] = field(default_factory=dict)
     train_split: str = "train"

@@ -86,7 +86,7 @@ TRAINERS: dict[str, TrainerKind] = {
 }
 # What each kind of rows is, in the words a refusal uses, and the trainers that take them.
 ROWS_IN_WORDS = {
-    INSTRUCTION_ROWS: "instruction rows (messages, or prompt / completion)",
+    INSTRUCTION_ROWS: "instruction rows (messages, prompt / completion, or language-modeling text)",
     PREFERENCE_ROWS: "preference pairs (prompt / chosen / rejected)",
     UNPAIRED_ROWS: "unpaired feedback (prompt / completion / label)",
 }
