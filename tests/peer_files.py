@@ -31,6 +31,9 @@ class PeerFile:
     trainer: str  # the trainer its rows are for: sft | dpo | kto
     shape: str  # the TRL row shape it becomes
     write: Callable[[Path], Path]  # folder -> the data file written in it
+    # The chat template its model needs (a family's, as TRL ships it in trl/chat_templates):
+    # "" for the tiny model's own.
+    template: str = ""
 
 
 def sums() -> list[tuple[str, str]]:
@@ -463,6 +466,65 @@ def firefly(folder: Path) -> Path:
     return json_lines(folder / "firefly.jsonl", rows)
 
 
+def trl_language_modeling(folder: Path) -> Path:
+    """TRL's language modeling type, standard format: the whole sequence in one `text`."""
+    rows = [{"text": f"{q} {a}"} for q, a in sums()]
+    return json_lines(folder / "language_modeling.jsonl", rows)
+
+
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Adds two whole numbers.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer", "description": "The first number."},
+                "b": {"type": "integer", "description": "The second number."},
+            },
+            "required": ["a", "b"],
+        },
+    },
+}
+
+
+def trl_tool_calling(folder: Path) -> Path:
+    """TRL's tool calling: the assistant calls a function (`tool_calls`), a `tool` turn gives
+    the result, the assistant answers; `tools` holds the functions' JSON schemas."""
+    rows = []
+    for i, (q, a) in enumerate(sums()):
+        call = {"name": "add", "arguments": {"a": 1 + i % 6, "b": 1 + i // 6}}
+        messages = [
+            {"role": "user", "content": q},
+            {"role": "assistant", "tool_calls": [{"type": "function", "function": call}]},
+            {"role": "tool", "name": "add", "content": f"The sum is {a}."},
+            {"role": "assistant", "content": a},
+        ]
+        rows.append({"messages": messages, "tools": [ADD_TOOL]})
+    return json_lines(folder / "tool_calling.jsonl", rows)
+
+
+def model_with_template(folder: Path, template: str) -> Path:
+    """The tiny Qwen2 saved again with a family's chat template as TRL ships it
+    (trl/chat_templates/<template>.jinja, e.g. `qwen2_5`, which renders tools)."""
+    import importlib.util
+    import shutil
+
+    from recipe_engine.resolve.tiny import build_tiny_model
+
+    trl = importlib.util.find_spec("trl")
+    assert trl is not None and trl.submodule_search_locations
+    shipped = Path(next(iter(trl.submodule_search_locations))) / "chat_templates"
+    copy = folder / f"tiny-qwen2-{template}"
+    shutil.copytree(build_tiny_model("tiny-qwen2"), copy)
+    (copy / "chat_template.jinja").write_text((shipped / f"{template}.jinja").read_text())
+    config = json.loads((copy / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)  # the file is the template
+    (copy / "tokenizer_config.json").write_text(json.dumps(config))
+    return copy
+
+
 def _peer(tool: str, documented: str, kind: str, trainer: str, shape: str, write: Any) -> PeerFile:
     return PeerFile(tool, documented, kind, trainer, shape, write)
 
@@ -527,6 +589,13 @@ PEER_FILES = {
     "trl-implicit-text": _peer(TRL, TRL_DOC, TEXT, "dpo", "chat_preference", trl_implicit_text),
     "trl-unpaired": _peer(TRL, TRL_DOC, TEXT, "kto", "chat_unpaired", trl_unpaired),
     "trl-chat-unpaired": _peer(TRL, TRL_DOC, TEXT, "kto", "chat_unpaired", trl_chat_unpaired),
+    "trl-language-modeling": _peer(
+        TRL, TRL_DOC, TEXT, "sft", "language_modeling", trl_language_modeling
+    ),
+    # Qwen2.5's chat template renders tools (the tiny model's does not: `plan` refuses it).
+    "trl-tool-calling": PeerFile(
+        TRL, TRL_DOC, TEXT, "sft", "tool_messages", trl_tool_calling, template="qwen2_5"
+    ),
     "firefly": _peer("Firefly", "README.md", TEXT, "sft", "messages", firefly),
     "anthropic-hh": _peer(
         "Anthropic HH-RLHF",

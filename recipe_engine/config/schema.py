@@ -50,7 +50,7 @@ class DataConfig:
     source: DataSource = DataSource.local
     path: str | None = None
     # auto | messages | prompt_completion | alpaca | preference | unpaired | sharegpt | firefly
-    # | vlm (resolve/formats.REGISTRY)
+    # | vlm | tools | language_modeling (resolve/formats.REGISTRY)
     format: str = "auto"
     columns: dict[str, str] = field(default_factory=dict)
     train_split: str = "train"

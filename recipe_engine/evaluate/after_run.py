@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.report.compare import render_compare
 from recipe_engine.report.run_report import print_run
+from recipe_engine.resolve.row_shapes import SHAPES
 from recipe_engine.run.recipe import StageResult
 
 if TYPE_CHECKING:
@@ -87,6 +88,12 @@ def compare_skipped(plan: RecipePlan, results: list[StageResult], run_dir: Path)
     probed = probed_stage(plan, results)
     if probed is not None and not probed.data.eval_rows:  # too few rows, or eval_fraction=0
         return "compare: skipped, the first stage's data holds no rows out to ask (see `plan`)"
+    if probed is not None and SHAPES[probed.data.format].asked is None:
+        return (
+            "compare: skipped, the first stage's rows are language-modeling text, which asks "
+            "no question (its held-out loss is in the table above; compare probes=FILE asks "
+            "questions of your own)"
+        )
     if all(r.status == "cached" for r in results):
         return f"all stages cached; to compare them: python -m recipe_engine compare run={run_dir}"
     return None

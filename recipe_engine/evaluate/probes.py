@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.resolve.row_shapes import asks_question
 from recipe_engine.run.measuring import described, probes_of
 from recipe_engine.store.records import Manifest
 from recipe_engine.store.scores import Probe
@@ -54,7 +55,7 @@ def _held_out_rows(root_manifest: Manifest, seed: int, held_out: Any) -> tuple[l
     if not data:
         raise RecipeError("The root stage's manifest names no data; pass probes=FILE.", "probes")
     if held_out is not None:
-        return probes_of(held_out), f"held-out split of data `{data.get('name')}`"
+        return _asked_of(held_out, data), f"held-out split of data `{data.get('name')}`"
     splits = load_splits(data_config(data), kind=root_manifest.kind, seed=seed)
     if splits.eval is None:
         raise RecipeError(
@@ -62,7 +63,20 @@ def _held_out_rows(root_manifest: Manifest, seed: int, held_out: Any) -> tuple[l
             "with. Pass probes=FILE (rows like the data, or a .txt of prompts).",
             key="probes",
         )
-    return probes_of(splits.eval), f"held-out split of data `{data.get('name')}`"
+    return _asked_of(splits.eval, data), f"held-out split of data `{data.get('name')}`"
+
+
+def _asked_of(rows: Any, data: Any) -> list[Probe]:
+    """The held-out rows as probes; rows that ask nothing (language-modeling text) refused."""
+    if len(rows) and not asks_question(rows[0]):
+        raise RecipeError(
+            f"The root stage's held-out rows (data `{data.get('name') or data.get('path')}`) "
+            "are language-modeling text, which asks no question: there is nothing to compare "
+            "answers on (each stage's held-out loss is in its run's table). Pass probes=FILE "
+            "(rows with questions and answers, or a .txt of prompts) to compare the models.",
+            key="probes",
+        )
+    return probes_of(rows)
 
 
 def _prompt_rows(path: Path) -> list[Probe]:

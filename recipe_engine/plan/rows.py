@@ -14,6 +14,7 @@ from recipe_engine.resolve.data import chat_template_setting
 from recipe_engine.resolve.formats import is_plain_text
 from recipe_engine.resolve.held_out import AUTO_MIN_DATA_ROWS, HeldOut
 from recipe_engine.resolve.inputs import Rows, StageInputs
+from recipe_engine.resolve.row_shapes import SHAPES
 
 
 def rows_through_template(inputs: StageInputs, shared: dict[tuple[str, str], Rows]) -> Rows:
@@ -23,6 +24,7 @@ def rows_through_template(inputs: StageInputs, shared: dict[tuple[str, str], Row
     which, and why. Conversations go through the template anyway; image rows are
     conversational already."""
     rows = inputs.data[""]
+    _check_template_renders(inputs, rows)
     setting = chat_template_setting(rows.config)
     written = inputs.data.get("auto", rows)  # as written, where `true` read them otherwise
     # Rows that are conversations as written (a `history` of turns makes them so) are read as
@@ -51,6 +53,24 @@ def rows_through_template(inputs: StageInputs, shared: dict[tuple[str, str], Row
     return _rendered(rows, "through the chat template", shared)
 
 
+def _check_template_renders(inputs: StageInputs, rows: Rows) -> None:
+    """Rows that call tools reach the model through its chat template, which TRL hands the
+    `tools` and the tool turns: one that does not render them would train on conversations
+    with the calls left out (`resolve.templates.renders_tools` rendered a sample)."""
+    template, model = inputs.model.template, inputs.model.entry
+    if not SHAPES[rows.format].tools or template.tools is not False and template.found is not False:
+        return
+    why = "has none" if template.found is False else "does not render them"
+    raise RecipeError(
+        f"The data ({rows.describe()}) calls tools (`tools` schemas, assistant turns with "
+        f"`tool_calls`, `tool` turns), but the chat template of `{model.name}` {why}: TRL "
+        "hands them to the template, so the calls would not reach training. Use a model whose "
+        "chat template supports tools (Qwen2.5's: model=qwen2.5-0.5b), or save one with the "
+        "model's tokenizer (chat_template.jinja in its folder).",
+        key="model",
+    )
+
+
 def _rendered(rows: Rows, rendering: str, shared: dict[tuple[str, str], Rows]) -> Rows:
     """`rows` with how they reach the model, shared by the stages that read them so (a run
     reads them once)."""
@@ -61,7 +81,16 @@ def _rendered(rows: Rows, rendering: str, shared: dict[tuple[str, str], Rows]) -
 def check_held_out_rows(name: str, stage: StageConfig, rows: Rows, evaluation: bool) -> list[str]:
     """An evaluation stage must have held-out rows to ask; a stage evaluated after training
     (`evaluation`: eval.enabled) whose data holds none out trains on every row, unevaluated,
-    and the notes `plan` prints say why."""
+    and the notes `plan` prints say why. An evaluation stage asks its rows for answers: rows
+    that ask nothing (language-modeling text) are refused it."""
+    if stage.evaluate_only and SHAPES[rows.format].asked is None:
+        raise RecipeError(
+            f"Evaluation stage `{name}` asks its held-out rows for answers (exact match), but "
+            f"its data ({rows.describe()}) is language-modeling text, which asks no question. "
+            f"Give stage.{name}.data rows with questions and answers, or drop the stage (a "
+            "stage trained on text reports its held-out loss).",
+            key=f"stage.{name}.data",
+        )
     if rows.eval_rows or not (evaluation or stage.evaluate_only):
         return []
     if rows.held_out is HeldOut.TOO_FEW:

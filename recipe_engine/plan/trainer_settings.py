@@ -160,6 +160,8 @@ def choose_loss(name: str, train: Mapping[str, Any], data_format: str, template:
     loss = SHAPES[data_format].loss
     _refuse_contradictions(name, train, data_format)
     key = f"stage.{name}.train"
+    if loss.flag is None:  # no flag applies: TRL learns every token
+        return LossChoice({}, f"loss: {loss.covers}")
     if loss.flag in train:
         value = _as_set(train[loss.flag])
         return LossChoice({}, f"loss: {loss.flag}={value}, as set in {key}")
@@ -213,9 +215,11 @@ def _as_set(value: Any) -> str:
 
 def _refuse_contradictions(name: str, train: Mapping[str, Any], data_format: str) -> None:
     """A loss flag other than the one the rows call for, set true."""
+    loss = SHAPES[data_format].loss
     for flag in LOSS_FLAGS:
-        if flag != SHAPES[data_format].loss.flag and train.get(flag):
+        if flag != loss.flag and train.get(flag):
+            refusal = loss.refusal or REFUSED[flag]
             raise RecipeError(
-                REFUSED[flag].format(name=name, data_format=data_format),
+                refusal.format(name=name, data_format=data_format, flag=flag),
                 key=f"stage.{name}.train.{flag}",
             )

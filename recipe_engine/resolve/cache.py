@@ -42,6 +42,7 @@ RECORDS = {
     "template-tokens": 1,  # what a chat template adds to a row, in its tokenizer's tokens
     "row-tokens": 1,  # a row's text in a tokenizer's tokens
     "file-sha256": 1,  # a file's SHA-256, by its path, size and mtime (a GGUF model file)
+    "tool-templates": 1,  # whether a chat template renders tool calls (templates.renders_tools)
 }
 # Distributions of the `report_to` integrations (transformers' is_*_available checks).
 TRACKERS = (
@@ -72,6 +73,7 @@ LIBRARIES_BY_KIND = {
     "template-tokens": ("transformers", "tokenizers", "jinja2"),
     "row-tokens": ("transformers", "tokenizers"),
     "file-sha256": (),
+    "tool-templates": ("trl", "transformers", "jinja2"),
 }
 
 

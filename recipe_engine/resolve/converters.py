@@ -57,6 +57,11 @@ def chat_prompt_completion_row(row: Row) -> TrlRow:
     }
 
 
+def text_row(row: Row) -> TrlRow:
+    """TRL's language modeling: the text as written (TRL adds the EOS token)."""
+    return {"text": row.text("text")}
+
+
 def vlm_row(row: Row) -> TrlRow:
     messages, all_strings = row.conversation(parts=True)
     images = row.row_images()

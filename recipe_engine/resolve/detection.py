@@ -96,12 +96,21 @@ def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> La
     in_conversation = prompt_from == CONVERSATION and not _has(answer_first, seen, mapping, aliased)
     conversable = [columns[canon] for canon in given.conversable]
     messages = [columns["messages"]] if given.conversation else []
+    images = (
+        given.images
+        or columns["images"] in seen.present
+        or any(column in seen.image_parts for column in (*conversable, *messages))
+    )
+    if images and not given.shapes.images.images:
+        raise RecipeError(
+            f"{seen.label} has images, but {given.expected} rows have no form with images. "
+            "Drop the images (or the `images` column), or write the rows as `messages`.",
+            key="data.format",
+        )
     return Layout(
         given.name,
         columns,
-        images=given.images
-        or columns["images"] in seen.present
-        or any(column in seen.image_parts for column in (*conversable, *messages)),
+        images=images,
         conversational=prompt_from == CONVERSATION
         or columns["history"] in seen.present
         or any(_holds_messages(seen, column) for column in conversable)
@@ -185,15 +194,33 @@ def _check_mapped_images(seen: Survey, mapping: Mapping[str, str]) -> None:
 def detection_order() -> list[DataFormat]:
     """The formats `auto` tries: judged rows first (chosen / rejected or a label state what
     the rows are for, whatever else a split has), then conversations (a conversation column
-    states the format before any other column does), then the rest."""
+    states the format before any other column does), then the rest; among equals, the one that
+    needs more columns first (`messages`+`tools` before `messages`)."""
     detected = [given for given in REGISTRY.values() if given.detected]
-    return sorted(detected, key=lambda given: (not given.judged, not given.conversation))
+    return sorted(
+        detected,
+        key=lambda given: (not given.judged, not given.conversation, -len(given.needs)),
+    )
+
+
+def _others_there(given: DataFormat, seen: Survey, mapping: Mapping[str, str]) -> bool:
+    """Whether a column another format reads (as named, mapped, or under an alias) is there."""
+    others = {
+        name
+        for other in REGISTRY.values()
+        if other is not given
+        for canon in other.columns
+        for name in (canon, *other.aliases.get(canon, ()))
+    }
+    return any(name in seen.present or name in mapping for name in others)
 
 
 def _detect(seen: Survey, mapping: Mapping[str, str], conversation: str) -> DataFormat:
     def fits(given: DataFormat) -> bool:
         aliased = _aliased(given, seen, mapping)
         if not all(any(_has(c, seen, mapping, aliased) for c in group) for group in given.needs):
+            return False
+        if given.alone and _others_there(given, seen, mapping):
             return False
         return not given.conversation or given.message_keys(seen.message_keys.get(conversation))
 

@@ -21,13 +21,20 @@ Input formats (`data.format`; `auto` detects one from the columns):
   ``kto_tag``); the completion may be a conversation's last assistant turn
 - ``firefly``: a ``conversation`` of ``{human, assistant}`` exchanges (Firefly's format),
   optionally with a ``system`` column
+- ``tools``: ``messages`` that call functions (assistant turns with ``tool_calls``, ``tool``
+  turns with the results) and a ``tools`` column of the functions' JSON schemas (TRL's tool
+  calling: the chat template renders them)
+- ``language_modeling``: one ``text`` column (TRL's language modeling: continued
+  pretraining), detected only where no other format's column is there
 - ``vlm``: ``messages`` with images (kept for configs that name it)
 
-Any of them takes an ``images`` column (paths relative to the data file, or image bytes) on a
-vision-language stage, or images named inside the content parts. A new format is one
-`DataFormat` in `REGISTRY` (its converter beside the others); a new shape of rows one
-`RowShape` in `row_shapes.SHAPES`. Nothing heavy is imported here (the pure `plan` reads the
-registry): ``datasets`` and ``trl`` only inside the functions that need them.
+Any of them but ``tools`` and ``language_modeling`` takes an ``images`` column (paths relative
+to the data file, or image bytes) on a vision-language stage, or images named inside the
+content parts. A new format is one `DataFormat` in `REGISTRY` (its converter beside the
+others): its columns (`CANONICAL_COLUMNS`, what `data.columns` maps), how `auto` detects it,
+how refusals describe it and the docs' table row (`format_table`) are all in it; a new shape
+of rows one `RowShape` in `row_shapes.SHAPES`. Nothing heavy is imported here (the pure `plan`
+reads the registry): ``datasets`` and ``trl`` only inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -45,12 +52,16 @@ from recipe_engine.resolve.converters import (
 )
 from recipe_engine.resolve.row_shapes import (
     CONVERSATIONS,
+    LANGUAGE_MODELING,
     MESSAGES,
     PAIRS,
     PREFERENCE,
     PREFERENCES,
     PROMPT_COMPLETION,
+    SHAPE_SETS,
     SHAPES,
+    TEXTS,
+    TOOL_CONVERSATIONS,
     UNPAIRED,
     UNPAIRED_SHAPES,
     VLM,
@@ -59,7 +70,9 @@ from recipe_engine.resolve.row_shapes import (
 from recipe_engine.trainers import trainer_for
 from recipe_engine.trainers.kind import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
 
-CANONICAL_COLUMNS = (
+# The columns every format may read beside its own (a format's own columns join them:
+# `CANONICAL_COLUMNS`, the names `data.columns` maps).
+_COMMON_COLUMNS = (
     "messages",
     "conversations",
     "prompt",
@@ -111,6 +124,12 @@ class DataFormat:
     answers: tuple[str, ...] = ()
     # Canonical name -> the names other tools give that column, read when it is absent.
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Detection: only where no column another format reads (under any of its names) is there
+    # (a column as common as `text` states nothing beside another format's).
+    alone: bool = False
+    # The docs' table of formats (`format_table`): its columns, and what TRL gets of them.
+    doc_columns: str = ""
+    doc_trl: str = ""
 
     @property
     def judged(self) -> bool:
@@ -137,6 +156,8 @@ REGISTRY: dict[str, DataFormat] = {
             messages=chatml_messages,
             conversation=True,
             message_keys=lambda keys: not looks_sharegpt(keys),
+            doc_columns="`messages`: `[{role, content}]`, optional `system`",
+            doc_trl="`messages`",
         ),
         DataFormat(
             PROMPT_COMPLETION,
@@ -145,6 +166,10 @@ REGISTRY: dict[str, DataFormat] = {
             "`prompt`+`completion`",
             PAIRS,
             aliases={"prompt": PROMPT_ALIASES, "completion": ("response", "answer")},
+            doc_columns="`prompt`, `completion` (text; also `query` / `question` and `response` "
+            "/ `answer`), optional `system`, `history`",
+            doc_trl="`prompt` / `completion`: one user and one assistant turn where the model "
+            "has a chat template (`data.chat_template`)",
         ),
         DataFormat(
             "alpaca",
@@ -153,6 +178,9 @@ REGISTRY: dict[str, DataFormat] = {
             "`instruction`+`output` (Alpaca)",
             CONVERSATIONS,
             messages=alpaca_messages,
+            doc_columns="`instruction`, optional `input`, `output`, optional `system`, `history` "
+            "(`[[question, answer], ...]`)",
+            doc_trl="`messages`",
         ),
         DataFormat(
             PREFERENCE,
@@ -167,6 +195,10 @@ REGISTRY: dict[str, DataFormat] = {
                 "chosen": ("chosen_messages", "chosen_response"),
                 "rejected": ("rejected_messages", "rejected_response"),
             },
+            doc_columns="a prompt, `chosen`, `rejected`: see [Preference rows](#preference-rows)",
+            doc_trl="`prompt` / `chosen` / `rejected` (conversational through the chat template, "
+            "as prompt/completion rows are): for `trainer: dpo` / `orpo` stages, see "
+            "[Preference training](preference.md)",
         ),
         DataFormat(
             UNPAIRED,
@@ -179,6 +211,9 @@ REGISTRY: dict[str, DataFormat] = {
             rows=UNPAIRED_ROWS,
             answers=("completion",),
             aliases={"label": ("kto_tag",), "completion": ("output", "response", "answer")},
+            doc_columns="a prompt, one `completion` (or a conversation's last assistant turn), a "
+            "boolean `label` (LLaMA-Factory's `kto_tag`)",
+            doc_trl="`prompt` / `completion` / `label`: for `trainer: kto` stages",
         ),
         DataFormat(
             "sharegpt",
@@ -189,6 +224,9 @@ REGISTRY: dict[str, DataFormat] = {
             messages=sharegpt_messages,
             conversation=True,
             message_keys=looks_sharegpt,
+            doc_columns="`conversations` (or `messages`): `[{from, value}]`, roles "
+            "`human`/`gpt`/`system`, optional `system`",
+            doc_trl="`messages` (TRL's `maybe_convert_to_chatml`)",
         ),
         DataFormat(
             "firefly",
@@ -197,6 +235,9 @@ REGISTRY: dict[str, DataFormat] = {
             "`conversation` ({human, assistant} exchanges, Firefly)",
             CONVERSATIONS,
             messages=firefly_messages,
+            doc_columns="`conversation`: `[{human, assistant}]`, one object per exchange, "
+            "optional `system`",
+            doc_trl="`messages`",
         ),
         DataFormat(
             VLM,
@@ -208,10 +249,41 @@ REGISTRY: dict[str, DataFormat] = {
             conversation=True,
             images=True,
             detected=False,
+            doc_columns="`messages` with image parts",
+            doc_trl="`images` + `messages`",
+        ),
+        DataFormat(
+            "tools",
+            ("tools",),
+            (_CONVERSATION_COLUMNS, ("tools",)),
+            "`messages`+`tools` (tool calls)",
+            TOOL_CONVERSATIONS,
+            conversation=True,
+            message_keys=lambda keys: not looks_sharegpt(keys),
+            doc_columns="`messages` whose assistant turns may have `tool_calls` (`[{type, "
+            "function: {name, arguments}}]`) and `tool` turns the results, `tools`: the "
+            "functions' JSON schemas, optional `system`",
+            doc_trl="`messages` + `tools` (TRL hands `tools` to the chat template, which must "
+            "render them: `plan` refuses one that does not)",
+        ),
+        DataFormat(
+            LANGUAGE_MODELING,
+            ("text",),
+            (("text",),),
+            "`text` (language modeling)",
+            TEXTS,
+            alone=True,
+            doc_columns="`text` alone (continued pretraining; detected where no other format's "
+            "column is there)",
+            doc_trl="`text`: the loss covers the whole text, packing applies; for `trainer: sft` "
+            "stages, evaluated by held-out loss only",
         ),
     )
 }
 INPUT_FORMATS = tuple(REGISTRY)
+CANONICAL_COLUMNS = tuple(
+    dict.fromkeys((*_COMMON_COLUMNS, *(c for given in REGISTRY.values() for c in given.columns)))
+)
 
 
 # --------------------------------------------------------------------------- queries
@@ -232,17 +304,17 @@ def is_text_prompt_completion(output_format: str) -> bool:
 
 
 def is_plain_text(output_format: str) -> bool:
-    """Rows of plain text as written (prompt/completion, preference rows of strings): what
-    `data.chat_template` decides on, through the chat template or as they are."""
-    shape = SHAPES[output_format]
-    return not shape.conversational and not shape.images
+    """Rows of plain text as written that have a form through the chat template
+    (prompt/completion, preference rows of strings): what `data.chat_template` decides on,
+    through the chat template or as they are (language-modeling `text` has no such form)."""
+    return any(output_format == s.text.name != s.chat.name for s in SHAPE_SETS)
 
 
 def written_as(output_format: str) -> str:
     """The plain-text shape whose rows became `output_format` through the chat template
     (`chat_preference` -> `preference`), or `output_format` itself: what `plan` names as the
     rows' own format beside how they reach the model."""
-    for shapes in (PAIRS, PREFERENCES, UNPAIRED_SHAPES):
+    for shapes in SHAPE_SETS:
         if output_format == shapes.chat.name:
             return shapes.text.name
     return output_format
@@ -263,3 +335,12 @@ def features(output_format: str) -> Any:
     import datasets
 
     return SHAPES[output_format].features(datasets)
+
+
+def format_table() -> str:
+    """The docs' table of formats (docs/data.md holds it as rendered: a test compares)."""
+    lines = ["| `data.format` | columns (canonical names) | TRL gets |", "| --- | --- | --- |"]
+    lines += [
+        f"| `{given.name}` | {given.doc_columns} | {given.doc_trl} |" for given in REGISTRY.values()
+    ]
+    return "\n".join(lines) + "\n"

@@ -37,6 +37,7 @@ class TemplateFacts:
 
     found: bool | None  # None: cannot be told here (a hub tokenizer not in the local cache)
     support: str  # what it allows for assistant-only loss (plan.trainer_settings: MARKED ...)
+    tools: bool | None = None  # renders tool calls (templates.renders_tools); None: not read
 
 
 SAMPLE_CHARS = 65536  # enough text to fill any max_length the estimate caps at

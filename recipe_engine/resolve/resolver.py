@@ -39,6 +39,7 @@ from recipe_engine.resolve.inputs import (
 from recipe_engine.resolve.inventory import ModelInventory, model_inventory
 from recipe_engine.resolve.machine import Machine, detect_machine
 from recipe_engine.resolve.models import model_location
+from recipe_engine.resolve.row_shapes import SHAPES
 from recipe_engine.resolve.sources import PARENT, InitSource, model_source, parent_source
 from recipe_engine.resolve.template_tokens import longest_tokens, saved_tokenizer, template_tokens
 from recipe_engine.trainers.kind import LabelCounts
@@ -63,6 +64,7 @@ def resolve_recipe(
         data = _held_out_setting(stage_data(name, cfg.data, stage.data), _evaluates(cfg))
         data, revision = _at_commit(data, revisions)
         rows = _rows_each_way(data, model, cfg.seed, surveyed)
+        model = _renders_tools(model, rows[""])
         for way in rows.values():
             way.hub_revision = revision
         tokens = longest_tokens(model.files, next(iter(rows.values())).longest)
@@ -231,6 +233,17 @@ def _template(init: InitSource, model: ModelConfig) -> TemplateFacts:
         found=templates.has_chat_template(location, model.revision),
         support=templates.template_support(location, model.revision),
     )
+
+
+def _renders_tools(model: ModelInputs, rows: Rows) -> ModelInputs:
+    """The model with whether its chat template renders tool calls, read where the rows call
+    tools (transformers renders a sample: not imported for other rows)."""
+    if not SHAPES[rows.format].tools:
+        return model
+    init, entry = model.init, model.entry
+    location = init.location if init.kind != PARENT else _entry_location(entry)
+    tools = templates.renders_tools(location, entry.revision)
+    return dataclasses.replace(model, template=dataclasses.replace(model.template, tools=tools))
 
 
 def _entry_location(model: ModelConfig) -> str | None:

@@ -22,6 +22,10 @@ loss flag it calls for (`plan.trainer_settings`; none for preference rows), how 
 - ``unpaired``, ``chat_unpaired``, ``vlm_unpaired``: TRL's unpaired preference (KTO): a
   ``prompt``, one ``completion`` and a boolean ``label`` (the completion is desirable or not), as
   text, as messages, or as messages of parts with ``images``
+- ``language_modeling``: ``{"text": str}``: TRL's language modeling (continued pretraining):
+  the loss covers the whole text, there is no question to ask it
+- ``tool_messages``: ``{"messages": [messages, some with `tool_calls`, `tool` turns], "tools":
+  JSON text of the functions' schemas}``: TRL passes ``tools`` to the chat template
 
 A part is ``{"type": "image", "text": None}`` or ``{"type": "text", "text": str}``. A new shape
 is one `RowShape` in `SHAPES` (its `make` beside the others: `converters`, `preference_rows`,
@@ -40,6 +44,7 @@ from recipe_engine.resolve.converters import (
     chat_prompt_completion_row,
     messages_row,
     prompt_completion_row,
+    text_row,
     vlm_prompt_completion_row,
     vlm_row,
 )
@@ -48,6 +53,7 @@ from recipe_engine.resolve.preference_rows import (
     preference_row,
     vlm_preference_row,
 )
+from recipe_engine.resolve.tool_rows import tool_messages_row
 from recipe_engine.resolve.unpaired_rows import (
     chat_unpaired_row,
     unpaired_row,
@@ -61,6 +67,7 @@ VLM, VLM_PROMPT_COMPLETION = "vlm", "vlm_prompt_completion"
 PREFERENCE, CHAT_PREFERENCE = "preference", "chat_preference"
 VLM_PREFERENCE = "vlm_preference"
 UNPAIRED, CHAT_UNPAIRED, VLM_UNPAIRED = "unpaired", "chat_unpaired", "vlm_unpaired"
+LANGUAGE_MODELING, TOOL_MESSAGES = "language_modeling", "tool_messages"
 # TRL's loss flags, one per kind of instruction rows (`Loss`).
 LOSS_FLAGS = ("assistant_only_loss", "completion_only_loss")
 
@@ -70,12 +77,25 @@ class Loss:
     """The loss flag rows call for: on the completion only (TRL masks the prompt, always
     possible), or on the assistant's turns only, where the chat template can mark them."""
 
-    flag: str  # one of LOSS_FLAGS
+    flag: str | None  # one of LOSS_FLAGS; None: none applies, the loss covers every token
     needs_markers: bool  # only where the chat template marks the turns (MARKED / PATCHED)
+    # Where rows have no flag of their own: what the loss covers (`plan`'s note), and the
+    # refusal of a flag set true ({name}: the stage, {flag}, {data_format}).
+    covers: str = ""
+    refusal: str = ""
 
 
 COMPLETION_ONLY = Loss("completion_only_loss", needs_markers=False)
 ASSISTANT_ONLY = Loss("assistant_only_loss", needs_markers=True)
+WHOLE_TEXT = Loss(
+    None,
+    needs_markers=False,
+    covers="on the whole text (language-modeling rows: no prompt or assistant turn to mask)",
+    refusal="Stage `{name}` trains on language-modeling rows ({data_format}: a `text` column, "
+    "continued pretraining), which have no prompt or assistant turn to mask, but "
+    "stage.{name}.train.{flag}=true asks for one. Drop the key (the loss covers the whole "
+    "text), or give the stage prompt/completion or `messages` rows.",
+)
 
 
 @dataclass(frozen=True)
@@ -104,9 +124,10 @@ class RowShape:
     prompt_completion: bool
     rows: str  # the kind of rows (trainers.kind): instruction | preference | unpaired
     loss: Loss | None  # None: preference rows (SFT's loss flags do not apply)
-    asked: Asking
+    asked: Asking | None  # None: the rows ask nothing (plain text): no exact match applies
     make: Callable[[Row], TrlRow]  # one record -> one TRL row
     features: Callable[[Any], Any]  # the `datasets` module -> the features of such rows
+    tools: bool = False  # rows call tools: the chat template must render `tools` and their turns
 
     @property
     def preference(self) -> bool:
@@ -270,6 +291,35 @@ SHAPES: dict[str, RowShape] = {
         _judged(UNPAIRED_ROWS, UNPAIRED, False, False, unpaired_row),
         _judged(UNPAIRED_ROWS, CHAT_UNPAIRED, True, False, chat_unpaired_row),
         _judged(UNPAIRED_ROWS, VLM_UNPAIRED, True, True, vlm_unpaired_row),
+        RowShape(
+            LANGUAGE_MODELING,
+            columns=("text",),
+            conversational=False,
+            images=False,
+            prompt_completion=False,
+            rows=INSTRUCTION_ROWS,  # SFT's: TRL's language modeling
+            loss=WHOLE_TEXT,
+            asked=None,
+            make=text_row,
+            features=lambda ds: ds.Features({"text": ds.Value("string")}),
+        ),
+        RowShape(
+            TOOL_MESSAGES,
+            columns=("messages", "tools"),
+            conversational=True,
+            images=False,
+            prompt_completion=False,
+            rows=INSTRUCTION_ROWS,
+            loss=ASSISTANT_ONLY,
+            asked=CONVERSATION_ASKED,
+            make=tool_messages_row,
+            # Each message as it was written (tool calls' arguments differ in keys row to
+            # row); the schemas as JSON text, which TRL decodes.
+            features=lambda ds: ds.Features(
+                {"messages": ds.List(ds.Json()), "tools": ds.Value("string")}
+            ),
+            tools=True,
+        ),
     )
 }
 CONVERSATIONS = Shapes(SHAPES[MESSAGES], SHAPES[MESSAGES], SHAPES[VLM])
@@ -278,12 +328,27 @@ PAIRS = Shapes(
 )
 PREFERENCES = Shapes(SHAPES[PREFERENCE], SHAPES[CHAT_PREFERENCE], SHAPES[VLM_PREFERENCE])
 UNPAIRED_SHAPES = Shapes(SHAPES[UNPAIRED], SHAPES[CHAT_UNPAIRED], SHAPES[VLM_UNPAIRED])
+# Shapes with one form: rows that never go through the chat template (plain text), or always
+# do (tool calls); `images` is the same shape, as formats with no image form refuse them.
+TEXTS = Shapes(SHAPES[LANGUAGE_MODELING], SHAPES[LANGUAGE_MODELING], SHAPES[LANGUAGE_MODELING])
+TOOL_CONVERSATIONS = Shapes(SHAPES[TOOL_MESSAGES], SHAPES[TOOL_MESSAGES], SHAPES[TOOL_MESSAGES])
+SHAPE_SETS = (CONVERSATIONS, PAIRS, PREFERENCES, UNPAIRED_SHAPES, TEXTS, TOOL_CONVERSATIONS)
 OUTPUT_FORMATS = tuple(SHAPES)
 
 
 def row_shape(row: Mapping[str, Any]) -> RowShape:
-    """The shape of a TRL row whose format was not recorded (a probe's)."""
-    for shape in SHAPES.values():
-        if shape.holds(row):
-            return shape
-    raise ValueError(f"not a TRL row of any shape: columns {', '.join(row)}")
+    """The shape of a TRL row whose format was not recorded (a probe's): of the shapes that
+    hold it, the one that reads the most of its columns (`messages` and `tools`: tool calls)."""
+    held = [shape for shape in SHAPES.values() if shape.holds(row)]
+    if not held:
+        raise ValueError(f"not a TRL row of any shape: columns {', '.join(row)}")
+    return max(held, key=lambda shape: len(shape.columns))
+
+
+def asks_question(row: Mapping[str, Any]) -> bool:
+    """Whether a TRL row asks a question with an answer to expect (not plain text)."""
+    return row_shape(row).asked is not None
+
+
+# Every column a TRL row of some shape has, `images` last: what a probe and a held-out loss keep.
+TRL_COLUMNS = (*dict.fromkeys(c for shape in SHAPES.values() for c in shape.columns), "images")

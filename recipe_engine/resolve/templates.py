@@ -1,15 +1,20 @@
 """Chat templates as the weights' tokenizer saved them: read from a model folder, or from the
-local Hugging Face cache for a hub id (never downloaded here), and what they allow for
-assistant-only loss, decided as TRL decides it.
+local Hugging Face cache for a hub id (never downloaded here), what they allow for
+assistant-only loss, decided as TRL decides it, and whether they render tool calls.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import json
 import re
 from pathlib import Path
+from typing import Any
+
+from recipe_engine.files import JsonObject
+from recipe_engine.resolve import cache
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 # Where a saved tokenizer or processor keeps its chat template, in the order transformers reads.
@@ -104,3 +109,57 @@ def support_of(template: str | None) -> str:
     if GENERATION_MARKER.search(template):
         return MARKED
     return PATCHED if template in _templates_trl_patches() else UNMARKED
+
+
+# A function's schema: what a chat template that renders `tools` shows of it (its words are
+# in no template's own text).
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "look_up_zq",
+        "description": "Looks up zqx.",
+        "parameters": {"type": "object", "properties": {"key": {"type": "string"}}},
+    },
+}
+
+
+def renders_tools(location: str | None, revision: str | None = None) -> bool | None:
+    """Whether the chat template saved at `location` renders what TRL gives it of
+    tool-calling rows: the calls and the `tool` turns (TRL's own `supports_tool_calling`) and
+    the `tools` schemas. None: no template read here. Remembered by the template's text (it
+    loads the tokenizer and imports TRL)."""
+    template = read_chat_template(location, revision)
+    if template is None:
+        return None
+    digest = hashlib.sha256(template.encode()).hexdigest()
+    found = cache.remembered(
+        "tool-templates", {"template": digest}, lambda: _renders_tools(str(location), revision)
+    )
+    return found["renders"] if found else None
+
+
+def _renders_tools(location: str, revision: str | None) -> JsonObject | None:
+    """{"renders": bool}; None where the tokenizer cannot be loaded here (not kept)."""
+    from transformers import AutoTokenizer
+
+    try:  # from the folder, or the local cache: never downloaded here
+        tokenizer = AutoTokenizer.from_pretrained(
+            location, revision=revision, local_files_only=True
+        )
+    except (OSError, ValueError):
+        return None
+    return {"renders": _shows_tools(tokenizer)}
+
+
+def _shows_tools(tokenizer: Any) -> bool:
+    """TRL's verdict on the calls and `tool` turns, and the schemas shown from `tools`."""
+    from trl.chat_template_utils import supports_tool_calling
+
+    if not supports_tool_calling(tokenizer):
+        return False
+    asked = [{"role": "user", "content": "hi"}]
+    try:
+        shown = tokenizer.apply_chat_template(asked, tools=[_TOOL], tokenize=False)
+    except Exception:  # jinja's errors: a template that cannot take `tools`
+        return False
+    return _TOOL["function"]["description"] in shown

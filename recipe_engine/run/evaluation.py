@@ -53,7 +53,7 @@ def capped(rows: Any, limit: int | None) -> Any:
 
 
 def message_text(message: Message) -> str:
-    content = message["content"]
+    content = message.get("content") or ""  # a turn that only calls tools says nothing
     if isinstance(content, str):
         return content
     return "".join(part.get("text") or "" for part in content if part.get("type") == "text")
@@ -62,11 +62,15 @@ def message_text(message: Message) -> str:
 def prompt_text(processor: Any, row: TrlRow) -> str:
     """What the model is asked, as TRL trains it (`row_shapes.SHAPES`: its `asked`): a
     conversation's messages but the last, or a conversational prompt, through the chat
-    template; a plain prompt as it is."""
+    template (with the row's `tools`, as TRL renders them); a plain prompt as it is."""
     question = row_shape(row).asked.question(row)
     if isinstance(question, str):
         return question
-    return processor.apply_chat_template(question, tokenize=False, add_generation_prompt=True)
+    tools = row.get("tools")
+    with_tools = {"tools": json.loads(tools) if isinstance(tools, str) else tools} if tools else {}
+    return processor.apply_chat_template(
+        question, tokenize=False, add_generation_prompt=True, **with_tools
+    )
 
 
 def reference_text(row: TrlRow) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 from recipe_engine.plan.trainer_settings import choose_loss
 from recipe_engine.resolve.converters import TrlRow
 from recipe_engine.resolve.data import quietly
-from recipe_engine.resolve.row_shapes import LOSS_FLAGS, RowShape, row_shape
+from recipe_engine.resolve.row_shapes import LOSS_FLAGS, TRL_COLUMNS, RowShape, row_shape
 from recipe_engine.resolve.templates import support_of
 
 # SFTConfig keys that decide which tokens a held-out loss counts and how rows are batched; the
@@ -45,8 +45,6 @@ LOSS_KEYS = (
     "bf16",
     "fp16",
 )
-# The columns of a row TRL reads; a probe's own columns (reference, input) are left out.
-TRL_COLUMNS = ("messages", "prompt", "completion", "images")
 # SFTConfig's arguments for a held-out loss (LOSS_KEYS), handed to it as they are: TRL's edge.
 LossSettings = dict[str, Any]
 
@@ -61,11 +59,15 @@ def held_out_loss(
 ) -> float:
     """`SFTTrainer.evaluate`'s loss of `model` on `rows` (TRL row dicts) with a stage's
     `loss_settings`, on the device the model sits on, in one process (never DataParallel)."""
+    import datasets
     from datasets import Dataset
 
-    images = _with_images(rows)
-    dataset = Dataset.from_list([_trl_row(row, images) for row in rows])
-    settings = _flags_for_rows(settings, row_shape(rows[0]), processor)
+    images, shape = _with_images(rows), row_shape(rows[0])
+    # Text rows in their shape's features: messages as written (tool calls), not as Arrow
+    # would merge them; image rows as Arrow reads them.
+    features = None if images else shape.features(datasets)
+    dataset = Dataset.from_list([_trl_row(row, images) for row in rows], features=features)
+    settings = _flags_for_rows(settings, shape, processor)
     on_gpu = next(p.device for p in model.parameters()).type == "cuda"
     with quietly():
         return _evaluate(model, processor, dataset, settings, on_gpu)

@@ -24,7 +24,7 @@ from recipe_engine.files import atomic_write_text
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.resolve.converters import TrlRow
-from recipe_engine.resolve.row_shapes import row_shape
+from recipe_engine.resolve.row_shapes import TRL_COLUMNS, asks_question, row_shape
 from recipe_engine.run import evaluation
 from recipe_engine.run.held_out_loss import LossSettings, held_out_loss, loss_settings
 from recipe_engine.run.preference_scores import answer_logps, is_judged_row, judging
@@ -34,7 +34,7 @@ from recipe_engine.trainers import TRAINERS
 MEASURED = "measured"  # the run folder's folder of Measurement records
 BASE = "base"  # the untrained base's name in a comparison (unless a stage has that name)
 # The columns a probe keeps of its row: the shape training saw.
-PROBE_COLUMNS = ("messages", "prompt", "completion", "chosen", "rejected", "label")
+PROBE_COLUMNS = TRL_COLUMNS[:-1]  # all but `images`
 
 
 @dataclass(frozen=True)
@@ -137,8 +137,11 @@ def _texts(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def probes_of(rows: Any) -> list[Probe]:
     """The rows as probes; of unpaired feedback only the desirable rows, whose completion is an
-    answer to give (the undesirable ones are judged with the rest)."""
-    return [_probe(row) for row in rows if evaluation.expects_its_answer(row)]
+    answer to give (the undesirable ones are judged with the rest); none of rows that ask
+    nothing (language-modeling text: no question, no answer to expect)."""
+    return [
+        _probe(row) for row in rows if evaluation.expects_its_answer(row) and asks_question(row)
+    ]
 
 
 def _probe(row: Mapping[str, Any]) -> Probe:

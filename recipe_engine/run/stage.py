@@ -21,6 +21,7 @@ from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.trainer_settings import zero_stage
 from recipe_engine.resolve.inventory import model_inventory
 from recipe_engine.resolve.machine import is_main_process
+from recipe_engine.resolve.row_shapes import asks_question
 from recipe_engine.run import evaluation, measuring, precision, preference_scores, tracking
 from recipe_engine.run.census import census, format_report, trainable_report
 from recipe_engine.run.loading import (
@@ -299,7 +300,9 @@ class StageRecipe:
         self.metrics.eval_loss = evaluated["eval_loss"]
         self.metrics.preference = preference_scores.trl_metrics(evaluated) or None
         self.metrics.eval_samples = len(held_out)
-        if self.main_process:  # alone: ZeRO-3 would sync generation with the other ranks
+        # Exact match, where the rows ask something (language-modeling text asks nothing: its
+        # held-out loss is its evaluation); alone: ZeRO-3 would sync generation with the ranks.
+        if self.main_process and len(held_out) and asks_question(held_out[0]):
             with whole_models(self.args), self._forwards():
                 self._score_on_main_process(held_out)
         self.timings["eval_s"] = time.time() - started
@@ -346,9 +349,12 @@ class StageRecipe:
 
     def _preflight_generation(self) -> None:
         """One answer generated before step 0, on a held-out row (else a training row), in the
-        context every forward of the engine's own runs in (`run.precision.forwards`)."""
+        context every forward of the engine's own runs in (`run.precision.forwards`); none
+        for rows that ask nothing (language-modeling text), which nothing generates from."""
         splits = self.stage.data.splits()
         row = (splits.eval if splits.eval is not None and len(splits.eval) else splits.train)[0]
+        if not asks_question(row):
+            return
         kind = self.stage.model.kind
         preflight_generation(self.trainer, self.processor, row, kind, self._forwards())
 

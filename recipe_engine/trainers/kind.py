@@ -23,7 +23,7 @@ INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS = "instruction", "preference", 
 ROW_KINDS = (INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS)
 # What each kind of rows is, in the words a refusal uses.
 ROWS_IN_WORDS = {
-    INSTRUCTION_ROWS: "instruction rows (messages, or prompt / completion)",
+    INSTRUCTION_ROWS: "instruction rows (messages, prompt / completion, or language-modeling text)",
     PREFERENCE_ROWS: "preference pairs (prompt / chosen / rejected)",
     UNPAIRED_ROWS: "unpaired feedback (prompt / completion / label)",
 }

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from peer_files import PEER_FILES
+from peer_files import PEER_FILES, model_with_template, trl_tool_calling
 
 from recipe_engine.cli.main import main
 from recipe_engine.store.records import Manifest, StageRow
@@ -28,18 +28,46 @@ RECIPES = {
 def test_a_peer_file_trains_with_no_setting(name: str, tmp_path: Path) -> None:
     peer = PEER_FILES[name]
     recipe, stage, overrides = RECIPES[peer.kind]
+    if peer.template:  # the tiny model with the chat template the rows need
+        folder = model_with_template(tmp_path, peer.template)
+        overrides = [*overrides, "model.source=local", f"model.id={folder}"]
+    # Language-modeling text asks no question: the run's compare is skipped, not failed (a
+    # failed one would make the run incomplete, exit 1).
+    asks = peer.shape != "language_modeling"
+    quick = QUICK if asks else QUICK[:-1]
     argv = [
         f"recipe={recipe}",
         "data.source=local",
         f"data.path={peer.write(tmp_path)}",
         f"output_root={tmp_path / 'out'}",
         *overrides,
-        *(setting.format(stage=stage) for setting in QUICK),
+        *(setting.format(stage=stage) for setting in quick),
     ]
     assert main(argv) == 0
     [run_dir] = (tmp_path / "out" / "runs" / recipe).iterdir()
     [row] = json.loads((run_dir / "summary.json").read_text())["stages"]
     assert row["status"] == "trained" and row["steps"] == 2, row
-    assert row["eval"].startswith("acc "), row  # evaluated on the rows held out of the file
+    # Evaluated on the rows held out of the file: exact match where the rows ask something,
+    # the held-out loss alone of language-modeling text.
+    assert row["eval"].startswith("acc " if asks else "loss "), row
     manifest = Manifest.load(StageRow(**row).output_path(run_dir))
     assert manifest.config["trainer"] == peer.trainer  # the one its rows call for
+
+
+def test_tool_rows_for_a_template_that_cannot_render_tools_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tiny Qwen2's chat template leaves calls and tool turns out: one message, exit 2,
+    nothing written."""
+    argv = [
+        "plan",
+        "recipe=text-lora",
+        "data.source=local",
+        f"data.path={trl_tool_calling(tmp_path)}",
+        f"output_root={tmp_path / 'out'}",
+    ]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "the chat template of `tiny-qwen2` does not render them" in error
+    assert "Use a model whose chat template supports tools" in error
+    assert not (tmp_path / "out").exists()

@@ -126,7 +126,7 @@ def test_file_level_errors(tmp_path: Path) -> None:
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
     assert "cannot read it" in error(tmp_path / "bad.parquet")
 
-    path = write_jsonl(tmp_path / "odd.jsonl", [{"text": "x"}])
+    path = write_jsonl(tmp_path / "odd.jsonl", [{"body": "x"}])
     assert "cannot tell the data format" in error(path)
 
     (tmp_path / "empty.jsonl").write_text("\n")

@@ -53,6 +53,8 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         "sharegpt",
         "firefly",
         "vlm",
+        "tools",
+        "language_modeling",
     )
     assert OUTPUT_FORMATS == (
         "messages",
@@ -66,6 +68,8 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         "unpaired",
         "chat_unpaired",
         "vlm_unpaired",
+        "language_modeling",
+        "tool_messages",
     )
     assert all(name == given.name for name, given in REGISTRY.items())
     assert all(name == shape.name for name, shape in SHAPES.items())
@@ -76,10 +80,12 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
     }
     assert reached == set(SHAPES)  # every shape is one some format's rows become
     for given in REGISTRY.values():
-        assert given.shapes.images.images and not given.shapes.text.images
+        # A format has a form with images, or one form only (its layout refuses images).
+        one_form = given.shapes.images is given.shapes.text is given.shapes.chat
+        assert (given.shapes.images.images or one_form) and not given.shapes.text.images
         assert set(given.columns) <= set(formats.CANONICAL_COLUMNS)
         text = given.shapes.text
-        assert given.messages is not None or text.prompt_completion or given.judged
+        assert given.messages is not None or text.prompt_completion or given.judged or one_form
         assert given.judged == (text.rows != "instruction") == bool(given.answers)
 
 
@@ -144,18 +150,19 @@ def test_the_shape_follows_the_format_images_and_the_chat_template() -> None:
 def test_an_undetectable_split_lists_what_each_format_expects() -> None:
     assert "vlm" not in [given.name for given in detection_order()]  # named, never detected
     with pytest.raises(RecipeError) as info:
-        resolve_layout("auto", seen("text"), {})
+        resolve_layout("auto", seen("body"), {})
     assert info.value.key == "data.format"
     assert (
         "Expected `prompt`+`chosen`+`rejected` (preference pairs), `prompt`+`completion`+"
-        "`label` (unpaired feedback, KTO), `messages` (role/content messages), `conversations` "
+        "`label` (unpaired feedback, KTO), `messages`+`tools` (tool calls), `messages` "
+        "(role/content messages), `conversations` "
         "(ShareGPT from/value messages), `prompt`+`completion`, `instruction`+`output` "
-        "(Alpaca), or `conversation` ({human, assistant} exchanges, Firefly); an `images` "
-        "column adds images." in str(info.value)
+        "(Alpaca), `conversation` ({human, assistant} exchanges, Firefly), or `text` "
+        "(language modeling); an `images` column adds images." in str(info.value)
     )
     assert (
-        "data.format=<messages|prompt_completion|alpaca|preference|unpaired|sharegpt|firefly|vlm>"
-        in str(info.value)
+        "data.format=<messages|prompt_completion|alpaca|preference|unpaired|sharegpt|firefly|vlm"
+        "|tools|language_modeling>" in str(info.value)
     )
 
 
@@ -168,7 +175,8 @@ def test_each_shape_declares_the_loss_flag_the_plan_chooses() -> None:
     judged = [shape.name for shape in SHAPES.values() if shape.unpaired]
     assert judged == ["unpaired", "chat_unpaired", "vlm_unpaired"]
     assert all(SHAPES[name].loss is None for name in pairs + judged)  # SFT's flags do not apply
-    for shape in (shape for shape in SHAPES.values() if shape.rows == "instruction"):
+    flagged = [s for s in SHAPES.values() if s.rows == "instruction" and s.asked is not None]
+    for shape in flagged:
         assert shape.loss == (COMPLETION_ONLY if shape.prompt_completion else ASSISTANT_ONLY)
         assert shape.loss.flag in LOSS_FLAGS
         assert choose_loss("s", {}, shape.name, MARKED).flags == {shape.loss.flag: True}
@@ -209,11 +217,13 @@ ROWS = {
         "label": True,
         "images": ["a.png"],
     },
+    "tool_messages": {"messages": [USER, ANSWER], "tools": "[]", "images": []},
 }
 
 
 def test_a_row_tells_its_shape_and_how_it_is_asked() -> None:
-    assert set(ROWS) == set(SHAPES)
+    assert set(ROWS) | {"language_modeling"} == set(SHAPES)  # plain text asks nothing
+    assert row_shape({"text": "2+2 is 4"}).asked is None
     for name, row in ROWS.items():
         shape = row_shape(row)
         assert shape.name == name
@@ -221,4 +231,4 @@ def test_a_row_tells_its_shape_and_how_it_is_asked() -> None:
         assert isinstance(question, str) == (not shape.conversational)
         assert answer in ("4", [ANSWER])
     with pytest.raises(ValueError):
-        row_shape({"text": "no TRL columns"})
+        row_shape({"body": "no TRL columns"})
