@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
-from recipe_engine.files import JsonObject
 from recipe_engine.hashing import canonical_hash
 
 # Enters every key. Raised when what a stage trains to changes for the same settings (how
@@ -173,7 +172,7 @@ def _check_reachable(graph: StageGraph, targets: Sequence[str]) -> None:
         )
 
 
-def stage_settings(stage: Mapping[str, Any]) -> JsonObject:
+def _weight_settings(stage: Mapping[str, Any]) -> dict[str, object]:
     """The part of a stage's config that determines its weights, as the key hashes it."""
     settings = {k: v for k, v in stage.items() if k not in NON_WEIGHT_STAGE_KEYS}
     settings["train"] = {
@@ -201,21 +200,28 @@ def fingerprints(
     result: dict[str, str] = {}
     for name in graph.order:
         parent = graph.parents[name]
-        source = {"parent": result[parent]} if parent else {"init": source_identity[name]}
-        result[name] = fingerprint(stages[name], data=data_identity[name], seed=seed, source=source)
+        result[name] = fingerprint(
+            stages[name],
+            data=data_identity[name],
+            seed=seed,
+            parent=result[parent] if parent else None,
+            init=source_identity[name],
+        )
     return result
 
 
-def fingerprint(stage: Mapping[str, Any], *, data: str, seed: int, source: JsonObject) -> str:
-    """One stage's fingerprint (`fingerprints`): `source` is `{"parent": its key}`, or
-    `{"init": the identity of where a root stage starts}`."""
+def fingerprint(
+    stage: Mapping[str, Any], *, data: str, seed: int, parent: str | None, init: object
+) -> str:
+    """One stage's fingerprint (`fingerprints`): its source is its parent's key, or for a root
+    stage the identity of where it starts (`init`)."""
     return canonical_hash(
         {
             "key_version": KEY_VERSION,
-            "settings": stage_settings(stage),
+            "settings": _weight_settings(stage),
             "data": data,
             "seed": seed,
-            "source": source,
+            "source": {"parent": parent} if parent else {"init": init},
         }
     )
 

@@ -31,8 +31,13 @@ def stage_key(cfg: EngineConfig, stage: StagePlan, parent: StagePlan | None) -> 
         **_model_settings(stage.model),
         **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
     }
-    source = {"parent": parent.fingerprint} if parent else {"init": stage.init.identity}
-    return dag.fingerprint(settings, data=stage.data.identity, seed=cfg.seed, source=source)
+    return dag.fingerprint(
+        settings,
+        data=stage.data.identity,
+        seed=cfg.seed,
+        parent=parent.fingerprint if parent else None,
+        init=stage.init.identity,
+    )
 
 
 def _model_settings(model: ModelConfig) -> JsonObject:

@@ -67,7 +67,7 @@ from recipe_engine.resolve.row_shapes import (
     VLM,
     Shapes,
 )
-from recipe_engine.trainers import trainer_for
+from recipe_engine.trainers import trainer_for, trainers_taking
 from recipe_engine.trainers.kind import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
 
 # The columns every format may read beside its own (a format's own columns join them:
@@ -197,8 +197,7 @@ REGISTRY: dict[str, DataFormat] = {
             },
             doc_columns="a prompt, `chosen`, `rejected`: see [Preference rows](#preference-rows)",
             doc_trl="`prompt` / `chosen` / `rejected` (conversational through the chat template, "
-            "as prompt/completion rows are): for `trainer: dpo` / `orpo` stages, see "
-            "[Preference training](preference.md)",
+            "as prompt/completion rows are): see [Preference training](preference.md)",
         ),
         DataFormat(
             UNPAIRED,
@@ -213,7 +212,7 @@ REGISTRY: dict[str, DataFormat] = {
             aliases={"label": ("kto_tag",), "completion": ("output", "response", "answer")},
             doc_columns="a prompt, one `completion` (or a conversation's last assistant turn), a "
             "boolean `label` (LLaMA-Factory's `kto_tag`)",
-            doc_trl="`prompt` / `completion` / `label`: for `trainer: kto` stages",
+            doc_trl="`prompt` / `completion` / `label`",
         ),
         DataFormat(
             "sharegpt",
@@ -275,8 +274,8 @@ REGISTRY: dict[str, DataFormat] = {
             alone=True,
             doc_columns="`text` alone (continued pretraining; detected where no other format's "
             "column is there)",
-            doc_trl="`text`: the loss covers the whole text, packing applies; for `trainer: sft` "
-            "stages, evaluated by held-out loss only",
+            doc_trl="`text`: the loss covers the whole text, packing applies; evaluated by "
+            "held-out loss only",
         ),
     )
 }
@@ -339,8 +338,13 @@ def features(output_format: str) -> Any:
 
 def format_table() -> str:
     """The docs' table of formats (docs/data.md holds it as rendered: a test compares)."""
-    lines = ["| `data.format` | columns (canonical names) | TRL gets |", "| --- | --- | --- |"]
+    lines = [
+        "| `data.format` | columns (canonical names) | TRL gets | `trainer` |",
+        "| --- | --- | --- | --- |",
+    ]
     lines += [
-        f"| `{given.name}` | {given.doc_columns} | {given.doc_trl} |" for given in REGISTRY.values()
+        f"| `{given.name}` | {given.doc_columns} | {given.doc_trl} | "
+        f"{' / '.join(f'`{name}`' for name in trainers_taking(given.rows))} |"
+        for given in REGISTRY.values()
     ]
     return "\n".join(lines) + "\n"
