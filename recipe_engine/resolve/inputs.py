@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from recipe_engine.config.schema import DataConfig, ModelConfig
 from recipe_engine.files import JsonObject
+from recipe_engine.hashing import canonical_hash
 from recipe_engine.resolve.formats import written_as
 from recipe_engine.resolve.held_out import (
     AUTO_MAX_ROWS,
@@ -144,12 +145,13 @@ def image_sizes(sizes: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]
     return tuple(sorted(largest[:MAX_IMAGE_SIZES]))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Rows:
     """A stage's rows: identity, format after detection and split sizes, checked row by row.
 
-    The rows themselves are read at most once per process (`splits`): by `resolve` when it has
-    not surveyed this exact data before, otherwise by the first step of the run that needs them.
+    Data, not the rows themselves: those are read at most once per process by their content
+    key (`splits`, `resolve.reads`): by `resolve` when it has not surveyed this exact data
+    before, otherwise by the first step of the run that needs them.
     """
 
     config: DataConfig
@@ -165,22 +167,27 @@ class Rows:
     read_as: str = ""
     labels: LabelCounts | None = None  # the training rows' labels (unpaired feedback only)
     longest: LongestRow = field(default_factory=LongestRow)  # for the memory estimate
-    _splits: DataSplits | None = field(default=None, repr=False, compare=False)
     # How prompt/completion text reaches the model: "through the chat template", or as
     # plain text and why (`plan` prints it on the data line); "" for conversations.
     rendering: str = ""
     # Hub data's commit and how it was chosen (the config's revision is that commit).
     hub_revision: HubRevision | None = None
 
+    @property
+    def read_key(self) -> str:
+        """What the rows are read from and how: their content key, the data settings, the
+        model kind and the seed (an explicit eval_fraction's split)."""
+        read = {"rows": self.identity, "data": asdict(self.config), "kind": self.kind}
+        return canonical_hash({**read, "seed": self.seed})
+
     def splits(self) -> DataSplits:
-        if self._splits is None:
-            from recipe_engine.resolve.data import load_splits
+        """The rows themselves, read once per process (`resolve.reads`)."""
+        from recipe_engine.resolve.data import load_splits
+        from recipe_engine.resolve.reads import read_once
 
-            self._splits = load_splits(self.config, kind=self.kind, seed=self.seed)
-        return self._splits
-
-    def __getstate__(self) -> dict[str, object]:  # a sweep worker re-reads, not unpickles
-        return {**self.__dict__, "_splits": None}
+        return read_once(
+            self.read_key, lambda: load_splits(self.config, kind=self.kind, seed=self.seed)
+        )
 
     def describe(self) -> str:
         rows = f"{self.train_rows} train / {self.held_out_text}"

@@ -39,6 +39,7 @@ from recipe_engine.resolve.inputs import (
 from recipe_engine.resolve.inventory import ModelInventory, model_inventory
 from recipe_engine.resolve.machine import Machine, detect_machine
 from recipe_engine.resolve.models import model_location
+from recipe_engine.resolve.reads import read_once
 from recipe_engine.resolve.row_shapes import SHAPES
 from recipe_engine.resolve.sources import PARENT, InitSource, model_source, parent_source
 from recipe_engine.resolve.template_tokens import longest_tokens, saved_tokenizer, template_tokens
@@ -65,8 +66,7 @@ def resolve_recipe(
         data, revision = _at_commit(data, revisions)
         rows = _rows_each_way(data, model, cfg.seed, surveyed)
         model = _renders_tools(model, rows[""])
-        for way in rows.values():
-            way.hub_revision = revision
+        rows = {way: dataclasses.replace(read, hub_revision=revision) for way, read in rows.items()}
         tokens = longest_tokens(model.files, next(iter(rows.values())).longest)
         stages[name] = StageInputs(name, model, rows, deepspeed_config(name, stage.train), tokens)
     return RecipeInputs(machine or detect_machine(), stages)
@@ -357,7 +357,8 @@ def survey(config: DataConfig, kind: str, seed: int, surveyed: dict[str, Rows]) 
         labels=checked.labels,
         longest=longest,
     )
-    rows._splits = read[0] if read else None  # read once, kept for the run
+    if read:  # read once: the run's steps take them from here
+        read_once(rows.read_key, lambda: read[0])
     surveyed[canonical_hash(inputs)] = rows
     return rows
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 
@@ -202,6 +203,7 @@ def test_a_run_reads_its_data_once(memo, tmp_path, monkeypatch):
     from recipe_engine.evaluate.after_run import report_run
     from recipe_engine.resolve import cache as memo_module
     from recipe_engine.resolve import data
+    from recipe_engine.resolve import reads as read_memo
 
     if memo == "cold":  # nothing remembered: the planner reads and checks every row
         # Except the libraries' verdict on the stage settings, which reads no data: kept where
@@ -212,6 +214,7 @@ def test_a_run_reads_its_data_once(memo, tmp_path, monkeypatch):
         monkeypatch.setattr(memo_module, "cache_dir", lambda: tmp_path / "memo")
     else:  # remembered: the planner reads nothing, the first stage reads
         plan_from_config(compose_config(run_overrides("r3-two-stage", tmp_path)))
+    monkeypatch.setattr(read_memo, "_read", OrderedDict())  # a fresh process: nothing read
     reads: list = []
     real = data.load_splits
     monkeypatch.setattr(data, "load_splits", lambda *a, **k: reads.append(a) or real(*a, **k))
