@@ -217,7 +217,8 @@ class LibraryJudge:
             if not ready:
                 self.process.kill()
             code = self.process.wait()
-            reason = self._why_ended(code) if ready else "no verdict in 10 minutes"
+            late = f"no verdict in {VERDICT_TIMEOUT_SECONDS:.0f} s"
+            reason = self._why_ended(code) if ready else late
             self.stop()
             if code == 0:  # it went idle as the request was sent
                 return None
