@@ -169,16 +169,15 @@ def plan_phases(recipe: str) -> list[Timing]:
     with watch.phase("import the engine's planning modules"):
         from recipe_engine.config.compose import compose_config, to_engine_config
         from recipe_engine.plan.planner import check_recipe, plan_recipe
-        from recipe_engine.resolve import cache
         from recipe_engine.resolve.resolver import resolve_recipe
-        from recipe_engine.run.preflight import LibraryChild, check_with_libraries
+        from recipe_engine.run.preflight import check_with_libraries, judge_at_first_read
     with watch.phase("compose the config (Hydra)"):
         config = to_engine_config(compose_config([f"recipe={recipe}"]))
     with watch.phase("check the recipe (library field tables)"):
         graph = check_recipe(config)
     timed_reads(watch)
     parents = {name: graph.parents[name] for name in graph.order}
-    with LibraryChild() as child, cache.before_first_read(child.start):
+    with judge_at_first_read():
         with watch.phase("resolve (the reads below)"):
             inputs = resolve_recipe(config, parents, None)
         with watch.phase("plan"):

@@ -1,15 +1,13 @@
 """The libraries' settings objects, built in one place: SFTConfig, LoraConfig, BitsAndBytesConfig.
 
 `run` builds them to train. `plan` builds the same objects from the same arguments in a
-clean child process (`python -m recipe_engine.config.library_objects`), so the libraries
-themselves judge every combination before a weight loads, without the child's imports
-(seconds) or the device state that `SFTConfig` sets up touching the planning process.
+clean child process (`judge`, in a child of `config.library_judge`), so the libraries
+themselves judge every combination before a weight loads, without their imports (seconds)
+or the device state that `SFTConfig` sets up touching the planning process.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -145,15 +143,10 @@ def _what_to_install(integration: str) -> str:
 
 
 def import_libraries() -> None:
-    """What judging most plans imports (seconds), done before the stages arrive: the planner
-    starts this child while it is still reading models and rows (`run.preflight`)."""
+    """What judging most plans imports (seconds), done once by the judge before the first
+    stages arrive: the planner starts it while still reading models and rows
+    (`run.preflight`), and each verdict's child is forked with these imported."""
     import peft  # noqa: F401
     from transformers import BitsAndBytesConfig  # noqa: F401
     from transformers.integrations import integration_utils  # noqa: F401
     from trl import SFTConfig  # noqa: F401
-
-
-if __name__ == "__main__":  # the planner's child process: JSON stages in, JSON verdict out
-    if "--import-first" in sys.argv:
-        import_libraries()
-    print(json.dumps(judge(json.load(sys.stdin))))

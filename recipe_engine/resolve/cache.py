@@ -104,8 +104,8 @@ def remembered(
 @contextmanager
 def before_first_read(prepare: Callable[[], None]) -> Iterator[None]:
     """Call `prepare` once, before the first record this block has to read rather than
-    find: the planner starts its library child there (`run.preflight.LibraryChild`), so
-    that a cold plan's reads and the child's imports overlap, and a warm plan starts none."""
+    find: the planner starts its libraries' judge there (`run.preflight.start_judge`), so
+    that a cold plan's reads and the judge's imports overlap, and a warm plan starts none."""
     _before_reading.append(prepare)
     try:
         yield
@@ -122,11 +122,10 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def versions(kind: str) -> list[str | None]:
+    """The installed versions of what records of this kind depend on: part of their key."""
+    return [package_version(d) for d in LIBRARIES_BY_KIND[kind]]
+
+
 def _key(kind: str, inputs: Mapping[str, Any]) -> str:
-    return canonical_hash(
-        {
-            "inputs": inputs,
-            "record": RECORDS[kind],
-            "versions": [package_version(d) for d in LIBRARIES_BY_KIND[kind]],
-        }
-    )
+    return canonical_hash({"inputs": inputs, "record": RECORDS[kind], "versions": versions(kind)})

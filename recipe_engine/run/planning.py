@@ -13,11 +13,10 @@ from recipe_engine.config.schema import EngineConfig
 from recipe_engine.plan.jobs import plan_jobs
 from recipe_engine.plan.planner import check_recipe, plan_recipe
 from recipe_engine.plan.recipe_plan import RecipePlan
-from recipe_engine.resolve import cache
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.resolver import resolve_recipe
 from recipe_engine.resolve.scheduler import Partition, read_partition
-from recipe_engine.run.preflight import LibraryChild, check_with_libraries
+from recipe_engine.run.preflight import check_with_libraries, judge_at_first_read
 from recipe_engine.store.store import Store
 
 
@@ -31,9 +30,10 @@ def plan_from_config(
     config = cfg if isinstance(cfg, EngineConfig) else to_engine_config(cfg)
     graph = check_recipe(config)  # the recipe alone: nothing is read before it passes
     parents = {name: graph.parents[name] for name in graph.order}
-    # The libraries' child imports for seconds: started at the first read, it imports while
-    # models and rows are read (a warm plan reads nothing and starts none).
-    with LibraryChild() as child, cache.before_first_read(child.start):
+    # The libraries' judge imports for seconds: started at the first read, it imports while
+    # models and rows are read (a warm plan reads nothing and starts none), and once asked
+    # it is kept for this process's next plans.
+    with judge_at_first_read():
         plan = plan_recipe(config, graph, resolve_recipe(config, parents, machine))
         check_with_libraries(list(plan.stages.values()))
     if config.launcher == "slurm":

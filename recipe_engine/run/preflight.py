@@ -1,25 +1,36 @@
 """Let the libraries judge each stage's settings before anything loads.
 
 Every `SFTConfig`, `LoraConfig` and `BitsAndBytesConfig` a run would build is built at plan
-time in a clean child process (`config.library_objects`), so a combination the libraries
-refuse (`lr_scheduler_type=reduce_lr_on_plateau` without evaluation, `layers_to_transform`
-with a string `target_modules`, a `report_to` integration that is not installed) is
-refused here, in the engine's words, instead of after the model has loaded. The verdict,
-passing or not, is remembered: it is a fact about the settings, the installed libraries and
-the few variables the trackers read, so an unchanged plan pays the child's imports once (a
+time in a clean child process (`config.library_objects.judge`, in a child that this process's
+judge forks: `config.library_judge`, which imports the libraries once), so a combination the
+libraries refuse (`lr_scheduler_type=reduce_lr_on_plateau` without evaluation,
+`layers_to_transform` with a string `target_modules`, a `report_to` integration that is not
+installed) is refused here, in the engine's words, instead of after the model has loaded.
+The verdict, passing or not, is remembered: it is a fact about the settings, the installed
+libraries and the few variables the trackers read, so an unchanged plan is judged once (a
 refused `plan` then `run` included).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import select
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
+from recipe_engine.config.library_judge import (
+    FORK_IS_SAFE,
+    IDLE_ARGUMENT,
+    ONE_VERDICT_ARGUMENT,
+)
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
 from recipe_engine.plan.recipe_plan import StagePlan
@@ -43,6 +54,11 @@ LAUNCHER_VARIABLES = re.compile(
 TRACKER_SWITCHES = ("DISABLE_MLFLOW_INTEGRATION", "DISABLE_KUBEFLOW_INTEGRATION")
 TRACKER_SETTINGS = ("KUBEFLOW_TRAINER_SERVER_URL", "COMET_API_KEY")
 ACCEPTED: JsonObject = {"accepted": True}
+# A judge unasked this long ends (its memory is the training stack's, idle through a run);
+# the next plan starts another. A plan's verdict takes well under this; one that does not is
+# reported, never waited on forever.
+JUDGE_IDLE_SECONDS = 60.0
+VERDICT_TIMEOUT_SECONDS = 600.0
 SECTIONS = {
     **{kind.settings_class: "train" for kind in TRAINERS.values()},
     "LoraConfig": "lora",
@@ -116,77 +132,146 @@ class Refusal:
 
 def _ask_child(payload: list[JsonObject]) -> JsonObject:
     """`library_objects.judge(payload)`, run in a clean child process: its verdict as it
-    prints it, `{}` where every stage's settings are accepted. The child `LibraryChild`
-    started early is asked if there is one, else a new one."""
-    return (_early or LibraryChild()).verdict(payload)
+    reports it, `{}` where every stage's settings are accepted."""
+    for _ in range(2):  # a judge that went idle as it was asked: once more, with a new one
+        answer = start_judge().ask(payload)
+        if answer is not None:
+            return answer
+    raise _could_not_check("the libraries' judge ended twice without a verdict")
 
 
-class LibraryChild:
-    """The child process that judges the stages' settings (`library_objects`). Its imports
-    (TRL, PEFT, transformers: seconds) need no stage, so a plan that reads models and rows
-    starts it at its first read (`start`) and the imports overlap the reads; a plan whose
-    reads and verdict are all cached never starts it. Used as `with`, it is the one
-    `_ask_child` asks, and is stopped on the way out."""
+@contextmanager
+def judge_at_first_read() -> Iterator[None]:
+    """A plan's block: its first read starts the judge (`cache.before_first_read`), so the
+    judge's imports overlap the reads, and a plan whose reads are all cached starts none. On
+    the way out a judge never asked is stopped (a plan whose verdict was cached after all:
+    its imports, maybe still under way, are no one's), and one asked is kept for the next."""
+    with cache.before_first_read(start_judge):
+        try:
+            yield
+        finally:
+            if _judge is not None and not _judge.asked:
+                _judge.stop()
 
-    def __init__(self) -> None:
-        self._child: subprocess.Popen[str] | None = None
 
-    def start(self) -> None:
-        if self._child is not None:
-            return
-        env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARIABLES.match(k)}
-        self._child = subprocess.Popen(
-            [sys.executable, "-m", "recipe_engine.config.library_objects", "--import-first"],
+def start_judge() -> LibraryJudge:
+    """This process's judge, started now if it has none that fits."""
+    global _judge
+    if _judge is None or not _judge.fits():
+        if _judge is not None:
+            _judge.stop()
+        _judge = LibraryJudge()
+    return _judge
+
+
+class LibraryJudge:
+    """The judge process (`config.library_judge`): it imports the libraries (seconds) once,
+    then forks one clean child per verdict, so an engine process that judges many plans (the
+    verbs that plan several, the suite's in-process plans) pays the imports once. Its own
+    variables are this process's as a clean child would have them (no torchrun rank
+    variables, no GPU); each verdict's child takes the variables of its moment. It is
+    replaced when what a verdict's key holds changes (transformers reads Comet's key as it
+    is imported; a library installed since would not be seen), and ends on its own after
+    `JUDGE_IDLE_SECONDS` without a verdict, or with this process. Where forking is unsafe
+    (`forks` false: macOS) it judges one verdict itself and ends, the next one a new judge."""
+
+    def __init__(
+        self, idle_seconds: float = JUDGE_IDLE_SECONDS, forks: bool = FORK_IS_SAFE
+    ) -> None:
+        self.owner = os.getpid()
+        self.judging = _what_a_judge_depends_on()
+        self.errors = tempfile.TemporaryFile()  # read only to name why a verdict failed
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "recipe_engine.config.library_judge"]
+            + [IDLE_ARGUMENT, str(idle_seconds)]
+            + ([] if forks else [ONE_VERDICT_ARGUMENT]),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self.errors,
             text=True,
-            env={**env, "CUDA_VISIBLE_DEVICES": ""},
+            env=clean_env(),
         )
+        self.lock = threading.Lock()
+        self.asked = False
+        atexit.register(self.stop)
 
-    def verdict(self, payload: list[JsonObject]) -> JsonObject:
-        self.start()
-        assert self._child is not None
-        child, self._child = self._child, None  # one verdict per child
-        try:
-            stdout, stderr = child.communicate(json.dumps(payload), timeout=600)
-        finally:
-            _stop(child)
-        if child.returncode != 0:
-            last = (stderr.strip().splitlines() or ["no output"])[-1]
-            raise RecipeError(
-                f"Could not check the stage settings with the installed libraries ({last}). "
-                "Reinstall them with `make install`."
-            )
-        return json.loads(stdout.strip().splitlines()[-1])
+    def fits(self) -> bool:
+        """Whether it can judge for this process now (not one a fork inherited)."""
+        alive = self.process.poll() is None
+        return alive and self.owner == os.getpid() and self.judging == _what_a_judge_depends_on()
+
+    def ask(self, payload: list[JsonObject]) -> JsonObject | None:
+        """The verdict; None when the judge had ended idle before it read the request."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        request = json.dumps({"stages": payload, "env": clean_env()})
+        self.asked = True
+        with self.lock:
+            try:
+                self.process.stdin.write(request + "\n")
+                self.process.stdin.flush()
+            except BrokenPipeError:
+                pass  # it has ended: its exit code says how
+            ready = select.select([self.process.stdout], [], [], VERDICT_TIMEOUT_SECONDS)[0]
+            line = self.process.stdout.readline() if ready else ""
+        if not line:
+            if not ready:
+                self.process.kill()
+            code = self.process.wait()
+            late = f"no verdict in {VERDICT_TIMEOUT_SECONDS:.0f} s"
+            reason = self._why_ended(code) if ready else late
+            self.stop()
+            if code == 0:  # it went idle as the request was sent
+                return None
+            raise _could_not_check(f"the judge: {reason}")
+        answer = json.loads(line)
+        if "verdict" not in answer:  # its child crashed; the judge goes on
+            raise _could_not_check(self._why_ended(answer["exit"]))
+        return answer["verdict"]
 
     def stop(self) -> None:
-        if self._child is not None:
-            _stop(self._child)
-            self._child = None
+        if self.owner != os.getpid():
+            return  # a fork's copy: the judge is its parent's
+        if self.process.poll() is None:
+            self.process.kill()  # no verdict is pending: nothing to wait for
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout, self.errors):
+            if stream is not None:
+                with suppress(BrokenPipeError):  # a request it never read
+                    stream.close()
+        atexit.unregister(self.stop)
 
-    def __enter__(self) -> LibraryChild:
-        global _early
-        _early = self
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        global _early
-        _early = None
-        self.stop()
-
-
-def _stop(child: subprocess.Popen[str]) -> None:
-    if child.poll() is None:
-        child.kill()  # not asked (a cached verdict, a refusal before it): nothing to wait for
-    child.wait()
-    for stream in (child.stdin, child.stdout, child.stderr):
-        if stream is not None:
-            stream.close()
+    def _why_ended(self, code: int) -> str:
+        """The signal that ended the judge or its child, or else the last line either wrote
+        to stderr (a traceback's error)."""
+        if code < 0:
+            return f"ended by signal {-code}"
+        self.errors.seek(max(0, self.errors.seek(0, os.SEEK_END) - 4096))
+        lines = self.errors.read().decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else f"exit code {code}, no output"
 
 
-# The child a plan started early (`LibraryChild` as `with`), for `_ask_child` to ask.
-_early: LibraryChild | None = None
+def _what_a_judge_depends_on() -> JsonObject:
+    """What a verdict's key holds besides the settings (`check_with_libraries`): a judge
+    started under other values (a tracker installed since, a variable set) is not asked."""
+    return {"tracker variables": tracker_variables(), "versions": cache.versions("libraries")}
+
+
+def clean_env() -> dict[str, str]:
+    """This process's variables as the judge's children take them: no torchrun rank's (the
+    child's SFTConfig would join the process group), and no GPU (the child runs on CPU)."""
+    env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARIABLES.match(k)}
+    return {**env, "CUDA_VISIBLE_DEVICES": ""}
+
+
+def _could_not_check(reason: str) -> RecipeError:
+    return RecipeError(
+        f"Could not check the stage settings with the installed libraries ({reason}). "
+        "Reinstall them with `make install`."
+    )
+
+
+# This process's judge (`start_judge`), kept between plans.
+_judge: LibraryJudge | None = None
 
 
 def _refusal(refusal: Refusal, payload: list[JsonObject]) -> RecipeError:
