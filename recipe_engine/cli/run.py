@@ -29,10 +29,10 @@ from recipe_engine.cli.argv import (
 from recipe_engine.config.compose import CONFIG_NAME, CONFIG_SOURCE, compose_config
 from recipe_engine.config.schema import register_configs
 from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
+from recipe_engine.launchers.slurm_cluster import read_partition, require_slurm
 from recipe_engine.plan.jobs import check_request, sweep_job_request
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.jobs import render_submitted
-from recipe_engine.resolve.scheduler import read_partition, require_slurm
 from recipe_engine.run.hydra_job import (
     Outcome,
     SweepPlans,

@@ -11,8 +11,9 @@ from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.launchers.records import load_jobs, submitted_runs
+from recipe_engine.launchers.slurm_cluster import down_nodes, job_states
 from recipe_engine.report.jobs import render_job_states
-from recipe_engine.resolve.scheduler import down_nodes, job_states
 from recipe_engine.run.machine import remembered_platform
 from recipe_engine.store.collect import collect_garbage
 from recipe_engine.store.gc import (
@@ -23,7 +24,6 @@ from recipe_engine.store.gc import (
     remove_run,
     render_listing,
 )
-from recipe_engine.store.jobs import load_jobs, submitted_runs
 from recipe_engine.store.records import Platform
 
 

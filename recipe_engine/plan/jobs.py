@@ -16,8 +16,8 @@ from typing import Any
 
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.errors import RecipeError
+from recipe_engine.launchers.slurm_cluster import Partition
 from recipe_engine.plan.recipe_plan import RecipePlan, StageJob, StagePlan
-from recipe_engine.resolve.scheduler import Partition
 
 LAUNCHERS = ("local", "slurm")
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recipe_engine.launchers.records import SubmittedJob
+from recipe_engine.launchers.slurm_cluster import JobState
 from recipe_engine.plan.dag import short
 from recipe_engine.plan.recipe_plan import RecipePlan
-from recipe_engine.resolve.scheduler import JobState
-from recipe_engine.store.jobs import SubmittedJob
 from recipe_engine.tables import text_table
 
 

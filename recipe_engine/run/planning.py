@@ -8,13 +8,13 @@ from omegaconf import DictConfig
 
 from recipe_engine.config.compose import to_engine_config
 from recipe_engine.config.schema import EngineConfig
+from recipe_engine.launchers.slurm_cluster import Partition, read_partition
 from recipe_engine.plan.jobs import plan_jobs
 from recipe_engine.plan.planner import check_recipe, plan_recipe
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.resolve import cache
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.resolver import resolve_recipe
-from recipe_engine.resolve.scheduler import Partition, read_partition
 from recipe_engine.run.preflight import LibraryChild, check_with_libraries
 from recipe_engine.store.store import Store
 

@@ -17,8 +17,8 @@ import yaml
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
+from recipe_engine.launchers.records import JOBS_FILE, load_jobs
 from recipe_engine.store.gc import find_runs
-from recipe_engine.store.jobs import JOBS_FILE, load_jobs
 from recipe_engine.store.records import SUMMARY_FILE, Manifest, RunSummary, StageRow
 from recipe_engine.store.store import COMPLETE, ENGINE_MARKER, KEY_LENGTH
 from recipe_engine.ui import live

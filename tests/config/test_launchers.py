@@ -66,7 +66,7 @@ def test_a_slurm_sweep_without_slurm_is_one_message_and_writes_nothing(
     tmp_path, capsys, monkeypatch
 ):
     from recipe_engine.cli.main import main
-    from recipe_engine.resolve import scheduler
+    from recipe_engine.launchers import slurm_cluster as scheduler
 
     # A login node of a cluster has SLURM's commands; this test is about a machine without.
     real_which = shutil.which
@@ -92,7 +92,7 @@ def test_launcher_slurm_without_slurm_is_one_message_and_writes_nothing(
     tmp_path, capsys, monkeypatch
 ):
     from recipe_engine.cli.main import main
-    from recipe_engine.resolve import scheduler
+    from recipe_engine.launchers import slurm_cluster as scheduler
 
     real_which = shutil.which
     monkeypatch.setattr(

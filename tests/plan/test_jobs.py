@@ -10,6 +10,7 @@ from plans import plan
 
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
+from recipe_engine.launchers.slurm_cluster import Partition
 from recipe_engine.plan.jobs import (
     check_request,
     plan_jobs,
@@ -18,7 +19,6 @@ from recipe_engine.plan.jobs import (
 )
 from recipe_engine.plan.recipe_plan import rendezvous_port
 from recipe_engine.plan.render import render_plan
-from recipe_engine.resolve.scheduler import Partition
 from recipe_engine.run.planning import plan_from_config
 
 CPU_PARTITION = Partition(
