@@ -30,7 +30,7 @@ from recipe_engine.config.compose import CONFIG_NAME, CONFIG_SOURCE, compose_con
 from recipe_engine.config.schema import register_configs
 from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
 from recipe_engine.launchers.slurm_cluster import read_partition, require_slurm
-from recipe_engine.plan.jobs import check_request, sweep_job_request
+from recipe_engine.launchers.slurm_jobs import check_request, sweep_job_request
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.jobs import render_submitted
 from recipe_engine.run.hydra_job import (

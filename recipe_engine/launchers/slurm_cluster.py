@@ -12,18 +12,9 @@ import subprocess
 from dataclasses import dataclass
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.launchers.kinds import Partition
 
 GPU_GRES = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
-
-
-@dataclass(frozen=True)
-class Partition:
-    name: str
-    nodes: int
-    cpus_per_node: int  # the smallest node's
-    memory_mb: int  # the smallest node's
-    gpus_per_node: int  # the smallest node's GPUs (gres gpu[:type]:N), 0 without
-    max_time_min: int | None  # None: no limit
 
 
 def require_slurm(key: str) -> None:

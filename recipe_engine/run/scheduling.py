@@ -31,8 +31,9 @@ from pathlib import Path
 
 from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.errors import RecipeError
+from recipe_engine.launchers.kinds import StageJob, rendezvous_port
 from recipe_engine.launchers.records import SubmittedJob, save_jobs
-from recipe_engine.plan.recipe_plan import RecipePlan, StageJob, rendezvous_port
+from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.run import mlflow_tracking
 
 

@@ -10,14 +10,10 @@ from plans import plan
 
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
+from recipe_engine.launchers.kinds import rendezvous_port
 from recipe_engine.launchers.slurm_cluster import Partition
-from recipe_engine.plan.jobs import (
-    check_request,
-    plan_jobs,
-    sweep_job_request,
-    time_minutes,
-)
-from recipe_engine.plan.recipe_plan import rendezvous_port
+from recipe_engine.launchers.slurm_jobs import check_request, sweep_job_request, time_minutes
+from recipe_engine.plan.jobs import plan_jobs
 from recipe_engine.plan.render import render_plan
 from recipe_engine.run.planning import plan_from_config
 

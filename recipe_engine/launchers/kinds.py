@@ -1,0 +1,100 @@
+"""What every launcher is, as the plan sees it (`LauncherKind`): its name, whether a scheduler
+sizes and starts each stage's job, the checks of its own keys, and the jobs it sizes from what
+each stage needs of a node (pure: the scheduler's partition is read by the launcher and handed
+in as data); and the data they share (`Partition`, `StageNeeds`, `StageJob`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from recipe_engine.config.schema import EngineConfig
+
+
+@dataclass(frozen=True)
+class Partition:
+    """The nodes a scheduler gives jobs: how many, and what its smallest node offers; the
+    launcher whose scheduler it is sizes the jobs for it."""
+
+    name: str
+    nodes: int
+    cpus_per_node: int  # the smallest node's
+    memory_mb: int  # the smallest node's
+    gpus_per_node: int  # the smallest node's GPUs (gres gpu[:type]:N), 0 without
+    max_time_min: int | None  # None: no limit
+    scheduler: str = "slurm"  # the launcher that read it (the one with a scheduler so far)
+
+
+# A multi-node stage's rendezvous port without slurm.master_port: 20000 + job id mod 20000,
+# one per job id, so jobs sharing a node differ.
+PORT_BASE, PORT_SPAN = 20000, 20000
+
+
+def rendezvous_port(master_port: int | None, job_id: int) -> int:
+    """The port a multi-node job's first node listens on for the others: every node reaches
+    the same number alone, from `slurm.master_port` or SLURM's job id."""
+    return master_port or PORT_BASE + job_id % PORT_SPAN
+
+
+@dataclass(frozen=True)
+class StageJob:
+    """One stage's SLURM job, as `plan` prints it and `run` submits it."""
+
+    stage: str
+    nodes: int
+    tasks_per_node: int  # one: the task starts the stage's processes (torchrun on each node)
+    processes_per_node: int
+    gpus_per_node: int
+    cpus_per_task: int
+    mem_gb: int
+    time_min: int
+    signal_delay_s: int  # SLURM signals the job this long before its time limit (requeue)
+    partition: str
+    after: tuple[str, ...]  # stages whose jobs must end well first (afterok)
+    master_port: int | None = None  # several nodes: slurm.master_port (None: from the job id)
+
+    def describe(self) -> str:
+        gpus = f", {self.gpus_per_node} GPU(s) per node" if self.gpus_per_node else ""
+        after = f", after {', '.join(self.after)}" if self.after else ""
+        return (
+            f"job: {self.nodes} node(s), {self.processes_per_node} process(es) per node{gpus}, "
+            f"{self.cpus_per_task} CPU(s), {self.mem_gb} GB, {self.time_min} min on partition "
+            f"{self.partition}{after}{self._rendezvous()}"
+        )
+
+    def _rendezvous(self) -> str:
+        if self.nodes == 1:
+            return ""
+        port = self.master_port or f"{PORT_BASE} + job id mod {PORT_SPAN}"
+        return f"; rendezvous on the first node's port {port}"
+
+
+@dataclass(frozen=True)
+class StageNeeds:
+    """What one stage asks of each node it runs on, from its placement (decided by `plan`)."""
+
+    stage: str
+    processes_per_node: int
+    on_gpu: bool  # one GPU per process
+    host_gib: float  # host memory per node
+    after: tuple[str, ...]  # stages whose jobs must end well first
+
+
+class LauncherKind(Protocol):
+    """A launcher as `plan` sees it."""
+
+    name: str
+    scheduled: bool  # a scheduler sizes and starts each stage's job (and may give it nodes)
+
+    def check(self, cfg: EngineConfig) -> None:
+        """What its own keys get wrong alone, before anything is read."""
+
+    def read_partition(self, cfg: EngineConfig) -> Partition | None:
+        """What its scheduler offers (read, not decided); None without a scheduler."""
+
+    def size_jobs(
+        self, needs: Sequence[StageNeeds], cfg: EngineConfig, partition: Partition
+    ) -> dict[str, StageJob]:
+        """Each stage's job on `partition`, in order."""

@@ -1,0 +1,25 @@
+"""`launcher=local`: this machine trains the stages in order, in this process (or the
+processes the placement starts); there is no job to size or submit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from recipe_engine.config.schema import EngineConfig
+from recipe_engine.launchers.kinds import Partition, StageJob, StageNeeds
+
+
+class Local:
+    name = "local"
+    scheduled = False
+
+    def check(self, cfg: EngineConfig) -> None:
+        return None
+
+    def read_partition(self, cfg: EngineConfig) -> Partition | None:
+        return None
+
+    def size_jobs(
+        self, needs: Sequence[StageNeeds], cfg: EngineConfig, partition: Partition
+    ) -> dict[str, StageJob]:
+        return {}  # never asked: no scheduler offers it a partition

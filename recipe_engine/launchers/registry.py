@@ -1,0 +1,42 @@
+"""The launchers by name (`launcher=`, a typed choice in `config.schema`), and the checks of
+`launcher` / `nodes` before anything is read. A new launcher is one module of this package
+(beside `local` and `slurm`) and one line here.
+"""
+
+from __future__ import annotations
+
+from recipe_engine.config.schema import EngineConfig
+from recipe_engine.errors import RecipeError
+from recipe_engine.launchers.kinds import LauncherKind
+from recipe_engine.launchers.local import Local
+from recipe_engine.launchers.slurm import Slurm
+
+DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
+
+
+def launchers() -> dict[str, LauncherKind]:
+    return {kind.name: kind for kind in (Local(), Slurm())}
+
+
+def launcher_kind(name: str) -> LauncherKind:
+    known = launchers()
+    if name not in known:
+        raise RecipeError(f"`launcher={name}` is not one of: {', '.join(known)}.", key="launcher")
+    return known[name]
+
+
+def check_launch(cfg: EngineConfig) -> None:
+    """What `launcher` / `nodes` and each launcher's keys get wrong alone, before anything is
+    read (every launcher's keys: a key given is checked, chosen or not)."""
+    launcher_kind(cfg.launcher)
+    if cfg.nodes < 1:
+        raise RecipeError(f"`nodes={cfg.nodes}`: a stage needs at least one node.", key="nodes")
+    if cfg.nodes > 1 and cfg.parallel not in DISTRIBUTED:
+        raise RecipeError(
+            f"`nodes={cfg.nodes}` trains each stage on {cfg.nodes} nodes with data "
+            f"parallelism, but `parallel={cfg.parallel}`. Set `parallel=ddp` (or fsdp, "
+            "deepspeed), or drop `nodes`.",
+            key="parallel",
+        )
+    for kind in launchers().values():
+        kind.check(cfg)
