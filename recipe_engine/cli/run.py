@@ -29,8 +29,7 @@ from recipe_engine.cli.argv import (
 from recipe_engine.config.compose import CONFIG_NAME, CONFIG_SOURCE, compose_config
 from recipe_engine.config.schema import register_configs
 from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
-from recipe_engine.launchers.slurm_cluster import read_partition, require_slurm
-from recipe_engine.launchers.slurm_jobs import check_request, sweep_job_request
+from recipe_engine.launchers.registry import check_sweep, launcher_kind
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.jobs import render_submitted
 from recipe_engine.run.hydra_job import (
@@ -88,7 +87,7 @@ def main(args: list[str], multirun: bool) -> int:
     composed = compose_config(overrides, extra_dirs=config_dirs(flags), with_hydra=True)
     plan = plan_from_config(without_hydra(composed))
     refuse_before_writing(plan)
-    if plan.config.launcher == "slurm":
+    if launcher_kind(plan.config.launcher).scheduled:
         return _submit(composed, plan, args)
     use_planned_devices(plan)
     if plan.launcher_processes:
@@ -145,15 +144,11 @@ def _plan_job(job: list[str], overrides: list[str], extra_dirs: list[str]) -> Re
 
 
 def check_scheduler(overrides: list[str], extra_dirs: list[str]) -> None:
-    """A SLURM sweep is checked against the partition before anything is written: SLURM's
-    commands on PATH, and what each job asks for (submitit would stop with sbatch's traceback
-    after Hydra made the sweep folder)."""
+    """A sweep whose Hydra launcher submits to a scheduler is checked by its launcher before
+    anything is written (`launchers.registry.check_sweep`)."""
     if not any(o.startswith("hydra/launcher=") for o in overrides):
         return
-    launcher = compose_config(overrides, extra_dirs=extra_dirs, with_hydra=True).hydra.launcher
-    if str(launcher.get("_target_", "")).endswith(".SlurmLauncher"):
-        require_slurm("hydra/launcher")
-        check_request(sweep_job_request(launcher), read_partition(launcher.get("partition")))
+    check_sweep(compose_config(overrides, extra_dirs=extra_dirs, with_hydra=True).hydra.launcher)
 
 
 def run_hydra_app(args: list[str], plans: SweepPlans | None) -> None:

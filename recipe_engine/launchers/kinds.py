@@ -6,9 +6,9 @@ in as data); and the data they share (`Partition`, `StageNeeds`, `StageJob`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from recipe_engine.config.schema import EngineConfig
 
@@ -98,3 +98,11 @@ class LauncherKind(Protocol):
         self, needs: Sequence[StageNeeds], cfg: EngineConfig, partition: Partition
     ) -> dict[str, StageJob]:
         """Each stage's job on `partition`, in order."""
+
+    def schedules(self, hydra_launcher: str) -> bool:
+        """Whether a multirun's Hydra launcher (`hydra/launcher=NAME`) hands its jobs to this
+        launcher's scheduler, which gives each job its GPUs."""
+
+    def check_sweep(self, hydra_launcher: Mapping[str, Any]) -> None:
+        """A multirun's Hydra launcher config (`hydra.launcher`) checked against this
+        launcher's scheduler before anything is written (nothing to check: not its own)."""

@@ -3,7 +3,8 @@ processes the placement starts); there is no job to size or submit."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.launchers.kinds import Partition, StageJob, StageNeeds
@@ -23,3 +24,9 @@ class Local:
         self, needs: Sequence[StageNeeds], cfg: EngineConfig, partition: Partition
     ) -> dict[str, StageJob]:
         return {}  # never asked: no scheduler offers it a partition
+
+    def schedules(self, hydra_launcher: str) -> bool:
+        return False
+
+    def check_sweep(self, hydra_launcher: Mapping[str, Any]) -> None:
+        return None

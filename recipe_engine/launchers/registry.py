@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.launchers.kinds import LauncherKind
@@ -23,6 +26,19 @@ def launcher_kind(name: str) -> LauncherKind:
     if name not in known:
         raise RecipeError(f"`launcher={name}` is not one of: {', '.join(known)}.", key="launcher")
     return known[name]
+
+
+def scheduled_by(hydra_launcher: str) -> bool:
+    """Whether a multirun's Hydra launcher (`hydra/launcher=NAME`) hands its jobs to a
+    scheduler, which gives each job its GPUs."""
+    return any(kind.schedules(hydra_launcher) for kind in launchers().values())
+
+
+def check_sweep(hydra_launcher: Mapping[str, Any]) -> None:
+    """A multirun's Hydra launcher checked by the launcher whose scheduler it submits to,
+    before anything is written."""
+    for kind in launchers().values():
+        kind.check_sweep(hydra_launcher)
 
 
 def check_launch(cfg: EngineConfig) -> None:

@@ -5,12 +5,18 @@ sized from it (`slurm_jobs`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.launchers.kinds import Partition, StageJob, StageNeeds
-from recipe_engine.launchers.slurm_cluster import read_partition
-from recipe_engine.launchers.slurm_jobs import stage_job, time_minutes
+from recipe_engine.launchers.slurm_cluster import read_partition, require_slurm
+from recipe_engine.launchers.slurm_jobs import (
+    check_request,
+    stage_job,
+    sweep_job_request,
+    time_minutes,
+)
 
 
 class Slurm:
@@ -27,3 +33,17 @@ class Slurm:
         self, needs: Sequence[StageNeeds], cfg: EngineConfig, partition: Partition
     ) -> dict[str, StageJob]:
         return {stage.stage: stage_job(stage, cfg, partition) for stage in needs}
+
+    def schedules(self, hydra_launcher: str) -> bool:
+        """The submitit plugin's options (`submitit_local`, `submitit_slurm`) and the engine's
+        own launcher configs built on them: submitit's executors assign each job's GPUs."""
+        return "submitit" in hydra_launcher
+
+    def check_sweep(self, hydra_launcher: Mapping[str, Any]) -> None:
+        """A SLURM sweep: SLURM's commands on PATH, and what each job asks for against the
+        partition (submitit would stop with sbatch's traceback after Hydra made the sweep
+        folder)."""
+        if str(hydra_launcher.get("_target_", "")).endswith(".SlurmLauncher"):
+            require_slurm("hydra/launcher")
+            partition = read_partition(hydra_launcher.get("partition"))
+            check_request(sweep_job_request(hydra_launcher), partition)
