@@ -72,6 +72,19 @@ class StageJob:
 
 
 @dataclass(frozen=True)
+class JobState:
+    """A job as its scheduler reports it (SLURM: `sacct`)."""
+
+    job_id: str
+    state: str  # COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, RUNNING, PENDING, ...
+    exit_code: str
+    nodes: str  # the scheduler's node list (n[1-2])
+    node_names: tuple[str, ...]
+    elapsed: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class StageNeeds:
     """What one stage asks of each node it runs on, from its placement (decided by `plan`)."""
 
@@ -106,3 +119,9 @@ class LauncherKind(Protocol):
     def check_sweep(self, hydra_launcher: Mapping[str, Any]) -> None:
         """A multirun's Hydra launcher config (`hydra.launcher`) checked against this
         launcher's scheduler before anything is written (nothing to check: not its own)."""
+
+    def job_states(self, job_ids: list[str]) -> dict[str, JobState]:
+        """Its submitted jobs' states, by job id (asked of its scheduler)."""
+
+    def down_nodes(self) -> dict[str, str]:
+        """Nodes its scheduler holds down, drained or failing, with the reason given."""

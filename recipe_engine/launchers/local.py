@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from recipe_engine.config.schema import EngineConfig
-from recipe_engine.launchers.kinds import Partition, StageJob, StageNeeds
+from recipe_engine.launchers.kinds import JobState, Partition, StageJob, StageNeeds
 
 
 class Local:
@@ -30,3 +30,9 @@ class Local:
 
     def check_sweep(self, hydra_launcher: Mapping[str, Any]) -> None:
         return None
+
+    def job_states(self, job_ids: list[str]) -> dict[str, JobState]:
+        return {}  # it submits no jobs
+
+    def down_nodes(self) -> dict[str, str]:
+        return {}

@@ -26,6 +26,12 @@ class SubmittedJob:
     nodes: int
     log: str  # submitit's stdout of the job's first task (`%j` filled in)
     command: str  # what re-submits the same run (its unfinished stages)
+    launcher: str = "slurm"  # the launcher that submitted it (records before it: SLURM's)
+
+    @property
+    def label(self) -> str:
+        """The job as its scheduler names it ("SLURM job 42")."""
+        return f"{self.launcher.upper()} job {self.job_id}"
 
 
 def save_jobs(run_dir: Path, jobs: list[SubmittedJob]) -> None:

@@ -28,6 +28,11 @@ def launcher_kind(name: str) -> LauncherKind:
     return known[name]
 
 
+def submitting() -> list[str]:
+    """The launchers that submit a run's stages as jobs (`runs jobs` follows them)."""
+    return [name for name, kind in launchers().items() if kind.scheduled]
+
+
 def scheduled_by(hydra_launcher: str) -> bool:
     """Whether a multirun's Hydra launcher (`hydra/launcher=NAME`) hands its jobs to a
     scheduler, which gives each job its GPUs."""

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from recipe_engine.config.schema import EngineConfig
-from recipe_engine.launchers.kinds import Partition, StageJob, StageNeeds
+from recipe_engine.launchers import slurm_cluster
+from recipe_engine.launchers.kinds import JobState, Partition, StageJob, StageNeeds
 from recipe_engine.launchers.slurm_cluster import read_partition, require_slurm
 from recipe_engine.launchers.slurm_jobs import (
     check_request,
@@ -47,3 +48,9 @@ class Slurm:
             require_slurm("hydra/launcher")
             partition = read_partition(hydra_launcher.get("partition"))
             check_request(sweep_job_request(hydra_launcher), partition)
+
+    def job_states(self, job_ids: list[str]) -> dict[str, JobState]:
+        return slurm_cluster.job_states(job_ids)
+
+    def down_nodes(self) -> dict[str, str]:
+        return slurm_cluster.down_nodes()

@@ -9,10 +9,9 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.launchers.kinds import Partition
+from recipe_engine.launchers.kinds import JobState, Partition
 
 GPU_GRES = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
 
@@ -26,19 +25,6 @@ def require_slurm(key: str) -> None:
             "command on a login node of the cluster (or drop it to train on this machine).",
             key=key,
         )
-
-
-@dataclass(frozen=True)
-class JobState:
-    """A job as `sacct` reports it."""
-
-    job_id: str
-    state: str  # COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, RUNNING, PENDING, ...
-    exit_code: str
-    nodes: str  # SLURM's node list (n[1-2])
-    node_names: tuple[str, ...]
-    elapsed: str
-    reason: str
 
 
 def job_states(job_ids: list[str]) -> dict[str, JobState]:

@@ -183,7 +183,7 @@ def _submitted(view: RunView, run_dir: Path, store: Path) -> None:
             stage.state = "committed"
         elif (store / f"{stage.entry}.partial").is_dir():
             _training(stage, store / f"{stage.entry}.partial")
-        stage.detail = stage.detail or f"SLURM job {job.job_id}"
+        stage.detail = stage.detail or job.label
     if view.stages and all(stage.state == "committed" for stage in view.stages):
         view.state = "finished"  # every job committed its stage
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recipe_engine.launchers.kinds import JobState
 from recipe_engine.launchers.records import SubmittedJob
-from recipe_engine.launchers.slurm_cluster import JobState
 from recipe_engine.report.jobs import render_job_states
 
 COMMAND = "python -m recipe_engine recipe=r3-two-stage launcher=slurm"
