@@ -26,7 +26,6 @@ ALLOWED = {"config/schema.py"}  # the user's keys: `launcher: local|slurm`, Slur
 NOT_YET_MOVED = {
     "config/resolvers.py",
     "plan/distributed.py",
-    "run/scheduling.py",
     "store/gc.py",
 }
 

@@ -45,7 +45,7 @@ from recipe_engine.run.hydra_job import (
     without_hydra,
 )
 from recipe_engine.run.planning import plan_from_config
-from recipe_engine.run.scheduling import submit_recipe
+from recipe_engine.run.submission import submit_recipe
 from recipe_engine.store.store import mark_engine_folder
 
 USAGE = """\

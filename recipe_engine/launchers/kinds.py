@@ -6,11 +6,19 @@ in as data); and the data they share (`Partition`, `StageNeeds`, `StageJob`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from recipe_engine.config.schema import EngineConfig
+
+if TYPE_CHECKING:
+    from recipe_engine.launchers.records import SubmittedJob
+
+# Where a submitted stage's job finds the MLflow run its own run nests under (the submission
+# opened it; `run.mlflow_tracking` reads it).
+TRACKING_PARENT_VARIABLE = "RECIPE_ENGINE_MLFLOW_PARENT_RUN"
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,21 @@ class JobState:
 
 
 @dataclass(frozen=True)
+class Submission:
+    """A plan's pending stages as a launcher submits them: their jobs in graph order (each
+    after its parents'), each stage's key, the command that runs them, and the MLflow run the
+    stages' runs nest under, opened when the launcher asks (None: no stage reports to MLflow)."""
+
+    recipe: str
+    config: EngineConfig
+    jobs: dict[str, StageJob]
+    keys: dict[str, str]
+    args: tuple[str, ...]
+    run_dir: Path
+    open_tracking_parent: Callable[[], str | None]
+
+
+@dataclass(frozen=True)
 class StageNeeds:
     """What one stage asks of each node it runs on, from its placement (decided by `plan`)."""
 
@@ -119,6 +142,12 @@ class LauncherKind(Protocol):
     def check_sweep(self, hydra_launcher: Mapping[str, Any]) -> None:
         """A multirun's Hydra launcher config (`hydra.launcher`) checked against this
         launcher's scheduler before anything is written (nothing to check: not its own)."""
+
+    def submit(self, submission: Submission) -> list[SubmittedJob]:
+        """Every pending stage as a job of its scheduler, a child after its parent, recorded
+        in the run folder (`records`); returns at once. A job resumes from its stage's last
+        checkpoint when its scheduler requeues it, and submitting the same command again
+        submits what is left (stored stages are reused)."""
 
     def job_states(self, job_ids: list[str]) -> dict[str, JobState]:
         """Its submitted jobs' states, by job id (asked of its scheduler)."""

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from recipe_engine.config.schema import EngineConfig
-from recipe_engine.launchers.kinds import JobState, Partition, StageJob, StageNeeds
+from recipe_engine.launchers.kinds import JobState, Partition, StageJob, StageNeeds, Submission
+from recipe_engine.launchers.records import SubmittedJob
 
 
 class Local:
@@ -30,6 +31,10 @@ class Local:
 
     def check_sweep(self, hydra_launcher: Mapping[str, Any]) -> None:
         return None
+
+    def submit(self, submission: Submission) -> list[SubmittedJob]:
+        # Not scheduled: the run verb runs the stages here (`run.hydra_job`), never this.
+        raise RuntimeError("launcher=local submits no jobs: the run trains in this process")
 
     def job_states(self, job_ids: list[str]) -> dict[str, JobState]:
         return {}  # it submits no jobs

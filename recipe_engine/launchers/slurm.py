@@ -10,7 +10,8 @@ from typing import Any
 
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.launchers import slurm_cluster
-from recipe_engine.launchers.kinds import JobState, Partition, StageJob, StageNeeds
+from recipe_engine.launchers.kinds import JobState, Partition, StageJob, StageNeeds, Submission
+from recipe_engine.launchers.records import SubmittedJob
 from recipe_engine.launchers.slurm_cluster import read_partition, require_slurm
 from recipe_engine.launchers.slurm_jobs import (
     check_request,
@@ -48,6 +49,12 @@ class Slurm:
             require_slurm("hydra/launcher")
             partition = read_partition(hydra_launcher.get("partition"))
             check_request(sweep_job_request(hydra_launcher), partition)
+
+    def submit(self, submission: Submission) -> list[SubmittedJob]:
+        # Imported here: planning imports this module, and submitting is the run verb's.
+        from recipe_engine.launchers.slurm_submit import submit_jobs
+
+        return submit_jobs(submission)
 
     def job_states(self, job_ids: list[str]) -> dict[str, JobState]:
         return slurm_cluster.job_states(job_ids)
