@@ -15,6 +15,11 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.files import atomic_write_json
 
 JOBS_FILE = "jobs.json"
+# `runs jobs`, as the `runs` verb's usage lists it.
+JOBS_USAGE = """\
+  jobs [RUN_DIR]        a `launcher=slurm` run's stage jobs (the newest one without RUN_DIR):
+                        each job's SLURM state, nodes, time and stage key; for a job that did
+                        not finish, which parent or node stopped it and what to run"""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,16 @@ def submitting() -> list[str]:
     return [name for name, kind in launchers().items() if kind.scheduled]
 
 
+def submitting_keys() -> str:
+    """The `launcher=` values that submit stages as jobs, as a message names them."""
+    return " or ".join(f"`launcher={name}`" for name in submitting())
+
+
+def schedulers() -> str:
+    """The schedulers those launchers submit to, as a message names them ("SLURM")."""
+    return " or ".join(name.upper() for name in submitting())
+
+
 def scheduled_by(hydra_launcher: str) -> bool:
     """Whether a multirun's Hydra launcher (`hydra/launcher=NAME`) hands its jobs to a
     scheduler, which gives each job its GPUs."""

@@ -3,6 +3,7 @@ launches them, and what sharding asks of quantized weights."""
 
 from __future__ import annotations
 
+from recipe_engine.launchers.registry import schedulers, submitting_keys
 from recipe_engine.plan.placement_request import (
     K_DEVICE,
     K_GPUS,
@@ -67,7 +68,7 @@ def plan_distributed(c: ModeContext, mode: str) -> PlacementPlan:
     if req.nodes > 1 and not (c.external or req.scheduled):
         raise PlacementRefused(
             f"`nodes={req.nodes}` needs a scheduler to give the stage its nodes: add "
-            "`launcher=slurm` (run it on the cluster's login node), or start the processes "
+            f"{submitting_keys()} (run it on the cluster's login node), or start the processes "
             "yourself with srun + torchrun (docs/cluster.md).",
             key="nodes",
         )
@@ -150,8 +151,9 @@ def _launcher(c: ModeContext, mode: str, nproc: int) -> str:
         return "external"
     if c.req.nodes > 1:
         c.notes.append(
-            f"{c.req.nodes} nodes: the stage's SLURM job starts one torchrun per node (srun), "
-            f"{nproc} process(es) each, {nproc * c.req.nodes} in all, rendezvous at its first node."
+            f"{c.req.nodes} nodes: the stage's {schedulers()} job starts one torchrun per node "
+            f"(srun), {nproc} process(es) each, {nproc * c.req.nodes} in all, rendezvous at its "
+            "first node."
         )
         return "srun-torchrun"
     if mode == "ddp" and nproc == 1:
