@@ -90,7 +90,7 @@ def main(args: list[str], multirun: bool) -> int:
     if launcher_kind(plan.config.launcher).scheduled:
         return _submit(composed, plan, args)
     use_planned_devices(plan)
-    if plan.launcher_processes:
+    if plan.starter_processes:
         return relaunch(args, plan)
     return report_finished(run_composed(composed, plan))
 
@@ -190,7 +190,7 @@ def relaunch(args: list[str], plan: RecipePlan) -> int:
 
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     run_dir = f"{plan.config.output_root}/runs/{plan.recipe}/{stamp}"
-    nproc = plan.launcher_processes
+    nproc = plan.starter_processes
     command = [
         "--standalone",
         f"--nproc_per_node={nproc}",

@@ -75,7 +75,7 @@ def plan_distributed(c: ModeContext, mode: str) -> PlacementPlan:
     nproc = _processes(c, mode)
     used = c.visible if c.external else c.visible[:nproc]
     device_map = _device_map(c, mode, used)
-    launcher = _launcher(c, mode, nproc)
+    starter = _starter(c, mode, nproc)
     if device == "cpu":
         c.notes.append(CPU_NOTES[mode])
     return c.plan(
@@ -85,7 +85,7 @@ def plan_distributed(c: ModeContext, mode: str) -> PlacementPlan:
         processes=Processes(
             world_size=req.world_size if c.external else nproc * req.nodes,
             nproc=nproc,
-            launcher=launcher,
+            starter=starter,
         ),
     )
 
@@ -146,7 +146,9 @@ def _device_map(c: ModeContext, mode: str, used: list[GpuInfo]) -> dict[str, int
     return {"": req.local_rank} if c.device == "cuda" else {"": "cpu"}
 
 
-def _launcher(c: ModeContext, mode: str, nproc: int) -> str:
+def _starter(c: ModeContext, mode: str, nproc: int) -> str:
+    """What starts the stage's processes: none (this one), external (a launcher already did),
+    self-torchrun (the engine relaunches itself), srun-torchrun (one torchrun per node)."""
     if c.external:
         return "external"
     if c.req.nodes > 1:

@@ -32,7 +32,7 @@ def stage_needs(plan: RecipePlan, stored: set[str]) -> list[StageNeeds]:
             continue
         stage = plan.stages[name]
         placement, parent = stage.placement, stage.parent
-        per_node = max(placement.nproc if placement.launcher != "none" else 1, 1)
+        per_node = max(placement.nproc if placement.starter != "none" else 1, 1)
         after = (parent,) if parent and parent in {n.stage for n in needs} else ()
         on_gpu = placement.device == "cuda"
         needs.append(StageNeeds(name, per_node, on_gpu, _host_gib(stage, per_node), after))

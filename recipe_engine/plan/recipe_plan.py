@@ -125,10 +125,10 @@ class RecipePlan:
         return values.pop() if len(values) == 1 else None
 
     @property
-    def launcher_processes(self) -> int | None:
+    def starter_processes(self) -> int | None:
         """Processes to relaunch this command as (torchrun), or None to run in this one."""
         placement = next(iter(self.stages.values())).placement
-        return placement.nproc if placement.launcher == "self-torchrun" else None
+        return placement.nproc if placement.starter == "self-torchrun" else None
 
     def parent_of(self, stage: StagePlan) -> StagePlan | None:
         return self.stages[stage.parent] if stage.parent else None

@@ -157,7 +157,7 @@ def plan_params(stage: StagePlan) -> dict[str, str]:
         "placement.mode": placement.mode,
         "placement.device": placement.device,
         "placement.world_size": placement.world_size,
-        "placement.launcher": placement.launcher,
+        "placement.launcher": placement.starter,  # the param's name as tracked runs have it
         "data.format": stage.data.format,
         "data.train_rows": stage.data.train_rows,
         "data.eval_rows": stage.data.eval_rows,

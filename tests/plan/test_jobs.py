@@ -81,7 +81,7 @@ def test_a_stage_on_two_nodes_has_the_world_size_of_both(tmp_path):
         tmp_path, "recipe=text-lora", "device=cpu", "parallel=ddp", "nodes=2", "nproc=1"
     )
     stage = planned.stages["llm"]
-    assert stage.placement.world_size == 2 and stage.placement.launcher == "srun-torchrun"
+    assert stage.placement.world_size == 2 and stage.placement.starter == "srun-torchrun"
     [job] = planned.jobs.values()
     assert (job.nodes, job.processes_per_node) == (2, 1)
 
