@@ -1,7 +1,9 @@
-"""What every launcher is, as the plan sees it (`LauncherKind`): its name, whether a scheduler
-sizes and starts each stage's job, the checks of its own keys, and the jobs it sizes from what
-each stage needs of a node (pure: the scheduler's partition is read by the launcher and handed
-in as data); and the data they share (`Partition`, `StageNeeds`, `StageJob`).
+"""The launcher protocol (`LauncherKind`): its name; whether a scheduler sizes and starts each
+stage's job; the checks of its own keys; its scheduler's partition, read; the jobs it sizes
+from what each stage needs of a node (pure: the partition comes in as data); a multirun's Hydra
+launcher it schedules and checks; the submission of a plan's pending stages, in order, a child
+after its parent (what only `run` knows handed in: `Submission`); and its jobs' states. The
+data launchers share: `Partition`, `StageNeeds`, `StageJob`, `JobState`, `Submission`.
 """
 
 from __future__ import annotations
@@ -9,12 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from recipe_engine.config.schema import EngineConfig
-
-if TYPE_CHECKING:
-    from recipe_engine.launchers.records import SubmittedJob
+from recipe_engine.launchers.records import SubmittedJob
 
 # Where a submitted stage's job finds the MLflow run its own run nests under (the submission
 # opened it; `run.mlflow_tracking` reads it).
