@@ -117,9 +117,13 @@ def config_dirs(flags: Sequence[str]) -> list[str]:
 
 
 def expand_sweep(overrides: Sequence[str]) -> list[list[str]]:
-    """One override list per multirun job, expanded by Hydra's own sweep parser."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    """One override list per multirun job, in the order Hydra's basic sweeper numbers them:
+    Hydra's own override parser, each key's values (a sweep's, or its one value) crossed in
+    the order the keys were first given, the last key varying fastest."""
+    import itertools
+
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
 
     from recipe_engine.config.compose import translate_error
 
@@ -127,5 +131,20 @@ def expand_sweep(overrides: Sequence[str]) -> list[list[str]]:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except Exception as error:  # Hydra's grammar errors carry the offending override
         raise translate_error(error) from None
-    batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
-    return [list(job) for batch in batches for job in batch]
+    values: dict[str, list[str]] = {}
+    for override in parsed:
+        key = override.get_key_element()
+        if override.is_sweep_override() and not override.is_discrete_sweep():
+            kind = override.value_type.name if override.value_type else "?"  # as Hydra says it
+            raise HydraException(f"BasicSweeper does not support sweep type : {kind}")
+        if override.is_sweep_override():
+            values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            values[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*values.values())]
+
+
+def task_overrides(job: Sequence[str]) -> list[str]:
+    """A job's overrides as Hydra's launcher hands them to the job (`hydra.overrides.task`):
+    without Hydra's own (`hydra.*`, `hydra/...`), which configure the sweep itself."""
+    return [o for o in job if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]

@@ -11,8 +11,8 @@ from pathlib import Path
 from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.export_options import ExportOptions, compose_export
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.report.export_card import export_card
 from recipe_engine.report.inspection import SUMMARY_FILE
-from recipe_engine.report.model_card import CardFacts, model_card
 from recipe_engine.run.exporting import ExportPlan, ExportRequest, decide_export, write_export
 from recipe_engine.store.records import EVALUATION, Manifest, RunSummary
 
@@ -50,20 +50,6 @@ def main(args: list[str], multirun: bool) -> int:
 
         print(register_export(folder, plan, options.registered_model))
     return 0
-
-
-def export_card(plan: ExportPlan) -> str:
-    facts = CardFacts(plan.form, plan.base, plan.base_revision, plan.adapter_base)
-    return model_card(plan.lineage, facts)
-
-
-def stage_card(folder: Path) -> str | None:
-    """The model card a default export of the stage in `folder` would carry (None for a stage
-    that holds no weights)."""
-    try:
-        return export_card(decide_export(ExportRequest(folder)))
-    except RecipeError:
-        return None
 
 
 def parse_options(args: list[str]) -> ExportOptions:

@@ -1,9 +1,11 @@
 """`run` (the default verb): plan every job, refuse before anything is written, then train.
 
-A run composes its config once, plans it (a bad recipe writes nothing), and hands that same
-config to Hydra's job runner, which makes the run folder the way Hydra users expect and runs
-the plan. A multirun plans every combination first; Hydra's launcher then composes and runs
-the jobs, each executing the plan made for its config and recomputing none of it.
+One straight path, each step called once and in this order: compose the config (Hydra),
+resolve and plan it (`run.planning`: a bad recipe writes nothing), execute the plan in the run
+folder Hydra's job runner makes (`run.hydra_job`), then measure and report the finished run
+(`evaluate.after_run`) and end it with its exit code. A multirun plans every combination
+first; Hydra's launcher then composes and runs the jobs, each handed the plan made for it (by
+its job number) and recomputing none of it, then measured and reported the same way.
 """
 
 from __future__ import annotations
@@ -17,26 +19,33 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from recipe_engine.cli.argv import PRINT_FLAGS, config_dirs, expand_sweep, split_hydra_flags
+from recipe_engine.cli.argv import (
+    PRINT_FLAGS,
+    config_dirs,
+    expand_sweep,
+    split_hydra_flags,
+    task_overrides,
+)
 from recipe_engine.config.compose import CONFIG_NAME, CONFIG_SOURCE, compose_config
 from recipe_engine.config.schema import register_configs
 from recipe_engine.errors import EXIT_USER_ERROR, RecipeError
-from recipe_engine.plan.jobs import check_request, sweep_job_request
+from recipe_engine.launchers.registry import check_sweep, launcher_kind
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.report.jobs import render_submitted
-from recipe_engine.resolve.scheduler import read_partition, require_slurm
 from recipe_engine.run.hydra_job import (
-    Plans,
-    config_key,
-    job_exit_code,
+    Outcome,
+    SweepPlans,
+    execute,
+    failure_code,
+    job_folder,
+    job_plan,
     refuse_before_writing,
     run_composed,
     use_planned_devices,
     without_hydra,
 )
 from recipe_engine.run.planning import plan_from_config
-from recipe_engine.run.recipe import StageResult
-from recipe_engine.run.scheduling import submit_recipe
+from recipe_engine.run.submission import submit_recipe
 from recipe_engine.store.store import mark_engine_folder
 
 USAGE = """\
@@ -69,7 +78,7 @@ examples:
 def main(args: list[str], multirun: bool) -> int:
     overrides, flags = split_hydra_flags(args)
     if any(flag in PRINT_FLAGS for flag in flags):  # Hydra prints the config or its info
-        run_hydra_app([*overrides, *flags], {})  # flags last: `--info` takes no override
+        run_hydra_app([*overrides, *flags], None)  # flags last: `--info` takes no override
         return 0
     if multirun:
         return _sweep(overrides, flags, args)
@@ -78,42 +87,20 @@ def main(args: list[str], multirun: bool) -> int:
     composed = compose_config(overrides, extra_dirs=config_dirs(flags), with_hydra=True)
     plan = plan_from_config(without_hydra(composed))
     refuse_before_writing(plan)
-    if plan.config.launcher == "slurm":
+    if launcher_kind(plan.config.launcher).scheduled:
         return _submit(composed, plan, args)
     use_planned_devices(plan)
-    if plan.launcher_processes:
+    if plan.starter_processes:
         return relaunch(args, plan)
-    return run_composed(composed, plan, report_finished_run)
+    return report_finished(run_composed(composed, plan))
 
 
-def report_finished_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> list[str]:
-    """The end of a run: its table, then its compare (`evaluate.after_run`)."""
+def report_finished(outcome: Outcome) -> int:
+    """A finished run measured and reported (`evaluate.after_run`), then its exit code."""
     # Imported here: a cached rerun never loads the measuring (nor torch, when it measures).
-    from recipe_engine.evaluate.after_run import report_run
+    from recipe_engine.evaluate.after_run import finish_run
 
-    return report_run(plan, results, run_dir) + _track_artifacts(results, run_dir)
-
-
-def _track_artifacts(results: list[StageResult], run_dir: Path) -> list[str]:
-    """The run's plots (written by `report_run`) on its MLflow recipe run, each stage's model
-    card on the stage's run; what failed, as a line (the stages are committed regardless)."""
-    tracked = [result for result in results if result.mlflow_run is not None]
-    if not tracked:
-        return []
-    from recipe_engine.cli.export import stage_card
-    from recipe_engine.run import mlflow_tracking
-
-    try:
-        parent = mlflow_tracking.parent_of(tracked[0].mlflow_run)
-        mlflow_tracking.log_files(parent, sorted(run_dir.glob("*.png")), "plots")
-        for result in tracked:
-            card = stage_card(result.output)
-            if card is not None:
-                mlflow_tracking.log_text(result.mlflow_run, card, "model_card/README.md")
-    except Exception as error:  # the tracking server's answer: the run itself is done
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        return [f"MLflow did not take the run's plots and model cards: {first}"]
-    return []
+    return finish_run(outcome)
 
 
 def _submit(composed: DictConfig, plan: RecipePlan, args: list[str]) -> int:
@@ -128,13 +115,13 @@ def _submit(composed: DictConfig, plan: RecipePlan, args: list[str]) -> int:
 
 def _sweep(overrides: list[str], flags: list[str], args: list[str]) -> int:
     """Each job of a multirun planned up front (a bad one writes nothing); Hydra's launcher
-    then composes and runs the jobs, each finding the plan made for its config."""
+    then composes and runs the jobs, each handed the plan made for it."""
     jobs = expand_sweep(overrides)
     check_scheduler(jobs[0], config_dirs(flags))
     plans = [_plan_job(job, overrides, config_dirs(flags)) for job in jobs]
     for plan in plans:
         refuse_before_writing(plan)
-    run_hydra_app(args, {config_key(plan.config): plan for plan in plans})
+    run_hydra_app(args, SweepPlans([task_overrides(job) for job in jobs], plans))
     return 0
 
 
@@ -157,29 +144,38 @@ def _plan_job(job: list[str], overrides: list[str], extra_dirs: list[str]) -> Re
 
 
 def check_scheduler(overrides: list[str], extra_dirs: list[str]) -> None:
-    """A SLURM sweep is checked against the partition before anything is written: SLURM's
-    commands on PATH, and what each job asks for (submitit would stop with sbatch's traceback
-    after Hydra made the sweep folder)."""
+    """A sweep whose Hydra launcher submits to a scheduler is checked by its launcher before
+    anything is written (`launchers.registry.check_sweep`)."""
     if not any(o.startswith("hydra/launcher=") for o in overrides):
         return
-    launcher = compose_config(overrides, extra_dirs=extra_dirs, with_hydra=True).hydra.launcher
-    if str(launcher.get("_target_", "")).endswith(".SlurmLauncher"):
-        require_slurm("hydra/launcher")
-        check_request(sweep_job_request(launcher), read_partition(launcher.get("partition")))
+    check_sweep(compose_config(overrides, extra_dirs=extra_dirs, with_hydra=True).hydra.launcher)
 
 
-def run_hydra_app(args: list[str], plans: Plans) -> None:
+def run_hydra_app(args: list[str], plans: SweepPlans | None) -> None:
     """Hydra's entry point with the engine's shipped configs, running each job's plan (a job
-    that fails ends the process with its exit code, as `hydra.main` apps do)."""
+    that fails ends the process with its exit code, as `hydra.main` apps do); None: a command
+    that only prints (`--cfg`, `--info`), whose app never runs."""
     register_configs()
     sys.argv = [sys.argv[0], *args]
 
     def task(cfg: DictConfig) -> None:
-        code = job_exit_code(cfg, plans, report_finished_run)
+        assert plans is not None, "a command that runs jobs planned them"
+        code = sweep_job(cfg, plans)
         if code:
             sys.exit(code)
 
     hydra.main(config_path=CONFIG_SOURCE, config_name=CONFIG_NAME, version_base="1.3")(task)()
+
+
+def sweep_job(cfg: DictConfig, plans: SweepPlans) -> int:
+    """One job of a multirun, in its Hydra job: its plan (handed to it by its job number, or
+    made where its devices are known), executed, then measured and reported; its exit code."""
+    run_dir = job_folder()
+    try:
+        with job_plan(cfg, plans) as plan:
+            return report_finished(execute(plan, run_dir))
+    except Exception as error:
+        return failure_code(error, run_dir)
 
 
 def relaunch(args: list[str], plan: RecipePlan) -> int:
@@ -194,7 +190,7 @@ def relaunch(args: list[str], plan: RecipePlan) -> int:
 
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     run_dir = f"{plan.config.output_root}/runs/{plan.recipe}/{stamp}"
-    nproc = plan.launcher_processes
+    nproc = plan.starter_processes
     command = [
         "--standalone",
         f"--nproc_per_node={nproc}",

@@ -11,8 +11,9 @@ from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.compose import compose_config
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.launchers.records import load_jobs, submitted_runs
+from recipe_engine.launchers.registry import launcher_kind, submitting
 from recipe_engine.report.jobs import render_job_states
-from recipe_engine.resolve.scheduler import down_nodes, job_states
 from recipe_engine.run.machine import remembered_platform
 from recipe_engine.store.collect import collect_garbage
 from recipe_engine.store.gc import (
@@ -23,7 +24,6 @@ from recipe_engine.store.gc import (
     remove_run,
     render_listing,
 )
-from recipe_engine.store.jobs import load_jobs, submitted_runs
 from recipe_engine.store.records import Platform
 
 
@@ -57,7 +57,8 @@ def main(args: list[str], multirun: bool) -> int:
 
 
 def _jobs(root: Path, words: list[str]) -> str:
-    """A SLURM run's jobs with their states (the newest such run without a folder)."""
+    """A submitted run's jobs with their states, asked of the launcher that submitted them
+    (the newest such run without a folder)."""
     if len(words) > 1:
         raise RecipeError(f"`runs jobs` takes at most one run folder, got {len(words)}.\n{USAGE}")
     if words:
@@ -66,11 +67,13 @@ def _jobs(root: Path, words: list[str]) -> str:
     else:
         submitted = submitted_runs(root)
         if not submitted:
-            raise RecipeError(f"No run under {root} was submitted with `launcher=slurm`.")
+            named = " or ".join(f"`launcher={name}`" for name in submitting())
+            raise RecipeError(f"No run under {root} was submitted with {named}.")
         run_dir = submitted[-1]
     jobs = load_jobs(run_dir)
-    states = job_states([job.job_id for job in jobs])
-    return render_job_states(run_dir, jobs, states, down_nodes())
+    kind = launcher_kind(jobs[0].launcher if jobs else submitting()[0])
+    states = kind.job_states([job.job_id for job in jobs])
+    return render_job_states(run_dir, jobs, states, kind.down_nodes())
 
 
 def platform_here_for(cfg: DictConfig) -> PlatformHere:

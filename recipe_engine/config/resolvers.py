@@ -15,8 +15,8 @@ shipped `hydra/launcher=recipe-submitit-*` configs ask for that many):
     otherwise              -> 1 (hardware=local: the submitting machine says nothing about
                                  the nodes, so one GPU unless told otherwise)
 
-`${slurm_gpus:${hardware},${device}}`: the same for sbatch, with no GPU as null (a CPU cluster
-refuses `--gpus-per-node=0`).
+`${job_gpus_or_none:${hardware},${device}}`: the same with no GPU as null, for a scheduler that
+refuses a request for zero GPUs (SLURM's sbatch on a CPU cluster refuses `--gpus-per-node=0`).
 
 Registered when `recipe_engine.config` is imported, so every process that composes or resolves a
 recipe (a sweep worker included) has them.
@@ -72,9 +72,9 @@ def job_gpus(hardware: Mapping[str, Any], device: str) -> int:
     return 1
 
 
-def slurm_gpus(hardware: Mapping[str, Any], device: str) -> int | None:
-    """`job_gpus` for sbatch: None (no `--gpus-per-node`) instead of 0, which a cluster
-    without GPU gres refuses ("Invalid generic resource (gres) specification")."""
+def job_gpus_or_none(hardware: Mapping[str, Any], device: str) -> int | None:
+    """`job_gpus`, None (no GPU request) instead of 0, which a cluster without GPU gres
+    refuses ("Invalid generic resource (gres) specification")."""
     return job_gpus(hardware, device) or None
 
 
@@ -84,5 +84,5 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("package_dir", package_dir)
     if not OmegaConf.has_resolver("job_gpus"):
         OmegaConf.register_new_resolver("job_gpus", job_gpus)
-    if not OmegaConf.has_resolver("slurm_gpus"):
-        OmegaConf.register_new_resolver("slurm_gpus", slurm_gpus)
+    if not OmegaConf.has_resolver("job_gpus_or_none"):
+        OmegaConf.register_new_resolver("job_gpus_or_none", job_gpus_or_none)

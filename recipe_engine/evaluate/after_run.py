@@ -1,7 +1,10 @@
-"""The end of a run: its table and plot (`report.run_report`), then its compare: whether the
-run that just finished is measured, the measuring itself (the base and every stage on the
-held-out rows the run read, written as `compare`'s records by `evaluate.scoring`), and its
-rendering (`report.compare`). After a distributed run the compare runs as a process of its own.
+"""The end of a run, after `run` returned it (`finish_run`, called by the `run` verb and by an
+experiment for each of its runs): its table and plot (`report.run_report`), then its compare:
+whether the run that just finished is measured, the measuring itself (the base and every stage
+on the held-out rows the run read, written as `compare`'s records by `evaluate.scoring`), and
+its rendering (`report.compare`); the plots and model cards on its MLflow runs; then its exit
+code (`run.hydra_job.conclude`). After a distributed run the compare runs as a process of its
+own.
 
 Importing this loads no model library: `score_after_run` imports the measuring when called.
 """
@@ -19,10 +22,49 @@ from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.report.compare import render_compare
 from recipe_engine.report.run_report import print_run
 from recipe_engine.resolve.row_shapes import SHAPES
+from recipe_engine.run.hydra_job import FinishedRun, Outcome, conclude, failure_code
 from recipe_engine.run.recipe import StageResult
 
 if TYPE_CHECKING:
     from recipe_engine.store.scores import Scored
+
+
+def finish_run(outcome: Outcome, *, artifacts: bool = True) -> int:
+    """A finished run reported (its table and compare; with `artifacts`, its plots and model
+    cards on its MLflow runs), then ended: its exit code. A run with nothing to report is
+    its exit code already."""
+    if not isinstance(outcome, FinishedRun):
+        return outcome
+    plan, results, run_dir = outcome.plan, outcome.results, outcome.run_dir
+    try:
+        unreported = report_run(plan, results, run_dir)
+        if artifacts:
+            unreported += track_artifacts(results, run_dir)
+    except Exception as error:  # one message, as a failure of the run itself
+        return failure_code(error, run_dir)
+    return conclude(outcome, unreported)
+
+
+def track_artifacts(results: list[StageResult], run_dir: Path) -> list[str]:
+    """The run's plots (written by `report_run`) on its MLflow recipe run, each stage's model
+    card on the stage's run; what failed, as a line (the stages are committed regardless)."""
+    tracked = [result for result in results if result.mlflow_run is not None]
+    if not tracked:
+        return []
+    from recipe_engine.report.export_card import stage_card
+    from recipe_engine.run import mlflow_tracking
+
+    try:
+        parent = mlflow_tracking.parent_of(tracked[0].mlflow_run)
+        mlflow_tracking.log_files(parent, sorted(run_dir.glob("*.png")), "plots")
+        for result in tracked:
+            card = stage_card(result.output)
+            if card is not None:
+                mlflow_tracking.log_text(result.mlflow_run, card, "model_card/README.md")
+    except Exception as error:  # the tracking server's answer: the run itself is done
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return [f"MLflow did not take the run's plots and model cards: {first}"]
+    return []
 
 
 def report_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from recipe_engine.config.compare import CompareRequest
 from recipe_engine.config.schema import EvalConfig
-from recipe_engine.evaluate.after_run import report_run
+from recipe_engine.evaluate.after_run import finish_run
 from recipe_engine.evaluate.experiment_jobs import (
     ExperimentRequest,
     Job,
@@ -48,7 +48,8 @@ def run_experiment(request: CompareRequest) -> int:
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     jobs = plan_jobs(asked, stamp)
     for job in jobs:
-        code = run_composed(job.composed, job.plan, report_run)  # as the `run` verb runs it
+        # As the `run` verb runs it (without the MLflow artifacts it never logged here).
+        code = finish_run(run_composed(job.composed, job.plan), artifacts=False)
         if code:
             print(f"error: recipe `{job.recipe}` did not finish: no comparison.", file=sys.stderr)
             return code

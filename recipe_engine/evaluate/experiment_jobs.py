@@ -119,7 +119,7 @@ def plan_jobs(request: ExperimentRequest, stamp: str) -> list[Job]:
     for job in jobs:  # as `run` checks before any folder is made
         refuse_before_writing(job.plan)
         final_stage(job.plan)
-        if job.plan.launcher_processes:
+        if job.plan.starter_processes:
             raise RecipeError(
                 "An experiment runs its recipes in this process; a launcher (torchrun) is "
                 f"planned for `{job.recipe}`. Run each recipe with `run` instead.",

@@ -3,6 +3,7 @@ launches them, and what sharding asks of quantized weights."""
 
 from __future__ import annotations
 
+from recipe_engine.launchers.registry import schedulers, submitting_keys
 from recipe_engine.plan.placement_request import (
     K_DEVICE,
     K_GPUS,
@@ -67,14 +68,14 @@ def plan_distributed(c: ModeContext, mode: str) -> PlacementPlan:
     if req.nodes > 1 and not (c.external or req.scheduled):
         raise PlacementRefused(
             f"`nodes={req.nodes}` needs a scheduler to give the stage its nodes: add "
-            "`launcher=slurm` (run it on the cluster's login node), or start the processes "
+            f"{submitting_keys()} (run it on the cluster's login node), or start the processes "
             "yourself with srun + torchrun (docs/cluster.md).",
             key="nodes",
         )
     nproc = _processes(c, mode)
     used = c.visible if c.external else c.visible[:nproc]
     device_map = _device_map(c, mode, used)
-    launcher = _launcher(c, mode, nproc)
+    starter = _starter(c, mode, nproc)
     if device == "cpu":
         c.notes.append(CPU_NOTES[mode])
     return c.plan(
@@ -84,7 +85,7 @@ def plan_distributed(c: ModeContext, mode: str) -> PlacementPlan:
         processes=Processes(
             world_size=req.world_size if c.external else nproc * req.nodes,
             nproc=nproc,
-            launcher=launcher,
+            starter=starter,
         ),
     )
 
@@ -145,13 +146,16 @@ def _device_map(c: ModeContext, mode: str, used: list[GpuInfo]) -> dict[str, int
     return {"": req.local_rank} if c.device == "cuda" else {"": "cpu"}
 
 
-def _launcher(c: ModeContext, mode: str, nproc: int) -> str:
+def _starter(c: ModeContext, mode: str, nproc: int) -> str:
+    """What starts the stage's processes: none (this one), external (a launcher already did),
+    self-torchrun (the engine relaunches itself), srun-torchrun (one torchrun per node)."""
     if c.external:
         return "external"
     if c.req.nodes > 1:
         c.notes.append(
-            f"{c.req.nodes} nodes: the stage's SLURM job starts one torchrun per node (srun), "
-            f"{nproc} process(es) each, {nproc * c.req.nodes} in all, rendezvous at its first node."
+            f"{c.req.nodes} nodes: the stage's {schedulers()} job starts one torchrun per node "
+            f"(srun), {nproc} process(es) each, {nproc * c.req.nodes} in all, rendezvous at its "
+            "first node."
         )
         return "srun-torchrun"
     if mode == "ddp" and nproc == 1:

@@ -1,122 +1,42 @@
-"""`launcher=slurm`: each stage of the plan as one SLURM job, sized from its placement.
+"""A scheduled launcher's jobs (`launcher=` one with a scheduler): what each stage the store
+lacks needs of a node, from its placement and memory estimate, sized into its job by the
+launcher (`launchers.kinds`).
 
-Pure, like the rest of `plan`: the partition (`resolve.scheduler.Partition`, read from
-`sinfo`) and which stages the store already holds come in as data. A stage in the store is
-not submitted; a child waits for its parent's job (`afterok`), or for nothing when its parent
-is stored. What the partition cannot give is refused here, naming the key that asked for it.
+Pure, like the rest of `plan`: the scheduler's partition and which stages the store already
+holds come in as data. A stage in the store is not submitted; a child waits for its parent's
+job, or for nothing when its parent is stored.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from recipe_engine.launchers.kinds import Partition, StageJob, StageNeeds
+from recipe_engine.launchers.registry import launcher_kind
+from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 
-from recipe_engine.config.schema import EngineConfig
-from recipe_engine.errors import RecipeError
-from recipe_engine.plan.recipe_plan import RecipePlan, StageJob, StagePlan
-from recipe_engine.resolve.scheduler import Partition
-
-LAUNCHERS = ("local", "slurm")
-DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
-CPUS_PER_GPU = 8
 # A training process's host memory besides the model (Python, torch, the libraries, the data).
 PROCESS_HOST_GIB = 2.0
-TIME = re.compile(r"^(?:(?:(\d+)-)?(\d+):)?(\d+)(?::(\d+))?$")
-
-
-def check_launch(cfg: EngineConfig) -> None:
-    """What `launcher` / `nodes` / `slurm.*` get wrong alone, before anything is read."""
-    if cfg.launcher not in LAUNCHERS:
-        raise RecipeError(
-            f"`launcher={cfg.launcher}` is not one of: {', '.join(LAUNCHERS)}.", key="launcher"
-        )
-    if cfg.nodes < 1:
-        raise RecipeError(f"`nodes={cfg.nodes}`: a stage needs at least one node.", key="nodes")
-    if cfg.nodes > 1 and cfg.parallel not in DISTRIBUTED:
-        raise RecipeError(
-            f"`nodes={cfg.nodes}` trains each stage on {cfg.nodes} nodes with data "
-            f"parallelism, but `parallel={cfg.parallel}`. Set `parallel=ddp` (or fsdp, "
-            "deepspeed), or drop `nodes`.",
-            key="parallel",
-        )
-    time_minutes(cfg.slurm.time)
-
-
-def time_minutes(text: str) -> int:
-    """sbatch's --time forms (MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM:SS) in whole minutes."""
-    match = TIME.match(str(text).strip())
-    if not match:
-        raise RecipeError(
-            f"`slurm.time={text}` is not a SLURM time: write minutes (90), HH:MM:SS "
-            "(04:00:00) or D-HH:MM:SS (1-00:00:00).",
-            key="slurm.time",
-        )
-    days, first, second, third = (int(g) if g else 0 for g in match.groups())
-    if match.group(1) is not None:  # D-HH[:MM[:SS]]
-        minutes = days * 1440 + first * 60 + second + (1 if third else 0)
-    elif match.group(2) is None:  # MINUTES or MINUTES:SS
-        minutes = second + (1 if third else 0)
-    elif match.group(4) is None:  # MM:SS
-        minutes = first + (1 if second else 0)
-    else:  # HH:MM:SS
-        minutes = first * 60 + second + (1 if third else 0)
-    if minutes < 1:
-        raise RecipeError(
-            f"`slurm.time={text}`: a job needs at least one minute.", key="slurm.time"
-        )
-    return minutes
 
 
 def plan_jobs(plan: RecipePlan, partition: Partition, stored: set[str]) -> dict[str, StageJob]:
-    """A job for every stage of the plan the store does not hold, in graph order."""
-    jobs: dict[str, StageJob] = {}
+    """A job for every stage of the plan the store does not hold, in graph order, sized by
+    the launcher whose scheduler offers `partition`."""
+    kind = launcher_kind(partition.scheduler)
+    return kind.size_jobs(stage_needs(plan, stored), plan.config, partition)
+
+
+def stage_needs(plan: RecipePlan, stored: set[str]) -> list[StageNeeds]:
+    """What every stage the store does not hold needs of each node, in graph order."""
+    needs: list[StageNeeds] = []
     for name in plan.graph.order:
-        stage = plan.stages[name]
         if name in stored:
             continue
-        parent = stage.parent
-        after = (parent,) if parent and parent in jobs else ()
-        jobs[name] = _stage_job(stage, plan.config, partition, after)
-    return jobs
-
-
-def _stage_job(
-    stage: StagePlan, cfg: EngineConfig, partition: Partition, after: tuple[str, ...]
-) -> StageJob:
-    slurm, placement = cfg.slurm, stage.placement
-    per_node = max(placement.nproc if placement.launcher != "none" else 1, 1)
-    gpus = per_node if placement.device == "cuda" else 0
-    job = StageJob(
-        stage=stage.name,
-        nodes=cfg.nodes,
-        tasks_per_node=1,
-        processes_per_node=per_node,
-        gpus_per_node=gpus,
-        cpus_per_task=slurm.cpus_per_task or (CPUS_PER_GPU * gpus if gpus else per_node),
-        mem_gb=math.ceil(slurm.mem_gb or _host_gib(stage, per_node)),
-        time_min=time_minutes(slurm.time),
-        # Never at the start of a short job: it would requeue before it trains a step.
-        signal_delay_s=min(slurm.signal_delay_s, time_minutes(slurm.time) * 30),
-        partition=partition.name,
-        after=after,
-        master_port=_master_port(slurm.master_port),
-    )
-    check_request(_stage_request(job), partition)
-    return job
-
-
-def _master_port(port: int | None) -> int | None:
-    """`slurm.master_port`, a port an unprivileged job may listen on."""
-    if port is not None and not 1024 <= port <= 65535:
-        raise RecipeError(
-            f"`slurm.master_port={port}` is not a port a job can listen on: give one from "
-            "1024 to 65535, or leave it unset (20000 + the job id mod 20000).",
-            key="slurm.master_port",
-        )
-    return port
+        stage = plan.stages[name]
+        placement, parent = stage.placement, stage.parent
+        per_node = max(placement.nproc if placement.starter != "none" else 1, 1)
+        after = (parent,) if parent and parent in {n.stage for n in needs} else ()
+        on_gpu = placement.device == "cuda"
+        needs.append(StageNeeds(name, per_node, on_gpu, _host_gib(stage, per_node), after))
+    return needs
 
 
 def _host_gib(stage: StagePlan, per_node: int) -> float:
@@ -127,93 +47,3 @@ def _host_gib(stage: StagePlan, per_node: int) -> float:
     estimate = stage.memory.estimate
     held = estimate.peak if stage.placement.device == "cpu" else estimate.weights
     return per_node * (PROCESS_HOST_GIB + held)
-
-
-@dataclass(frozen=True)
-class Asked:
-    """One amount a job asks for, and the key that set it (named in a refusal)."""
-
-    amount: int | float
-    key: str
-
-
-@dataclass(frozen=True)
-class ResourceRequest:
-    """What one job asks SLURM for."""
-
-    who: str  # "Stage `llm`", "Each sweep job"
-    nodes: Asked
-    gpus_per_node: Asked
-    cpus_per_task: Asked
-    mem_gb: Asked
-    time_min: Asked
-
-
-def _stage_request(job: StageJob) -> ResourceRequest:
-    return ResourceRequest(
-        who=f"Stage `{job.stage}`",
-        nodes=Asked(job.nodes, "nodes"),
-        gpus_per_node=Asked(job.gpus_per_node, "device"),
-        cpus_per_task=Asked(job.cpus_per_task, "slurm.cpus_per_task"),
-        mem_gb=Asked(job.mem_gb, "slurm.mem_gb"),
-        time_min=Asked(job.time_min, "slurm.time"),
-    )
-
-
-def check_request(request: ResourceRequest, partition: Partition) -> None:
-    """What the partition cannot give, refused with the key that asked for it (sbatch would
-    refuse it too, with a message that names neither)."""
-    where, who = f"partition `{partition.name}`", request.who
-    nodes, nodes_key = request.nodes.amount, request.nodes.key
-    gpus, gpus_key = request.gpus_per_node.amount, request.gpus_per_node.key
-    cpus, cpus_key = request.cpus_per_task.amount, request.cpus_per_task.key
-    mem, mem_key = request.mem_gb.amount, request.mem_gb.key
-    minutes, time_key = request.time_min.amount, request.time_min.key
-    if nodes > partition.nodes:
-        raise RecipeError(
-            f"{who} asks for {nodes} nodes (`{nodes_key}`), but {where} has "
-            f"{partition.nodes}. Set `{nodes_key}={partition.nodes}` or fewer, or use another "
-            "partition.",
-            key=nodes_key,
-        )
-    if gpus > partition.gpus_per_node:
-        raise RecipeError(
-            f"{who} asks for {gpus} GPU(s) per node (`{gpus_key}`), but the nodes of {where} "
-            f"declare {partition.gpus_per_node} (gres). Use `device=cpu`, or a partition with "
-            "GPUs.",
-            key=gpus_key,
-        )
-    if cpus > partition.cpus_per_node:
-        raise RecipeError(
-            f"{who} asks for {cpus} CPU(s) (`{cpus_key}`), but the nodes of {where} have "
-            f"{partition.cpus_per_node}. Set `{cpus_key}={partition.cpus_per_node}` or fewer.",
-            key=cpus_key,
-        )
-    if mem * 1000 > partition.memory_mb:
-        raise RecipeError(
-            f"{who} asks for {mem:g} GB of host memory (`{mem_key}`), but the nodes of {where} "
-            f"have {partition.memory_mb} MB. Set `{mem_key}={partition.memory_mb // 1000}` or "
-            "less.",
-            key=mem_key,
-        )
-    if partition.max_time_min is not None and minutes > partition.max_time_min:
-        raise RecipeError(
-            f"{who} asks for {minutes} min (`{time_key}`), but {where} allows "
-            f"{partition.max_time_min}. Set `{time_key}={partition.max_time_min}` or less.",
-            key=time_key,
-        )
-
-
-def sweep_job_request(launcher: Mapping[str, Any]) -> ResourceRequest:
-    """What each job of a `hydra/launcher=*submitit_slurm` sweep asks for: the launcher's own
-    keys (`hydra.launcher.*`)."""
-    key = "hydra.launcher."
-    mem = launcher.get("mem_gb")
-    return ResourceRequest(
-        who="Each sweep job",
-        nodes=Asked(int(launcher.get("nodes") or 1), key + "nodes"),
-        gpus_per_node=Asked(int(launcher.get("gpus_per_node") or 0), key + "gpus_per_node"),
-        cpus_per_task=Asked(int(launcher.get("cpus_per_task") or 1), key + "cpus_per_task"),
-        mem_gb=Asked(float(mem) if mem is not None else 0.0, key + "mem_gb"),
-        time_min=Asked(int(launcher.get("timeout_min") or 1), key + "timeout_min"),
-    )

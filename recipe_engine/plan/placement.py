@@ -253,7 +253,7 @@ def _plan_single(c: ModeContext) -> PlacementPlan:
         mode="single",
         device_map=device_map,
         max_memory=None,
-        processes=Processes(world_size=1, nproc=1, launcher="external" if c.external else "none"),
+        processes=Processes(world_size=1, nproc=1, starter="external" if c.external else "none"),
     )
 
 
@@ -303,7 +303,7 @@ def _plan_model_parallel(c: ModeContext) -> PlacementPlan:
         mode="model_parallel",
         device_map="balanced",
         max_memory=max_memory(visible),
-        processes=Processes(world_size=1, nproc=1, launcher="none"),
+        processes=Processes(world_size=1, nproc=1, starter="none"),
     )
 
 
@@ -326,7 +326,7 @@ def describe(plan: PlacementPlan) -> list[str]:
         "external": f"{plan.world_size} process(es) from an external launcher",
         "srun-torchrun": f"{plan.world_size} process(es), {plan.nproc} on each node, "
         "via srun + torch.distributed.run",
-    }[plan.launcher]
+    }[plan.starter]
     lines.append(f"mode: {plan.mode}, {launch}")
     if (plan.mode, plan.device) in WHERE_IT_RAN:
         lines.append(WHERE_IT_RAN[plan.mode, plan.device])

@@ -89,7 +89,7 @@ class PlacementPlan:
     n_gpu: int
     world_size: int
     nproc: int
-    launcher: str
+    starter: str  # what starts the processes: none | external | self-torchrun | srun-torchrun
     cuda_visible_devices: str | None
     visible_gpus: tuple[int, ...]
     quantization: str
@@ -202,7 +202,7 @@ class Processes:
 
     world_size: int
     nproc: int
-    launcher: str  # none | external | self-torchrun | srun-torchrun
+    starter: str  # none | external | self-torchrun | srun-torchrun
 
 
 @dataclass(frozen=True)
@@ -240,7 +240,7 @@ class ModeContext:
         processes: Processes,
     ) -> PlacementPlan:
         shared, world_size = self.shared, processes.world_size
-        nproc, launcher = processes.nproc, processes.launcher
+        nproc, starter = processes.nproc, processes.starter
         return PlacementPlan(
             device=shared.device,
             mode=mode,
@@ -249,7 +249,7 @@ class ModeContext:
             n_gpu=shared.n_gpu,
             world_size=world_size,
             nproc=nproc,
-            launcher=launcher,
+            starter=starter,
             cuda_visible_devices=shared.cuda_visible_devices,
             visible_gpus=shared.visible_gpus,
             quantization=shared.quantization,

@@ -23,10 +23,10 @@ from recipe_engine.config.schema import (
 )
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
+from recipe_engine.launchers.registry import check_launch, launcher_kind
 from recipe_engine.plan import dag
 from recipe_engine.plan.determinism import Determinism, decide_determinism
 from recipe_engine.plan.hardware import parse_gpus, profile_gpus
-from recipe_engine.plan.jobs import check_launch
 from recipe_engine.plan.kernels import KernelChoice, checkpointing_needed, decide_liger
 from recipe_engine.plan.keys import check_duplicates, stage_key
 from recipe_engine.plan.memory_fit import StageMemory
@@ -285,7 +285,7 @@ def placement_request(
         parallel=cfg.parallel,
         nproc=cfg.nproc,
         nodes=cfg.nodes,
-        scheduled=cfg.launcher == "slurm",
+        scheduled=launcher_kind(cfg.launcher).scheduled,
         machine_gpus=profile_gpus(dataclasses.asdict(hardware)) if from_profile else machine.gpus,
         from_profile=from_profile,
         cuda_visible_devices=None if from_profile else machine.cuda_visible_devices,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from recipe_engine.config.components import Layout
 from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.config.schema import EngineConfig, ModelConfig, StageConfig
+from recipe_engine.launchers.kinds import StageJob
 from recipe_engine.plan.dag import StageGraph
 from recipe_engine.plan.determinism import Determinism
 from recipe_engine.plan.memory_fit import StageMemory
@@ -106,50 +107,6 @@ class StagePlan:
         return self.config.evaluate_only
 
 
-# A multi-node stage's rendezvous port without slurm.master_port: 20000 + job id mod 20000,
-# one per job id, so jobs sharing a node differ.
-PORT_BASE, PORT_SPAN = 20000, 20000
-
-
-def rendezvous_port(master_port: int | None, job_id: int) -> int:
-    """The port a multi-node job's first node listens on for the others: every node reaches
-    the same number alone, from `slurm.master_port` or SLURM's job id."""
-    return master_port or PORT_BASE + job_id % PORT_SPAN
-
-
-@dataclass(frozen=True)
-class StageJob:
-    """One stage's SLURM job, as `plan` prints it and `run` submits it."""
-
-    stage: str
-    nodes: int
-    tasks_per_node: int  # one: the task starts the stage's processes (torchrun on each node)
-    processes_per_node: int
-    gpus_per_node: int
-    cpus_per_task: int
-    mem_gb: int
-    time_min: int
-    signal_delay_s: int  # SLURM signals the job this long before its time limit (requeue)
-    partition: str
-    after: tuple[str, ...]  # stages whose jobs must end well first (afterok)
-    master_port: int | None = None  # several nodes: slurm.master_port (None: from the job id)
-
-    def describe(self) -> str:
-        gpus = f", {self.gpus_per_node} GPU(s) per node" if self.gpus_per_node else ""
-        after = f", after {', '.join(self.after)}" if self.after else ""
-        return (
-            f"job: {self.nodes} node(s), {self.processes_per_node} process(es) per node{gpus}, "
-            f"{self.cpus_per_task} CPU(s), {self.mem_gb} GB, {self.time_min} min on partition "
-            f"{self.partition}{after}{self._rendezvous()}"
-        )
-
-    def _rendezvous(self) -> str:
-        if self.nodes == 1:
-            return ""
-        port = self.master_port or f"{PORT_BASE} + job id mod {PORT_SPAN}"
-        return f"; rendezvous on the first node's port {port}"
-
-
 @dataclass(frozen=True)
 class RecipePlan:
     recipe: str
@@ -159,7 +116,7 @@ class RecipePlan:
     machine: Machine
     hardware: str
     notes: list[str] = field(default_factory=list)
-    # launcher=slurm: the job of every stage to submit (stored stages have none), in order
+    # a scheduled launcher: the job of every stage to submit (stored stages have none), in order
     jobs: dict[str, StageJob] = field(default_factory=dict)
 
     @property
@@ -168,10 +125,10 @@ class RecipePlan:
         return values.pop() if len(values) == 1 else None
 
     @property
-    def launcher_processes(self) -> int | None:
+    def starter_processes(self) -> int | None:
         """Processes to relaunch this command as (torchrun), or None to run in this one."""
         placement = next(iter(self.stages.values())).placement
-        return placement.nproc if placement.launcher == "self-torchrun" else None
+        return placement.nproc if placement.starter == "self-torchrun" else None
 
     def parent_of(self, stage: StagePlan) -> StagePlan | None:
         return self.stages[stage.parent] if stage.parent else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from recipe_engine.config.components import OTHER
+from recipe_engine.launchers.registry import launcher_kind
 from recipe_engine.plan.dag import short
 from recipe_engine.plan.placement import describe
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
@@ -13,7 +14,7 @@ def render_plan(plan: RecipePlan) -> str:
     for index, name in enumerate(plan.graph.order, 1):
         stage = plan.stages[name]
         lines += ["", *_stage_lines(index, stage, _merge_lines(plan, stage))]
-        if plan.config.launcher == "slurm":
+        if launcher_kind(plan.config.launcher).scheduled:
             job = plan.jobs.get(name)
             left_out = "job: none (in the store, or left out by `only`)"
             lines.append(f"    {job.describe() if job else left_out}")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recipe_engine.launchers.kinds import JobState
+from recipe_engine.launchers.records import SubmittedJob
 from recipe_engine.plan.dag import short
 from recipe_engine.plan.recipe_plan import RecipePlan
-from recipe_engine.resolve.scheduler import JobState
-from recipe_engine.store.jobs import SubmittedJob
 from recipe_engine.tables import text_table
 
 
@@ -20,7 +20,7 @@ def render_submitted(plan: RecipePlan, jobs: list[SubmittedJob], run_dir: Path) 
             lines.append(f"stage {name}: not submitted (in the store, or not in `only`)")
             continue
         after = f", after job(s) of {', '.join(job.after)}" if job.after else ""
-        lines.append(f"stage {name}: SLURM job {job.job_id} ({job.nodes} node(s){after})")
+        lines.append(f"stage {name}: {job.label} ({job.nodes} node(s){after})")
     if not jobs:
         lines.append("Nothing to submit: every stage is in the store.")
         return "\n".join(lines)

@@ -19,6 +19,7 @@ from pathlib import Path
 from filelock import Timeout
 
 from recipe_engine.files import file_lock
+from recipe_engine.launchers.registry import scheduled_by
 
 
 @contextmanager
@@ -54,6 +55,5 @@ def job_pool(gpus: Sequence[int] | None, parallel: str, launcher: str | None) ->
 
 
 def is_scheduler(launcher: str) -> bool:
-    """A launcher whose scheduler assigns each job's GPUs: the submitit plugin's options
-    (`submitit_local`, `submitit_slurm`) and the engine's own launcher configs built on them."""
-    return "submitit" in launcher
+    """A Hydra launcher whose scheduler assigns each job's GPUs (`launchers.registry`)."""
+    return scheduled_by(launcher)

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.launchers.kinds import TRACKING_PARENT_VARIABLE
 from recipe_engine.plan.dag import short
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.store.records import Manifest, StageMetrics
 
-PARENT_VARIABLE = "RECIPE_ENGINE_MLFLOW_PARENT_RUN"
+PARENT_VARIABLE = TRACKING_PARENT_VARIABLE  # the launchers hand it to a submitted job
 # What transformers' MLflowCallback reads (integrations/integration_utils.py, setup).
 URI_VARIABLE, RUN_VARIABLE = "MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID"
 EXPERIMENT_VARIABLE = "MLFLOW_EXPERIMENT_NAME"
@@ -156,7 +157,7 @@ def plan_params(stage: StagePlan) -> dict[str, str]:
         "placement.mode": placement.mode,
         "placement.device": placement.device,
         "placement.world_size": placement.world_size,
-        "placement.launcher": placement.launcher,
+        "placement.launcher": placement.starter,  # the param's name as tracked runs have it
         "data.format": stage.data.format,
         "data.train_rows": stage.data.train_rows,
         "data.eval_rows": stage.data.eval_rows,

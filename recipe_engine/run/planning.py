@@ -10,12 +10,13 @@ from omegaconf import DictConfig
 
 from recipe_engine.config.compose import to_engine_config
 from recipe_engine.config.schema import EngineConfig
+from recipe_engine.launchers.kinds import Partition
+from recipe_engine.launchers.registry import launcher_kind
 from recipe_engine.plan.jobs import plan_jobs
 from recipe_engine.plan.planner import check_recipe, plan_recipe
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.resolver import resolve_recipe
-from recipe_engine.resolve.scheduler import Partition, read_partition
 from recipe_engine.run.preflight import check_with_libraries, judge_at_first_read
 from recipe_engine.store.store import Store
 
@@ -36,8 +37,9 @@ def plan_from_config(
     with judge_at_first_read():
         plan = plan_recipe(config, graph, resolve_recipe(config, parents, machine))
         check_with_libraries(list(plan.stages.values()))
-    if config.launcher == "slurm":
-        partition = partition or read_partition(config.slurm.partition)
+    kind = launcher_kind(config.launcher)
+    if kind.scheduled:
+        partition = partition or kind.read_partition(config)
         plan = dataclasses.replace(plan, jobs=plan_jobs(plan, partition, _stored(plan)))
     return plan
 

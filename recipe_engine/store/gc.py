@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.launchers.records import JOBS_USAGE
 from recipe_engine.store.records import (
     SUMMARY_FILE,
     Manifest,
@@ -34,7 +35,7 @@ from recipe_engine.store.records import (
 from recipe_engine.store.store import COMPLETE, ENGINE_MARKER, KEY_LENGTH, is_engine_folder
 from recipe_engine.tables import text_table
 
-USAGE = """\
+USAGE = f"""\
 usage: recipe-engine runs [ACTION] [output_root=DIR] [--dry-run]
 
 actions
@@ -44,9 +45,7 @@ actions
                         store holds results of several platforms
   rm RUN_DIR            remove a run, sweep job or whole sweep folder (as given, or relative to
                         output_root); store entries are never removed by `rm`
-  jobs [RUN_DIR]        a `launcher=slurm` run's stage jobs (the newest one without RUN_DIR):
-                        each job's SLURM state, nodes, time and stage key; for a job that did
-                        not finish, which parent or node stopped it and what to run
+{JOBS_USAGE}
   gc                    remove store entries no remaining run references (nor an ancestor or
                         merged base of one), and .partial/.stale folders whose lock no running
                         job holds, and .tmp folders older than an hour

@@ -146,7 +146,7 @@ class RecordedPlacement:
     n_gpu: int = 0
     world_size: int = 1
     nproc: int = 1
-    launcher: str = "python"
+    starter: str = "python"  # manifests written before it named it `launcher` (not read back)
     cuda_visible_devices: str | None = None
     visible_gpus: tuple[int, ...] = ()
     quantization: str = "none"

@@ -17,8 +17,8 @@ import yaml
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
+from recipe_engine.launchers.records import JOBS_FILE, load_jobs
 from recipe_engine.store.gc import find_runs
-from recipe_engine.store.jobs import JOBS_FILE, load_jobs
 from recipe_engine.store.records import SUMMARY_FILE, Manifest, RunSummary, StageRow
 from recipe_engine.store.store import COMPLETE, ENGINE_MARKER, KEY_LENGTH
 from recipe_engine.ui import live
@@ -183,7 +183,7 @@ def _submitted(view: RunView, run_dir: Path, store: Path) -> None:
             stage.state = "committed"
         elif (store / f"{stage.entry}.partial").is_dir():
             _training(stage, store / f"{stage.entry}.partial")
-        stage.detail = stage.detail or f"SLURM job {job.job_id}"
+        stage.detail = stage.detail or job.label
     if view.stages and all(stage.state == "committed" for stage in view.stages):
         view.state = "finished"  # every job committed its stage
 

@@ -50,14 +50,14 @@ def test_a_scheduled_job_plans_on_the_node_it_runs_on():
     """The profile sized the request; the job itself reads the node (and its scheduler's
     CUDA_VISIBLE_DEVICES), not the profile."""
     from recipe_engine.config.compose import to_engine_config
-    from recipe_engine.run.hydra_job import _plan_on_this_node
+    from recipe_engine.run.hydra_job import plan_on_this_node
     from recipe_engine.run.planning import plan_from_config
 
     cfg = compose_config(["recipe=r2-vision-only", "hardware=8x-a100-80gb"])
     on_login_node = plan_from_config(to_engine_config(cfg))
     assert on_login_node.hardware == "8x-a100-80gb"
     assert on_login_node.stages["vision"].placement.device == "cuda"
-    on_the_node = _plan_on_this_node(cfg)
+    on_the_node = plan_on_this_node(cfg)
     assert on_the_node.hardware == "local"
     assert on_the_node.config.hardware.detect
 
@@ -66,7 +66,7 @@ def test_a_slurm_sweep_without_slurm_is_one_message_and_writes_nothing(
     tmp_path, capsys, monkeypatch
 ):
     from recipe_engine.cli.main import main
-    from recipe_engine.resolve import scheduler
+    from recipe_engine.launchers import slurm_cluster as scheduler
 
     # A login node of a cluster has SLURM's commands; this test is about a machine without.
     real_which = shutil.which
@@ -92,7 +92,7 @@ def test_launcher_slurm_without_slurm_is_one_message_and_writes_nothing(
     tmp_path, capsys, monkeypatch
 ):
     from recipe_engine.cli.main import main
-    from recipe_engine.resolve import scheduler
+    from recipe_engine.launchers import slurm_cluster as scheduler
 
     real_which = shutil.which
     monkeypatch.setattr(

@@ -10,15 +10,11 @@ from plans import plan
 
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.jobs import (
-    check_request,
-    plan_jobs,
-    sweep_job_request,
-    time_minutes,
-)
-from recipe_engine.plan.recipe_plan import rendezvous_port
+from recipe_engine.launchers.kinds import rendezvous_port
+from recipe_engine.launchers.slurm_cluster import Partition
+from recipe_engine.launchers.slurm_jobs import check_request, sweep_job_request, time_minutes
+from recipe_engine.plan.jobs import plan_jobs
 from recipe_engine.plan.render import render_plan
-from recipe_engine.resolve.scheduler import Partition
 from recipe_engine.run.planning import plan_from_config
 
 CPU_PARTITION = Partition(
@@ -85,7 +81,7 @@ def test_a_stage_on_two_nodes_has_the_world_size_of_both(tmp_path):
         tmp_path, "recipe=text-lora", "device=cpu", "parallel=ddp", "nodes=2", "nproc=1"
     )
     stage = planned.stages["llm"]
-    assert stage.placement.world_size == 2 and stage.placement.launcher == "srun-torchrun"
+    assert stage.placement.world_size == 2 and stage.placement.starter == "srun-torchrun"
     [job] = planned.jobs.values()
     assert (job.nodes, job.processes_per_node) == (2, 1)
 

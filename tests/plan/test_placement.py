@@ -43,7 +43,7 @@ SCENARIOS = [
     pytest.param(
         # FIELD-NOTES 1: two visible GPUs, model fits one -> one GPU, n_gpu forced to 1.
         dict(machine_gpus=TWO, model_gib=8, quantization="4bit"),
-        dict(mode="single", device="cuda", device_map={"": 0}, n_gpu=1, launcher="none"),
+        dict(mode="single", device="cuda", device_map={"": 0}, n_gpu=1, starter="none"),
         id="fieldnotes1-two-gpus-fits-one",
     ),
     pytest.param(
@@ -75,7 +75,7 @@ SCENARIOS = [
     pytest.param(
         # FIELD-NOTES 3: device_map auto under torchrun -> DDP, each rank its own GPU.
         dict(machine_gpus=TWO, model_gib=8, **TORCHRUN),
-        dict(mode="ddp", device_map={"": 1}, n_gpu=1, launcher="external", world_size=2, nproc=2),
+        dict(mode="ddp", device_map={"": 1}, n_gpu=1, starter="external", world_size=2, nproc=2),
         id="fieldnotes3-auto-under-torchrun-is-ddp",
     ),
     pytest.param(
@@ -155,7 +155,7 @@ SCENARIOS = [
     pytest.param(
         # A hardware profile: indices are the target machine's; only the count must match.
         dict(gpus=(6, 7), machine_gpus=gpus(2, 48.0), from_profile=True, parallel="ddp"),
-        dict(visible_gpus=(6, 7), nproc=2, launcher="self-torchrun", cuda_visible_devices="6,7"),
+        dict(visible_gpus=(6, 7), nproc=2, starter="self-torchrun", cuda_visible_devices="6,7"),
         id="profile-gpus-count-matches",
     ),
     pytest.param(
@@ -172,7 +172,7 @@ SCENARIOS = [
             max_memory={0: "21GiB", 1: "21GiB"},
             n_gpu=1,
             nproc=1,
-            launcher="none",
+            starter="none",
         ),
         id="auto-model-parallel",
     ),
@@ -199,7 +199,7 @@ SCENARIOS = [
             mode="ddp",
             nproc=2,
             world_size=2,
-            launcher="self-torchrun",
+            starter="self-torchrun",
             device_map={"": 0},
             warnings=(),
         ),
@@ -207,7 +207,7 @@ SCENARIOS = [
     ),
     pytest.param(
         dict(machine_gpus=EIGHT, parallel="ddp", nproc=2),
-        dict(mode="ddp", nproc=2, launcher="self-torchrun"),
+        dict(mode="ddp", nproc=2, starter="self-torchrun"),
         id="ddp-fewer-procs-than-gpus",
     ),
     pytest.param(
@@ -227,7 +227,7 @@ SCENARIOS = [
     ),
     pytest.param(
         dict(device="cpu", parallel="ddp", nproc=2),
-        dict(mode="ddp", device_map={"": "cpu"}, nproc=2, launcher="self-torchrun", n_gpu=0),
+        dict(mode="ddp", device_map={"": "cpu"}, nproc=2, starter="self-torchrun", n_gpu=0),
         id="cpu-ddp",
     ),
     pytest.param(
@@ -247,7 +247,7 @@ SCENARIOS = [
     ),
     pytest.param(
         dict(machine_gpus=TWO, parallel="fsdp"),
-        dict(mode="fsdp", device_map=None, launcher="self-torchrun", nproc=2, n_gpu=1),
+        dict(mode="fsdp", device_map=None, starter="self-torchrun", nproc=2, n_gpu=1),
         id="fsdp",
     ),
     pytest.param(
@@ -282,7 +282,7 @@ SCENARIOS = [
     ),
     pytest.param(
         dict(machine_gpus=gpus(1), parallel="deepspeed", deepspeed_stage=3),
-        dict(mode="deepspeed", nproc=1, launcher="self-torchrun"),
+        dict(mode="deepspeed", nproc=1, starter="self-torchrun"),
         id="deepspeed-one-gpu-still-launched",
     ),
     pytest.param(
@@ -321,7 +321,7 @@ SCENARIOS = [
     pytest.param(
         # torchrun with one process: single GPU, but still "external" (no sharded map, no relaunch).
         dict(machine_gpus=TWO, launched_by="torchrun", model_gib=8),
-        dict(mode="single", device_map={"": 0}, launcher="external", warnings=()),
+        dict(mode="single", device_map={"": 0}, starter="external", warnings=()),
         id="torchrun-one-process",
     ),
     pytest.param(
@@ -439,7 +439,7 @@ def _check_invariants(req: PlacementRequest, plan: PlacementPlan) -> None:
     if req.device != "auto":
         assert plan.device == req.device
     assert plan.use_cpu == (plan.device == "cpu" and plan.mode != "deepspeed")
-    distributed = plan.world_size > 1 or plan.launcher == "external"
+    distributed = plan.world_size > 1 or plan.starter == "external"
     if distributed or plan.mode in ("ddp", "fsdp", "deepspeed"):
         assert not isinstance(plan.device_map, str), plan
     if plan.mode in ("fsdp", "deepspeed"):
@@ -449,7 +449,7 @@ def _check_invariants(req: PlacementRequest, plan: PlacementPlan) -> None:
     if plan.mode == "ddp" and plan.device == "cuda":
         assert plan.device_map == {"": req.local_rank}
     if plan.mode == "model_parallel":
-        assert plan.nproc == 1 and len(plan.visible_gpus) >= 2 and plan.launcher == "none"
+        assert plan.nproc == 1 and len(plan.visible_gpus) >= 2 and plan.starter == "none"
     if plan.device == "cpu":
         assert plan.device_map in ({"": "cpu"}, None)
     if plan.device == "mps":
@@ -457,8 +457,8 @@ def _check_invariants(req: PlacementRequest, plan: PlacementPlan) -> None:
     if plan.device != "cuda":
         assert plan.visible_gpus == ()
     if req.world_size > 1:
-        assert plan.launcher == "external" and plan.world_size == req.world_size
-    if plan.launcher == "self-torchrun":
+        assert plan.starter == "external" and plan.world_size == req.world_size
+    if plan.starter == "self-torchrun":
         assert req.launched_by == "python"
     assert plan.nproc >= 1
     assert describe(plan) and all(isinstance(line, str) for line in describe(plan))

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recipe_engine.launchers.kinds import JobState
+from recipe_engine.launchers.records import SubmittedJob
 from recipe_engine.report.jobs import render_job_states
-from recipe_engine.resolve.scheduler import JobState
-from recipe_engine.store.jobs import SubmittedJob
 
 COMMAND = "python -m recipe_engine recipe=r3-two-stage launcher=slurm"
 VISION = SubmittedJob(

@@ -1,10 +1,11 @@
-"""One planned run as a Hydra job (`run.hydra_job`): the exit code comes back to the caller (the
+"""One planned run as a Hydra job (`run.hydra_job`): the outcome comes back to the caller (the
 `run` verb, an experiment), never as a SystemExit, and a failure is one message."""
 
 from __future__ import annotations
 
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import EXIT_INCOMPLETE
+from recipe_engine.evaluate.after_run import finish_run
 from recipe_engine.run.hydra_job import run_composed, without_hydra
 from recipe_engine.run.planning import plan_from_config
 
@@ -13,13 +14,14 @@ def test_a_run_that_stops_returns_its_exit_code_and_keeps_its_traceback(tmp_path
     run_dir = tmp_path / "run"
     overrides = ["recipe=text-lora", f"output_root={tmp_path / 'out'}", f"hydra.run.dir={run_dir}"]
     composed = compose_config(overrides, with_hydra=True)
-    # A plan made for another config: the job finds none for its own and stops.
-    other = plan_from_config(compose_config([*overrides[:2], "seed=7"]))
-    assert without_hydra(composed).seed != other.config.seed
-    code = run_composed(composed, other, lambda plan, results, folder: [])
+    plan = plan_from_config(without_hydra(composed))
+    # What no check foresaw: the store's folder became a file after the plan was made.
+    (tmp_path / "out").mkdir(exist_ok=True)
+    (tmp_path / "out" / "store").write_text("not a folder")
+    code = finish_run(run_composed(composed, plan))
     assert code == EXIT_INCOMPLETE
     [message] = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
-    assert "the run stopped: RuntimeError: No plan was made for this job's config" in message
+    assert "the run stopped: " in message and "the traceback is in" in message
     assert (run_dir / "traceback.txt").is_file() and (run_dir / ".hydra").is_dir()
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from recipe_engine.cli.export import parse_options
 from recipe_engine.errors import RecipeError
+from recipe_engine.launchers.slurm_submit import StageTask
 from recipe_engine.run import mlflow_tracking
-from recipe_engine.run.scheduling import StageTask
 from recipe_engine.store.records import StageMetrics
 
 

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from recipe_engine.run.scheduling import refuse_a_taken_port
+from recipe_engine.launchers.slurm_submit import refuse_a_taken_port
 
 
 def test_a_taken_rendezvous_port_stops_the_first_node_naming_the_key():

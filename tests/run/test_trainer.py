@@ -401,7 +401,7 @@ def torchrun(world_size: int, **fields) -> PlacementRequest:
 
 def test_d_planner_never_shards_under_a_launcher():
     ddp = plan_placement(torchrun(2))
-    assert ddp.mode == "ddp" and ddp.device_map == {"": 0} and ddp.launcher == "external"
+    assert ddp.mode == "ddp" and ddp.device_map == {"": 0} and ddp.starter == "external"
     rank1 = plan_placement(
         PlacementRequest(machine_gpus=TWO_GPUS, world_size=2, local_rank=1, launched_by="torchrun")
     )
@@ -475,7 +475,7 @@ def test_d_engine_map_passes_the_same_accelerate_check(tmp_path, bf16_model, tok
             launched_by=machine.launched_by,
         )
     )
-    assert plan.device_map == {"": "cpu"} and plan.launcher == "external"
+    assert plan.device_map == {"": "cpu"} and plan.starter == "external"
     bf16_model.hf_device_map = plan.device_map
     trainer = _launched_trainer(tmp_path, bf16_model, token_rows)
     assert trainer.accelerator.verify_device_map(trainer.model) is False
@@ -563,7 +563,7 @@ def test_verify_trainer_catches_a_dataparallel_wrap_even_with_n_gpu_1(cpu_traine
 def test_verify_trainer_catches_a_world_size_other_than_planned(cpu_trainer):
     trainer, _ = cpu_trainer
     ddp = plan_placement(PlacementRequest(device="cpu", parallel="ddp", nproc=2))
-    assert ddp.world_size == 2 and ddp.launcher == "self-torchrun"
+    assert ddp.world_size == 2 and ddp.starter == "self-torchrun"
     with pytest.raises(GuardViolation, match="world size 1, the plan with 2"):
         verify_trainer(trainer, ddp, 2)
 

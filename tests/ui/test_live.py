@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from recipe_engine.store.jobs import SubmittedJob, save_jobs
+from recipe_engine.launchers.records import SubmittedJob, save_jobs
 from recipe_engine.store.store import COMPLETE, ENGINE_MARKER
 from recipe_engine.ui import live
 from recipe_engine.ui.paths import OutputFolder

@@ -9,21 +9,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.launchers.kinds import JobState, Partition
 
 GPU_GRES = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
-
-
-@dataclass(frozen=True)
-class Partition:
-    name: str
-    nodes: int
-    cpus_per_node: int  # the smallest node's
-    memory_mb: int  # the smallest node's
-    gpus_per_node: int  # the smallest node's GPUs (gres gpu[:type]:N), 0 without
-    max_time_min: int | None  # None: no limit
 
 
 def require_slurm(key: str) -> None:
@@ -35,19 +25,6 @@ def require_slurm(key: str) -> None:
             "command on a login node of the cluster (or drop it to train on this machine).",
             key=key,
         )
-
-
-@dataclass(frozen=True)
-class JobState:
-    """A job as `sacct` reports it."""
-
-    job_id: str
-    state: str  # COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, RUNNING, PENDING, ...
-    exit_code: str
-    nodes: str  # SLURM's node list (n[1-2])
-    node_names: tuple[str, ...]
-    elapsed: str
-    reason: str
 
 
 def job_states(job_ids: list[str]) -> dict[str, JobState]:

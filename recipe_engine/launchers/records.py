@@ -15,6 +15,11 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.files import atomic_write_json
 
 JOBS_FILE = "jobs.json"
+# `runs jobs`, as the `runs` verb's usage lists it.
+JOBS_USAGE = """\
+  jobs [RUN_DIR]        a `launcher=slurm` run's stage jobs (the newest one without RUN_DIR):
+                        each job's SLURM state, nodes, time and stage key; for a job that did
+                        not finish, which parent or node stopped it and what to run"""
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,12 @@ class SubmittedJob:
     nodes: int
     log: str  # submitit's stdout of the job's first task (`%j` filled in)
     command: str  # what re-submits the same run (its unfinished stages)
+    launcher: str = "slurm"  # the launcher that submitted it (records before it: SLURM's)
+
+    @property
+    def label(self) -> str:
+        """The job as its scheduler names it ("SLURM job 42")."""
+        return f"{self.launcher.upper()} job {self.job_id}"
 
 
 def save_jobs(run_dir: Path, jobs: list[SubmittedJob]) -> None:

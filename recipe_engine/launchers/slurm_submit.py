@@ -1,6 +1,6 @@
-"""`launcher=slurm`: submit the plan's stage jobs through submitit, and what each job runs.
+"""`launcher=slurm`: submit a plan's stage jobs through submitit, and what each job runs.
 
-Each stage the store lacks is one SLURM job (`plan.jobs`, sized and checked by the plan), a
+Each stage the store lacks is one SLURM job (`plan.jobs`, sized by `slurm_jobs`), a
 child submitted with `--dependency=afterok:<parent's job>` and `--kill-on-invalid-dep=yes`, so
 a parent that fails leaves its children cancelled. Submission returns at once; `jobs.json` in
 the run folder records the jobs (`runs jobs` shows their states).
@@ -31,14 +31,19 @@ from pathlib import Path
 
 from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.recipe_plan import RecipePlan, StageJob, rendezvous_port
-from recipe_engine.run import mlflow_tracking
-from recipe_engine.store.jobs import SubmittedJob, save_jobs
+from recipe_engine.launchers.kinds import (
+    TRACKING_PARENT_VARIABLE,
+    StageJob,
+    Submission,
+    rendezvous_port,
+)
+from recipe_engine.launchers.records import SubmittedJob, save_jobs
 
 
-def submit_recipe(plan: RecipePlan, args: list[str], run_dir: Path) -> list[SubmittedJob]:
+def submit_jobs(submission: Submission) -> list[SubmittedJob]:
     """Every job of the plan, in graph order, each after its parent's; recorded in the run
     folder before this returns."""
+    run_dir, args, config = submission.run_dir, list(submission.args), submission.config
     try:
         import submitit
     except ImportError:
@@ -50,10 +55,10 @@ def submit_recipe(plan: RecipePlan, args: list[str], run_dir: Path) -> list[Subm
     run_dir.mkdir(parents=True, exist_ok=True)
     submitted: dict[str, SubmittedJob] = {}
     command = " ".join(["python -m recipe_engine", *map(shlex.quote, args)])
-    parent = _mlflow_parent(plan, run_dir)
-    for name, job in plan.jobs.items():
+    parent = submission.open_tracking_parent()
+    for name, job in submission.jobs.items():
         executor = submitit.SlurmExecutor(folder=run_dir / name / "slurm", max_num_timeout=1000)
-        executor.update_parameters(**_sbatch_options(plan, job, submitted))
+        executor.update_parameters(**_sbatch_options(submission, job, submitted))
         task = StageTask(
             args=tuple(args),
             stage=name,
@@ -73,12 +78,12 @@ def submit_recipe(plan: RecipePlan, args: list[str], run_dir: Path) -> list[Subm
             _cancel([job.job_id for job in submitted.values()])
             if created is not None:
                 shutil.rmtree(created, ignore_errors=True)
-            extra = plan.config.slurm.additional_parameters
+            extra = config.slurm.additional_parameters
             raise sbatch_refusal(name, str(error), list(submitted), extra) from None
         submitted[name] = SubmittedJob(
             stage=name,
             job_id=str(slurm_job.job_id),
-            key=plan.stages[name].fingerprint,
+            key=submission.keys[name],
             after=job.after,
             nodes=job.nodes,
             log=str(slurm_job.paths.stdout).replace("%t", "0"),
@@ -86,15 +91,6 @@ def submit_recipe(plan: RecipePlan, args: list[str], run_dir: Path) -> list[Subm
         )
         save_jobs(run_dir, list(submitted.values()))
     return list(submitted.values())
-
-
-def _mlflow_parent(plan: RecipePlan, run_dir: Path) -> str | None:
-    """The MLflow run every stage job's run nests under, opened here when a stage reports to
-    MLflow (the jobs run apart: none of them is the recipe's run). It stays open: no job
-    knows it is the last, and each stage's own run carries its outcome."""
-    if not any(mlflow_tracking.reports_to_mlflow(stage) for stage in plan.stages.values()):
-        return None
-    return mlflow_tracking.open_recipe_run(plan, run_dir).run_id
 
 
 # sbatch's refusals, by what it names, and the key that set it.
@@ -148,12 +144,12 @@ def _cancel(job_ids: list[str]) -> None:
 
 
 def _sbatch_options(
-    plan: RecipePlan, job: StageJob, submitted: dict[str, SubmittedJob]
+    submission: Submission, job: StageJob, submitted: dict[str, SubmittedJob]
 ) -> LibraryKwargs:
     """submitit's `SlurmExecutor.update_parameters` arguments for the stage's job."""
-    slurm = plan.config.slurm
+    slurm = submission.config.slurm
     options: LibraryKwargs = {
-        "job_name": f"{plan.recipe}-{job.stage}",
+        "job_name": f"{submission.recipe}-{job.stage}",
         "partition": job.partition,
         "nodes": job.nodes,
         "ntasks_per_node": job.tasks_per_node,
@@ -202,7 +198,7 @@ class StageTask:
         """The job's environment, with the MLflow run its stage nests under."""
         if self.mlflow_parent is None:
             return dict(os.environ)
-        return {**os.environ, mlflow_tracking.PARENT_VARIABLE: self.mlflow_parent}
+        return {**os.environ, TRACKING_PARENT_VARIABLE: self.mlflow_parent}
 
     def checkpoint(self) -> object:
         """On the time-limit signal: requeue the same task; the stage resumes from its last
