@@ -47,14 +47,14 @@ def main(idle_seconds: float, one_verdict: bool) -> None:
         if not line:
             return  # the engine process ended
         request = json.loads(line)
-        answer = judged_here(request) if one_verdict else judged_in_child(request)
+        answer = _judged_here(request) if one_verdict else _judged_in_child(request)
         answers.write(json.dumps(answer) + "\n")
         answers.flush()
         if one_verdict:
             return
 
 
-def judged_in_child(request: dict[str, Any]) -> dict[str, Any]:
+def _judged_in_child(request: dict[str, Any]) -> dict[str, Any]:
     """The request's verdict from a child forked for it, or its exit code if it gave none."""
     read, write = os.pipe()
     sys.stdout.flush()
@@ -64,7 +64,7 @@ def judged_in_child(request: dict[str, Any]) -> dict[str, Any]:
         code = 1
         try:
             os.close(read)
-            answer = judged_here(request)
+            answer = _judged_here(request)
             if "verdict" in answer:
                 with os.fdopen(write, "w") as channel:
                     channel.write(json.dumps(answer["verdict"]))
@@ -78,7 +78,7 @@ def judged_in_child(request: dict[str, Any]) -> dict[str, Any]:
     return {"verdict": json.loads(said)} if code == 0 and said else {"exit": code or 1}
 
 
-def judged_here(request: dict[str, Any]) -> dict[str, Any]:
+def _judged_here(request: dict[str, Any]) -> dict[str, Any]:
     """The verdict judged in this process as the requester's environment, or {"exit": 1}
     when a library raised what is no refusal (its traceback on stderr)."""
     try:
