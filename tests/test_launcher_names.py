@@ -10,9 +10,10 @@ user's keys; `tools/` is outside the product.
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
+
+from code_words import code_words
 
 import recipe_engine
 
@@ -25,52 +26,13 @@ ALLOWED = {"config/schema.py"}  # the user's keys: `launcher: local|slurm`, Slur
 NOT_YET_MOVED: set[str] = set()
 
 
-def docstrings(tree: ast.AST) -> set[int]:
-    """The ids of the string constants that are docstrings (a module's, a class's, a
-    function's first statement)."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            first = node.body[0] if node.body else None
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                found.add(id(first.value))
-    return found
-
-
-def code_words(source: str) -> list[str]:
-    """Every identifier and string literal of `source` that names the scheduler: names,
-    attributes, definitions, arguments, keywords, imports, strings (f-strings' parts too)."""
-    tree = ast.parse(source)
-    prose = docstrings(tree)
-    words: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if id(node) not in prose:
-                words.append(node.value)
-        elif isinstance(node, ast.Name):
-            words.append(node.id)
-        elif isinstance(node, ast.Attribute):
-            words.append(node.attr)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            words.append(node.name)
-        elif isinstance(node, ast.arg):
-            words.append(node.arg)
-        elif isinstance(node, ast.keyword) and node.arg:
-            words.append(node.arg)
-        elif isinstance(node, ast.alias):
-            words += [node.name, node.asname or ""]
-        elif isinstance(node, ast.ImportFrom):
-            words.append(node.module or "")
-    return [w for w in words if SCHEDULER_WORDS.search(w)]
-
-
 def naming_the_scheduler() -> set[str]:
     modules = set()
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE).as_posix()
         if relative.split("/")[0] in OUTSIDE_THE_PRODUCT or relative in ALLOWED:
             continue
-        if code_words(path.read_text()):
+        if code_words(path.read_text(), SCHEDULER_WORDS):
             modules.add(relative)
     return modules
 
@@ -88,5 +50,8 @@ def f(partition):
     """sinfo's partition."""
     return "x" + f"{partition} via sbatch"
 '''
-    assert code_words(source) == ["submitit", " via sbatch"]  # an f-string's literal part
-    assert code_words('"""slurm"""\n# sacct\nx = 1\n') == []
+    assert code_words(source, SCHEDULER_WORDS) == [
+        "submitit",
+        " via sbatch",
+    ]  # an f-string's literal part
+    assert code_words('"""slurm"""\n# sacct\nx = 1\n', SCHEDULER_WORDS) == []

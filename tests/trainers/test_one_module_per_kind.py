@@ -5,9 +5,10 @@ examples; they are prose, not behaviour."""
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
+
+from code_words import code_words
 
 import recipe_engine
 from recipe_engine.trainers import TRAINERS
@@ -16,35 +17,9 @@ PACKAGE = Path(recipe_engine.__file__).parent
 KINDS = re.compile(rf"\b({'|'.join(TRAINERS)})\b", re.IGNORECASE)
 
 
-def docstrings(tree: ast.AST) -> set[int]:
-    owners = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-    return {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, owners)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
-
-
 def named_kinds(path: Path) -> list[str]:
-    """Each place the module's code names a kind: `line: what`."""
-    tree = ast.parse(path.read_text())
-    prose = docstrings(tree)
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            named = id(node) not in prose and KINDS.search(node.value)
-        elif isinstance(node, ast.Name | ast.Attribute | ast.alias | ast.arg):
-            word = getattr(node, "id", None) or getattr(node, "attr", None)
-            word = word or getattr(node, "name", None) or getattr(node, "arg", None)
-            named = KINDS.fullmatch(word or "")
-        else:
-            continue
-        if named:
-            found.append(f"{getattr(node, 'lineno', '?')}: {named.group(0)}")
-    return found
+    """Each word of the module's code that names a kind."""
+    return code_words(path.read_text(), KINDS)
 
 
 def test_no_module_outside_the_trainers_package_names_a_trainer_kind():
@@ -63,4 +38,4 @@ def test_no_module_outside_the_trainers_package_names_a_trainer_kind():
 def test_the_scan_finds_a_kind_named_in_code(tmp_path: Path):
     module = tmp_path / "m.py"
     module.write_text('"""Trains SFT (prose)."""\nif trainer == "dpo":\n    KTO = 1\n')
-    assert named_kinds(module) == ["2: dpo", "3: KTO"]
+    assert named_kinds(module) == ["dpo", "KTO"]
