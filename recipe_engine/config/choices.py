@@ -36,13 +36,8 @@ class Dtype(StrEnum):
     float16 = "float16"
 
 
-class StageDtype(StrEnum):
-    """A stage's dtype: auto is its model entry's."""
-
-    auto = "auto"
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
+# A stage's dtype: one of the model entry's, or auto (the entry's own).
+StageDtype = StrEnum("StageDtype", {"auto": "auto", **{d.name: d.value for d in Dtype}})
 
 
 class ModelSource(StrEnum):
