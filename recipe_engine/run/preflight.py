@@ -79,8 +79,9 @@ def check_with_libraries(stages: Sequence[StagePlan]) -> None:
         raise _refusal(Refusal.from_json(verdict), payload)
 
 
-def tracker_variables() -> JsonObject:
-    """The variables of this environment that decide which trackers the child finds."""
+def tracker_variables() -> dict[str, str | bool]:
+    """The variables of this environment that decide which trackers the child finds: the
+    switches by value, the settings by whether they are set."""
     switches = {n: os.environ[n].strip().upper() for n in TRACKER_SWITCHES if n in os.environ}
     return switches | {name: True for name in TRACKER_SETTINGS if name in os.environ}
 

@@ -175,7 +175,7 @@ class _ShapePictures(torch.utils.data.IterableDataset):
             yield draw_any_shape(rng, ink, ALL_SHAPES[index]), index
 
     @staticmethod
-    def collate(batch: list[tuple[Any, int]], image_processor: Any) -> LibraryKwargs:
+    def collate(batch: list[tuple[Any, int]], image_processor: Any) -> dict[str, torch.Tensor]:
         pixels = image_processor(images=[picture for picture, _ in batch], return_tensors="pt")
         return {
             "pixel_values": pixels["pixel_values"],
