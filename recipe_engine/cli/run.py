@@ -45,6 +45,7 @@ from recipe_engine.run.hydra_job import (
     without_hydra,
 )
 from recipe_engine.run.planning import plan_from_config
+from recipe_engine.run.preflight import stop_judge
 from recipe_engine.run.submission import submit_recipe
 from recipe_engine.store.store import mark_engine_folder
 
@@ -87,6 +88,7 @@ def main(args: list[str], multirun: bool) -> int:
     composed = compose_config(overrides, extra_dirs=config_dirs(flags), with_hydra=True)
     plan = plan_from_config(without_hydra(composed))
     refuse_before_writing(plan)
+    stop_judge()  # every plan this command makes is made
     if launcher_kind(plan.config.launcher).scheduled:
         return _submit(composed, plan, args)
     use_planned_devices(plan)
@@ -121,6 +123,7 @@ def _sweep(overrides: list[str], flags: list[str], args: list[str]) -> int:
     plans = [_plan_job(job, overrides, config_dirs(flags)) for job in jobs]
     for plan in plans:
         refuse_before_writing(plan)
+    stop_judge()
     run_hydra_app(args, SweepPlans([task_overrides(job) for job in jobs], plans))
     return 0
 

@@ -155,6 +155,15 @@ def judge_at_first_read() -> Iterator[None]:
                 _judge.stop()
 
 
+def stop_judge() -> None:
+    """This process's judge stopped: its plans are made and training comes next, which needs
+    the memory the judge holds (the imported stack) more than a later plan needs its imports."""
+    global _judge
+    if _judge is not None:
+        _judge.stop()
+        _judge = None
+
+
 def start_judge() -> LibraryJudge:
     """This process's judge, started now if it has none that fits."""
     global _judge

@@ -59,6 +59,17 @@ def test_a_plan_stops_the_judge_it_never_asked_and_keeps_one_it_asked(
     assert asked is not unasked and asked.process.poll() is None
 
 
+def test_a_run_stops_the_judge_once_its_plans_are_made() -> None:
+    """`run` trains next: the judge's memory (the imported stack) is given back first."""
+    judge = preflight.start_judge()
+    assert preflight._ask_child(ACCEPTED) == {}
+    preflight.stop_judge()
+    assert judge.process.poll() is not None and preflight._judge is None
+    preflight.stop_judge()  # none left: nothing to do
+    assert preflight._ask_child(ACCEPTED) == {}  # a later plan starts another
+    assert preflight._judge is not None and preflight._judge is not judge
+
+
 def test_a_verdict_that_crashes_is_one_message_and_the_judge_goes_on() -> None:
     judge = preflight.start_judge()
     with pytest.raises(RecipeError) as error:
