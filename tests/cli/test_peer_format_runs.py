@@ -16,6 +16,8 @@ from recipe_engine.store.records import Manifest, StageRow
 
 QUICK = ["stage.{stage}.train.max_steps=2", "eval.max_samples=2", "eval.max_new_tokens=4"]
 QUICK += ["eval.compare=false"]
+# In the user's world: real checkpoints are bfloat16, so every peer file trains a bf16 model.
+BF16 = "model.dtype=bfloat16"
 # The recipe each kind of model trains on, and its stage: LoRA on a text model; LoRA on both
 # towers of a tiny Qwen2-VL, unquantized (the fastest VLM stage).
 RECIPES = {
@@ -41,6 +43,7 @@ def test_a_peer_file_trains_with_no_setting(name: str, tmp_path: Path) -> None:
         f"data.path={peer.write(tmp_path)}",
         f"output_root={tmp_path / 'out'}",
         *overrides,
+        BF16,
         *(setting.format(stage=stage) for setting in quick),
     ]
     assert main(argv) == 0
@@ -52,6 +55,7 @@ def test_a_peer_file_trains_with_no_setting(name: str, tmp_path: Path) -> None:
     assert row["eval"].startswith("acc " if asks else "loss "), row
     manifest = Manifest.load(StageRow(**row).output_path(run_dir))
     assert manifest.config["trainer"] == peer.trainer  # the one its rows call for
+    assert manifest.dtype == "bfloat16"
 
 
 def test_tool_rows_for_a_template_that_cannot_render_tools_are_refused(
