@@ -85,6 +85,21 @@ def without_empty_sections(stage: JsonObject) -> JsonObject:
 
 
 @dataclass
+class RewardConfig:
+    """One reward of an online stage (`trainer: grpo | rloo`): a built-in rule by `name`, or
+    your function by `fn` (`package.module:function`, or `path/to/file.py:function` from where
+    the engine runs), as TRL calls one: `(prompts, completions, completion_ids, **columns)` to
+    one float per completion. TRL logs each under its name (`rewards/<name>/mean`)."""
+
+    name: str | None = None  # exact_match | contains | format | length_penalty
+    fn: str | None = None
+    weight: float = 1.0  # its share of the total reward (TRL's `reward_weights`)
+    column: str = "answer"  # exact_match, contains: the column holding the reference
+    pattern: str | None = None  # format: the regular expression the whole answer matches
+    max_length: int | None = None  # length_penalty: characters an answer may take freely
+
+
+@dataclass
 class StageConfig:
     template: str | None = None
     description: str = ""
@@ -104,6 +119,8 @@ class StageConfig:
     # stage.<name>.data.path=... changes one key, like any other override.
     data: RecipeSection | None = field(default_factory=dict)
     train: LibraryKwargs = field(default_factory=dict)  # the trainer's settings (SFTConfig ...)
+    # An online trainer's rewards (grpo, rloo): what scores the completions it generates.
+    rewards: list[RewardConfig] = field(default_factory=list)
 
 
 @dataclass

@@ -17,19 +17,23 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
 from recipe_engine.plan import dag
 from recipe_engine.plan.recipe_plan import StagePlan
+from recipe_engine.rewards import Reward
 
 
 def stage_key(cfg: EngineConfig, stage: StagePlan, parent: StagePlan | None) -> str:
     """The stage's key, from its plan once its placement is known (a child's source is its
     parent's key). What is hashed is JSON: its keys are the keys of every stage key."""
+    config = dataclasses.asdict(stage.config)
+    del config["rewards"]  # hashed as planned (with their code) where a stage has any
     settings: JsonObject = {
-        **dataclasses.asdict(stage.config),
+        **config,
         "world_size": stage.placement.world_size,
         "effective_quantization": stage.placement.quantization,
         "deterministic_kernels": stage.determinism.deterministic_kernels,
         "precision": dataclasses.asdict(stage.precision),
         **_model_settings(stage.model),
         **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
+        **({"rewards": [_reward_settings(r) for r in stage.rewards]} if stage.rewards else {}),
     }
     return dag.fingerprint(
         settings,
@@ -38,6 +42,17 @@ def stage_key(cfg: EngineConfig, stage: StagePlan, parent: StagePlan | None) -> 
         parent=parent.fingerprint if parent else None,
         init=stage.init.identity,
     )
+
+
+def _reward_settings(reward: Reward) -> JsonObject:
+    """What decides a reward's scores: what it calls (its module's source too), its weight and
+    options; not its name in the logs."""
+    return {
+        "target": reward.target,
+        "weight": reward.weight,
+        "options": dict(reward.options),
+        "source": reward.source_digest,
+    }
 
 
 def _model_settings(model: ModelConfig) -> JsonObject:

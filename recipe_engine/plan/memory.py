@@ -143,6 +143,9 @@ class MemoryRequest:
     sequences_per_row: int = 1  # 2 for preference pairs: prompt + chosen, prompt + rejected
     reference_copy: bool = False  # DPO's frozen copy of the starting weights (full fine-tune)
     fused_head: bool = True  # TRL's fused LM head; False: ORPO's materialized logits
+    # An online kind's generation: completions generated at once on this device (0: none),
+    # each of `text_tokens` (the prompt and its longest completion), keeping a KV cache.
+    generated_sequences: int = 0
     stage: str = ""  # the stage's name, for the advice
 
 
@@ -161,6 +164,7 @@ class MemoryEstimate:
     devices: int = 1
     reference: float = 0.0  # DPO's frozen copy of the starting weights
     buckets: float = 0.0  # DeepSpeed's gradient-reduction buckets, held through the step
+    generation: float = 0.0  # an online kind's KV cache while it generates a batch
 
     @property
     def peak(self) -> float:
@@ -178,6 +182,7 @@ class MemoryEstimate:
             ("optimizer", self.optimizer),
             ("activations", self.activations),
             ("logits", self.logits),
+            ("KV cache", self.generation),
             ("DeepSpeed buckets", self.buckets),
             ("overhead", self.overhead),
         ]
@@ -202,20 +207,32 @@ def estimate_memory(req: MemoryRequest) -> MemoryEstimate:
     act_share = activations / req.sharding.devices if model_parallel else activations
     backward = act_share + logits  # logits live on the device holding lm_head
     step = shared["gradients"] + _step_temporaries(req, shared["optimizer"])
-    phase = "backward" if backward >= step else "optimizer step"
+    generation = _kv_cache(req)
+    phase = max(
+        (("backward", backward), ("optimizer step", step), ("generation", generation)),
+        key=lambda moment: moment[1],
+    )[0]
     return MemoryEstimate(
         weights=shared["weights"] / GIB,
         lora=shared["lora"] / GIB,
-        gradients=(0.0 if phase == "backward" else step) / GIB,
+        gradients=(step if phase == "optimizer step" else 0.0) / GIB,
         optimizer=shared["optimizer"] / GIB,
         activations=(act_share if phase == "backward" else 0.0) / GIB,
         logits=(logits if phase == "backward" else 0.0) / GIB,
+        generation=(generation if phase == "generation" else 0.0) / GIB,
         overhead=req.overhead_gib,
         phase=phase,
         devices=req.sharding.devices,
         reference=shared["reference"] / GIB,
         buckets=req.sharding.bucket_bytes / GIB,
     )
+
+
+def _kv_cache(req: MemoryRequest) -> float:
+    """An online kind's generation batch: every completion keeps its keys and values for the
+    prompt and every generated token, in every layer, at the compute width (no gradients)."""
+    per_token = req.shape.num_layers * req.shape.cached_per_token_layer * WIDTH[req.dtype]
+    return float(req.generated_sequences * req.text_tokens * per_token)
 
 
 def _reference(req: MemoryRequest) -> float:

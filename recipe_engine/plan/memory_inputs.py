@@ -120,14 +120,21 @@ def _with_trainer(request: MemoryRequest, policy: PolicyPlan, stage: StageConfig
     reference is a frozen copy of the starting weights for a full fine-tune (LoRA's is the
     adapter-disabled base), none when TRL precomputes its log-probs (no `ref_model`: the
     policy before training scores the rows); a kind without TRL's fused head materializes the
-    logits. An evaluation stage (`auto`, never chosen) counts as the default kind."""
+    logits; an online kind's sequences are the prompt and its completion, and it generates a
+    batch of them with a KV cache. An evaluation stage (`auto`, never chosen) counts as the
+    default kind."""
     kind = trainer_named(None if stage.trainer == AUTO else stage.trainer)
     precomputed = bool(stage.train.get("precompute_ref_log_probs"))
+    world_size = request.sharding.devices if request.sharding.mode != "model_parallel" else 1
     return replace(
         request,
         sequences_per_row=kind.sequences_per_row,
-        reference_copy=kind.reference and policy.lora is None and not precomputed,
+        reference_copy=kind.keeps_reference(stage.train)
+        and policy.lora is None
+        and not precomputed,
         fused_head=kind.fused_head,
+        text_tokens=request.text_tokens + kind.completion_tokens(stage.train),
+        generated_sequences=kind.generated_at_once(stage.train, world_size),
     )
 
 

@@ -101,6 +101,14 @@ class ModelShape:
     vocab_size: int
     num_heads: int
     vision: VisionShape | None = None
+    # Keys and values a token keeps per layer (the KV cache of generation): key/value heads
+    # (fewer than the query heads under grouped-query attention) x head width.
+    kv_channels: int = 0
+
+    @property
+    def cached_per_token_layer(self) -> int:
+        """Key and value elements one token keeps in one layer's cache."""
+        return 2 * (self.kv_channels or self.hidden_size)
 
 
 def model_shape(
@@ -120,7 +128,15 @@ def model_shape(
         vocab_size=int(_first(text, "vocab_size", default=config.get("vocab_size", 32000))),
         num_heads=int(_first(text, "num_attention_heads", "n_head", default=1)),
         vision=_vision_shape(config, processor or {}, tuple(image_sizes)) if vision else None,
+        kv_channels=_kv_channels(text, hidden),
     )
+
+
+def _kv_channels(text: Mapping, hidden: int) -> int:
+    heads = int(_first(text, "num_attention_heads", "n_head", default=1))
+    kv_heads = int(_first(text, "num_key_value_heads", default=heads))
+    head_dim = int(_first(text, "head_dim", default=hidden // max(heads, 1)))
+    return kv_heads * head_dim
 
 
 def _first(config: Mapping, *keys: str, default: object = None) -> object:

@@ -49,10 +49,12 @@ from recipe_engine.plan.precision import PrecisionPlan, decide_precision, k_bit_
 from recipe_engine.plan.preference import (
     check_reference_settings,
     check_rows_fit_trainer,
+    checked_by_its_kind,
     choose_trainer,
     trainer_notes,
 )
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
+from recipe_engine.plan.rewards import plan_rewards, rewards_note
 from recipe_engine.plan.rows import check_held_out_rows, rows_through_template
 from recipe_engine.plan.stage_settings import (
     check_stage_name,
@@ -71,8 +73,8 @@ from recipe_engine.resolve.formats import has_images, is_prompt_completion
 from recipe_engine.resolve.inputs import RecipeInputs, Rows, StageInputs
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.sources import InitSource, check_model_entry
+from recipe_engine.rewards import Reward
 from recipe_engine.trainers import TRAINERS
-from recipe_engine.trainers.kind import StageFacts
 
 # Components only image tokens reach.
 VISION_SIDE = {"vision_tower", "projector"}
@@ -147,16 +149,14 @@ def _plan_stage(
     context, packing = _packed(dataclasses.replace(context, stage=stage), rows)
     context, policy, checkpoint_notes = _checkpointed(context, policy, rows)
     placement = _place(context, policy, rows)
-    if not stage.evaluate_only:
-        attention = attention_implementation(_model_config(context))
-        check_attention_trains_on(name, attention, placement.device)
+    _check_attention(context, placement)
     context, kernels = _kernels(context, placement)
+    policy = _as_placed(policy, placement)
+    check_rows_fit_trainer(name, context.stage, rows)
+    context, rewards = _rewarded(context, rows)
     stage = context.stage
-    if placement.quantization == "none":  # skipped where bitsandbytes cannot run (recorded)
-        policy = dataclasses.replace(policy, quantization=None)
-    check_rows_fit_trainer(name, stage, rows)
     check_reference_settings(name, stage, policy, rows)
-    kind_notes = _checked_by_its_kind(name, stage, rows, placement)
+    kind_notes = checked_by_its_kind(name, stage, rows, placement)
     stage, loss_notes = _loss_follows_data(context, rows)
     held_out_notes = check_held_out_rows(name, stage, rows, context.cfg.eval.enabled)
     _check_rows_reach_training(name, policy, rows)
@@ -176,10 +176,12 @@ def _plan_stage(
         placement=placement,
         trainer={**trainer, "full_determinism": determinism.deterministic_kernels},
         determinism=determinism,
+        rewards=rewards,
         notes=[
             *_notes(policy, context),
             *trainer_notes(name, stage, policy, chosen_by),
             *kind_notes,
+            *rewards_note(rewards),
             *loss_notes,
             *packing.notes,
             *packing.tokens_note(placement.world_size),
@@ -191,6 +193,27 @@ def _plan_stage(
         memory=_memory(context, policy, rows, placement, _zero(trainer)),
     )
     return dataclasses.replace(planned, fingerprint=stage_key(context.cfg, planned, parent))
+
+
+def _check_attention(context: StageContext, placement: PlacementPlan) -> None:
+    """The model's attention has a backward pass where the stage trains."""
+    if not context.stage.evaluate_only:
+        attention = attention_implementation(_model_config(context))
+        check_attention_trains_on(context.name, attention, placement.device)
+
+
+def _as_placed(policy: PolicyPlan, placement: PlacementPlan) -> PolicyPlan:
+    """The policy without quantization where the placement skips it (bitsandbytes cannot run
+    there: recorded as the placement's fallback)."""
+    if placement.quantization == "none":
+        return dataclasses.replace(policy, quantization=None)
+    return policy
+
+
+def _rewarded(context: StageContext, rows: Rows) -> tuple[StageContext, tuple[Reward, ...]]:
+    """The stage with its rewards' weights among its `train` keys, and its rewards."""
+    stage, rewards = plan_rewards(context.name, context.stage, rows)
+    return dataclasses.replace(context, stage=stage), rewards
 
 
 def _trainer(
@@ -449,20 +472,6 @@ def _loss_follows_data(context: StageContext, rows: Rows) -> tuple[StageConfig, 
     choice = choose_loss(context.name, stage.train, rows.format, support)
     train = {**stage.train, **choice.flags}
     return dataclasses.replace(stage, train=train), [choice.note]
-
-
-def _checked_by_its_kind(
-    name: str, stage: StageConfig, rows: Rows, placement: PlacementPlan
-) -> list[str]:
-    """What the stage's trainer kind refuses of it (RecipeError), else what `plan` says."""
-    if stage.evaluate_only:
-        return []
-    kind = TRAINERS[stage.trainer]
-    facts = StageFacts(
-        name, stage.train, rows.train_rows, placement.world_size, rows.describe(), rows.labels
-    )
-    kind.check_plan(facts)
-    return kind.plan_notes(facts)
 
 
 def _notes(policy: PolicyPlan, context: StageContext) -> list[str]:

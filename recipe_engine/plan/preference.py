@@ -14,6 +14,7 @@ import dataclasses
 from recipe_engine.config import library_keys
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
+from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.plan.recipe_plan import PolicyPlan
 from recipe_engine.resolve.formats import has_images, rows_kind
 from recipe_engine.resolve.inputs import Rows
@@ -23,6 +24,7 @@ from recipe_engine.trainers.kind import (
     PREFERENCE_ROWS,
     ROWS_IN_WORDS,
     UNPAIRED_ROWS,
+    StageFacts,
     TrainerKind,
 )
 
@@ -157,3 +159,23 @@ def trainer_notes(name: str, stage: StageConfig, policy: PolicyPlan, chosen: str
             f"LoRA on stage `{name}` would use the adapter-disabled base instead)"
         )
     return notes
+
+
+def checked_by_its_kind(
+    name: str, stage: StageConfig, rows: Rows, placement: PlacementPlan
+) -> list[str]:
+    """What the stage's trainer kind refuses of it (RecipeError), else what `plan` says."""
+    if stage.evaluate_only:
+        return []
+    kind = TRAINERS[stage.trainer]
+    facts = StageFacts(
+        name,
+        stage.train,
+        rows.train_rows,
+        placement.world_size,
+        rows.describe(),
+        rows.labels,
+        placement.device,
+    )
+    kind.check_plan(facts)
+    return kind.plan_notes(facts)

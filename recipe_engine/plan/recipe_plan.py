@@ -22,6 +22,7 @@ from recipe_engine.plan.precision import PrecisionPlan
 from recipe_engine.resolve.inputs import Rows
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.sources import InitSource
+from recipe_engine.rewards import Reward
 
 
 @dataclass
@@ -101,6 +102,7 @@ class StagePlan:
     determinism: Determinism
     notes: list[str] = field(default_factory=list)
     memory: StageMemory | None = None  # the estimated peak; None: no config to estimate from
+    rewards: tuple[Reward, ...] = ()  # an online stage's: what scores its completions
 
     @property
     def evaluate_only(self) -> bool:

@@ -334,11 +334,14 @@ def _convert(split: Split, layout: Layout) -> datasets.Dataset:
     rows = _undecoded_images(split.rows)
     converter = RowConverter(layout, split.label, split.base_dir, split.row_number)
     fingerprint = hashlib.sha256(f"{rows._fingerprint}{layout}".encode()).hexdigest()[:32]
+    features = formats.features(layout.output)
+    for name, column in layout.passed:  # as the split has them: the rewards read them so
+        features[name] = rows.features[column]
     return rows.map(
         converter,
         with_indices=True,
         remove_columns=rows.column_names,
-        features=formats.features(layout.output),
+        features=features,
         keep_in_memory=True,
         load_from_cache_file=False,
         new_fingerprint=fingerprint,  # the converter is not hashed: it is the same code

@@ -22,6 +22,7 @@ from recipe_engine.resolve.formats import (
     REGISTRY,
     DataFormat,
 )
+from recipe_engine.resolve.prompt_rows import PASSED_AS
 from recipe_engine.resolve.prompt_turns import CONVERSATION, IMPLICIT, INSTRUCTION, PROMPT
 from recipe_engine.resolve.survey import MESSAGE_KEYS, SHAREGPT_KEYS, Survey
 
@@ -46,6 +47,8 @@ class Layout:
     answer_in_conversation: bool = False
     # Canonical names read under another tool's name: (canonical, column).
     aliased: tuple[tuple[str, str], ...] = ()
+    # Columns carried on as written, to an online trainer's rewards: (name given, column).
+    passed: tuple[tuple[str, str], ...] = ()
 
     @property
     def given(self) -> DataFormat:
@@ -118,7 +121,19 @@ def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> La
         prompt_from=prompt_from,
         answer_in_conversation=in_conversation,
         aliased=tuple(aliased.items()),
+        passed=_passed(given, seen, columns),
     )
+
+
+def _passed(
+    given: DataFormat, seen: Survey, columns: Mapping[str, str]
+) -> tuple[tuple[str, str], ...]:
+    """The split's columns a format that passes columns on does not read itself, each under
+    the name the rewards get it by."""
+    if not given.passes_columns:
+        return ()
+    read = {columns[canon] for canon in (*given.columns, "images", "system", "history")}
+    return tuple((PASSED_AS.get(c, c), c) for c in seen.present if c not in read)
 
 
 def _dialogues(seen: Survey, given: DataFormat, columns: Mapping[str, str]) -> bool:

@@ -27,6 +27,10 @@ Input formats (`data.format`; `auto` detects one from the columns):
 - ``language_modeling``: one ``text`` column (TRL's language modeling: continued
   pretraining), detected only where no other format's column is there
 - ``vlm``: ``messages`` with images (kept for configs that name it)
+- ``prompts``: a ``prompt`` (text, or messages ending with a user turn) and any columns the
+  stage's rewards read (an ``answer``; a ``completion`` reaches them as ``answer``): the rows
+  of the online trainers (GRPO, RLOO). Never detected from columns (a prompt beside an answer
+  is an instruction row to SFT): a stage whose trainer takes prompts reads its rows so
 
 Any of them but ``tools`` and ``language_modeling`` takes an ``images`` column (paths relative
 to the data file, or image bytes) on a vision-language stage, or images named inside the
@@ -58,6 +62,8 @@ from recipe_engine.resolve.row_shapes import (
     PREFERENCE,
     PREFERENCES,
     PROMPT_COMPLETION,
+    PROMPT_SHAPES,
+    PROMPTS,
     SHAPE_SETS,
     SHAPES,
     TEXTS,
@@ -68,7 +74,12 @@ from recipe_engine.resolve.row_shapes import (
     Shapes,
 )
 from recipe_engine.trainers import trainer_for, trainers_taking
-from recipe_engine.trainers.kind import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
+from recipe_engine.trainers.kind import (
+    INSTRUCTION_ROWS,
+    PREFERENCE_ROWS,
+    PROMPT_ROWS,
+    UNPAIRED_ROWS,
+)
 
 # The columns every format may read beside its own (a format's own columns join them:
 # `CANONICAL_COLUMNS`, the names `data.columns` maps).
@@ -134,7 +145,12 @@ class DataFormat:
     @property
     def judged(self) -> bool:
         """Preference rows: their prompt may come from several places (`prompt_turns`)."""
-        return self.rows != INSTRUCTION_ROWS
+        return self.rows in (PREFERENCE_ROWS, UNPAIRED_ROWS)
+
+    @property
+    def passes_columns(self) -> bool:
+        """Its rows carry the split's other columns on, as written (to a trainer's rewards)."""
+        return self.rows == PROMPT_ROWS
 
 
 def looks_sharegpt(keys: frozenset[str] | None) -> bool:
@@ -277,8 +293,35 @@ REGISTRY: dict[str, DataFormat] = {
             doc_trl="`text`: the loss covers the whole text, packing applies; evaluated by "
             "held-out loss only",
         ),
+        DataFormat(
+            PROMPTS,
+            ("prompt",),
+            (("prompt",),),
+            "`prompt` (prompts for an online trainer)",
+            PROMPT_SHAPES,
+            conversable=("prompt",),
+            detected=False,
+            rows=PROMPT_ROWS,
+            aliases={"prompt": PROMPT_ALIASES},
+            doc_columns="`prompt` (text, or messages ending with a user turn; also `query` / "
+            "`question`), optional `system`, `images`, and any columns the rewards read "
+            "(`completion` as `answer`)",
+            doc_trl="`prompt` and the other columns as written (TRL hands them to the reward "
+            "functions): see [Online stages](online.md)",
+        ),
     )
 }
+
+
+def format_taking(rows: str) -> str | None:
+    """The format a stage reads when its trainer takes `rows` that `auto` never detects
+    (prompts: a prompt beside an answer is an instruction row): the one format holding them."""
+    holding = [given for given in REGISTRY.values() if given.rows == rows]
+    if len(holding) == 1 and not holding[0].detected:
+        return holding[0].name
+    return None
+
+
 INPUT_FORMATS = tuple(REGISTRY)
 CANONICAL_COLUMNS = tuple(
     dict.fromkeys((*_COMMON_COLUMNS, *(c for given in REGISTRY.values() for c in given.columns)))

@@ -22,7 +22,7 @@ from recipe_engine.hashing import canonical_hash
 from recipe_engine.resolve import cache, templates
 from recipe_engine.resolve import data as rows_data
 from recipe_engine.resolve.data import chat_template_setting, data_identity
-from recipe_engine.resolve.formats import is_plain_text
+from recipe_engine.resolve.formats import format_taking, is_plain_text
 from recipe_engine.resolve.held_out import HeldOut, rows_identity
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.inputs import (
@@ -43,6 +43,7 @@ from recipe_engine.resolve.reads import read_once
 from recipe_engine.resolve.row_shapes import SHAPES
 from recipe_engine.resolve.sources import PARENT, InitSource, model_source, parent_source
 from recipe_engine.resolve.template_tokens import longest_tokens, saved_tokenizer, template_tokens
+from recipe_engine.trainers import TRAINERS
 from recipe_engine.trainers.kind import LabelCounts
 
 SNAPSHOTS = Path(__file__).parent / "model_snapshots"
@@ -62,7 +63,8 @@ def resolve_recipe(
             model = _root_model(name, stage, cfg.model, revisions)
         else:
             model = dataclasses.replace(stages[parent].model, init=parent_source(parent))
-        data = _held_out_setting(stage_data(name, cfg.data, stage.data), _evaluates(cfg))
+        data = _format_for_trainer(stage_data(name, cfg.data, stage.data), stage.trainer)
+        data = _held_out_setting(data, _evaluates(cfg))
         data, revision = _at_commit(data, revisions)
         rows = _rows_each_way(data, model, cfg.seed, surveyed)
         model = _renders_tools(model, rows[""])
@@ -79,6 +81,15 @@ def stage_data(name: str, recipe_data: DataConfig, keys: Mapping[str, Any] | Non
         if key not in fields:
             raise unknown_key(f"stage.{name}.data.{key}", fields, "a stage's data (data keys)")
     return dataclasses.replace(recipe_data, **(keys or {}))
+
+
+def _format_for_trainer(data: DataConfig, trainer: str) -> DataConfig:
+    """The data read in the one format that holds a named trainer's rows, where `auto` would
+    never detect them (prompts: `formats.format_taking`); other data as it is."""
+    if data.format != "auto" or trainer not in TRAINERS:
+        return data
+    taken = format_taking(TRAINERS[trainer].rows)
+    return dataclasses.replace(data, format=taken) if taken else data
 
 
 def _evaluates(cfg: EngineConfig) -> bool:

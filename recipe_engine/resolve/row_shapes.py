@@ -26,6 +26,9 @@ loss flag it calls for (`plan.trainer_settings`; none for preference rows), how 
   the loss covers the whole text, there is no question to ask it
 - ``tool_messages``: ``{"messages": [messages, some with `tool_calls`, `tool` turns], "tools":
   JSON text of the functions' schemas}``: TRL passes ``tools`` to the chat template
+- ``prompts``, ``chat_prompts``, ``vlm_prompts``: a ``prompt`` (text, messages ending with a
+  user turn, or one user turn of parts with ``images``) and the columns the stage's rewards
+  read, as written: rows for the online trainers (GRPO, RLOO), which answer the prompts
 
 A part is ``{"type": "image", "text": None}`` or ``{"type": "text", "text": str}``. A new shape
 is one `RowShape` in `SHAPES` (its `make` beside the others: `converters`, `preference_rows`,
@@ -53,13 +56,19 @@ from recipe_engine.resolve.preference_rows import (
     preference_row,
     vlm_preference_row,
 )
+from recipe_engine.resolve.prompt_rows import chat_prompt_row, prompt_row, vlm_prompt_row
 from recipe_engine.resolve.tool_rows import tool_messages_row
 from recipe_engine.resolve.unpaired_rows import (
     chat_unpaired_row,
     unpaired_row,
     vlm_unpaired_row,
 )
-from recipe_engine.trainers.kind import INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS
+from recipe_engine.trainers.kind import (
+    INSTRUCTION_ROWS,
+    PREFERENCE_ROWS,
+    PROMPT_ROWS,
+    UNPAIRED_ROWS,
+)
 
 MESSAGES, PROMPT_COMPLETION = "messages", "prompt_completion"
 CHAT_PROMPT_COMPLETION = "chat_prompt_completion"
@@ -68,6 +77,7 @@ PREFERENCE, CHAT_PREFERENCE = "preference", "chat_preference"
 VLM_PREFERENCE = "vlm_preference"
 UNPAIRED, CHAT_UNPAIRED, VLM_UNPAIRED = "unpaired", "chat_unpaired", "vlm_unpaired"
 LANGUAGE_MODELING, TOOL_MESSAGES = "language_modeling", "tool_messages"
+PROMPTS, CHAT_PROMPTS, VLM_PROMPTS = "prompts", "chat_prompts", "vlm_prompts"
 # TRL's loss flags, one per kind of instruction rows (`Loss`).
 LOSS_FLAGS = ("assistant_only_loss", "completion_only_loss")
 
@@ -111,6 +121,8 @@ CONVERSATION_ASKED = Asking(lambda row: row["messages"][:-1], lambda row: row["m
 PROMPT_ASKED = Asking(lambda row: row["prompt"], lambda row: row["completion"])
 # A preference pair is asked its prompt and expected to give the chosen answer.
 PREFERENCE_ASKED = Asking(lambda row: row["prompt"], lambda row: row["chosen"])
+# A prompt is expected to give its reference `answer`, where the rows have one.
+PROMPT_ONLY_ASKED = Asking(lambda row: row["prompt"], lambda row: str(row.get("answer") or ""))
 
 
 @dataclass(frozen=True)
@@ -139,12 +151,19 @@ class RowShape:
         """Unpaired feedback (prompt / completion / label): rows for KTO."""
         return self.rows == UNPAIRED_ROWS
 
+    @property
+    def prompts(self) -> bool:
+        """Prompts alone (and the columns rewards read): rows for the online trainers."""
+        return self.rows == PROMPT_ROWS
+
     def holds(self, row: Mapping[str, Any]) -> bool:
         """Whether a TRL row (one whose shape was not recorded: a probe's) is of this shape."""
         if not all(column in row for column in self.columns):
             return False
         if ("chosen" in row) != self.preference or ("label" in row) != self.unpaired:
             return False  # a pair, or a judged completion, is not a prompt and a completion
+        if self.prompts and "completion" in row:
+            return False  # a prompt with its completion is an instruction row
         listed = isinstance(row[self.columns[0]], list)
         return listed == self.conversational and bool(row.get("images")) == self.images
 
@@ -244,6 +263,29 @@ def _judged(rows: str, name: str, conversational: bool, images: bool, make: Any)
     )
 
 
+def _prompts(name: str, conversational: bool, images: bool, make: Any) -> RowShape:
+    """Prompts alone, for a trainer that answers them itself; the columns its rewards read
+    join these features as the split has them (`resolve.data`)."""
+    each = _part_features if images else _message_features if conversational else None
+    return RowShape(
+        name,
+        columns=("prompt",),
+        conversational=conversational,
+        images=images,
+        prompt_completion=False,
+        rows=PROMPT_ROWS,
+        loss=None,
+        asked=PROMPT_ONLY_ASKED,
+        make=make,
+        features=lambda ds: ds.Features(
+            {
+                **({"images": _images(ds)} if images else {}),
+                "prompt": each(ds) if each else ds.Value("string"),
+            }
+        ),
+    )
+
+
 UNPAIRED_COLUMNS = ("prompt", "completion", "label")
 SHAPES: dict[str, RowShape] = {
     shape.name: shape
@@ -320,6 +362,9 @@ SHAPES: dict[str, RowShape] = {
             ),
             tools=True,
         ),
+        _prompts(PROMPTS, conversational=False, images=False, make=prompt_row),
+        _prompts(CHAT_PROMPTS, conversational=True, images=False, make=chat_prompt_row),
+        _prompts(VLM_PROMPTS, conversational=True, images=True, make=vlm_prompt_row),
     )
 }
 CONVERSATIONS = Shapes(SHAPES[MESSAGES], SHAPES[MESSAGES], SHAPES[VLM])
@@ -332,7 +377,16 @@ UNPAIRED_SHAPES = Shapes(SHAPES[UNPAIRED], SHAPES[CHAT_UNPAIRED], SHAPES[VLM_UNP
 # do (tool calls); `images` is the same shape, as formats with no image form refuse them.
 TEXTS = Shapes(SHAPES[LANGUAGE_MODELING], SHAPES[LANGUAGE_MODELING], SHAPES[LANGUAGE_MODELING])
 TOOL_CONVERSATIONS = Shapes(SHAPES[TOOL_MESSAGES], SHAPES[TOOL_MESSAGES], SHAPES[TOOL_MESSAGES])
-SHAPE_SETS = (CONVERSATIONS, PAIRS, PREFERENCES, UNPAIRED_SHAPES, TEXTS, TOOL_CONVERSATIONS)
+PROMPT_SHAPES = Shapes(SHAPES[PROMPTS], SHAPES[CHAT_PROMPTS], SHAPES[VLM_PROMPTS])
+SHAPE_SETS = (
+    CONVERSATIONS,
+    PAIRS,
+    PREFERENCES,
+    UNPAIRED_SHAPES,
+    TEXTS,
+    TOOL_CONVERSATIONS,
+    PROMPT_SHAPES,
+)
 OUTPUT_FORMATS = tuple(SHAPES)
 
 

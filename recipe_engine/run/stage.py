@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from recipe_engine import rewards
 from recipe_engine.config.components import report_layout
 from recipe_engine.plan.policy import decide_policy
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
@@ -201,6 +202,7 @@ class StageRecipe:
             self.processor,
             [self.metrics_log],
             reference=self._reference_model(kind),
+            rewards=[rewards.load(reward) for reward in self.stage.rewards],
         )
         with tracking.tensorboard_logging_dir(events):
             self.trainer = make_trainer(kind, parts)
@@ -214,8 +216,10 @@ class StageRecipe:
         """The built trainer against the plan (n_gpu, wrapping, world size, steps), then one
         forward/backward on a real batch: both before step 0."""
         placement = self.stage.placement
-        expected = planned_steps(self.args, self.stage.data.train_rows, placement.world_size)
-        self.metrics.planned_steps = verify_trainer(self.trainer, placement, expected)
+        kind = TRAINERS[self.stage.config.trainer]
+        rows = self.stage.data.train_rows
+        expected = planned_steps(self.args, rows, placement.world_size, kind)
+        self.metrics.planned_steps = verify_trainer(self.trainer, placement, expected, kind)
         precision.check(self.trainer.model, self.stage.precision, self.stage.name)
         if self.sharded:  # ZeRO-3 / FSDP shard the weights as training starts: none to run yet
             log.info("stage %s: no preflight batch (%s shards in train)", *self._sharding)

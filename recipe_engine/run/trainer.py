@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,7 @@ class TrainerParts:
     processor: Any
     callbacks: list[Any]
     reference: Any = None
+    rewards: list[Any] = field(default_factory=list)  # an online kind's reward functions
 
 
 def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
@@ -93,7 +94,7 @@ def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
         eval_dataset=parts.splits.eval,
         processing_class=parts.processor,
         callbacks=parts.callbacks,
-        **kind.trainer_arguments(parts.reference),
+        **kind.trainer_arguments(parts.reference, parts.rewards),
     )
     if kind.reference:
         reference_is_the_disabled_adapter(trainer.model)
@@ -171,21 +172,19 @@ def apply_guard(args: Any, placement: PlacementPlan) -> None:
     args._n_gpu = placement.n_gpu if placement.device == "cuda" else 0
 
 
-def planned_steps(args: Any, samples: int, world_size: int) -> int:
-    """ceil(samples / (batch x accumulation x world size)) per epoch, or max_steps; a last
-    batch short of the batch size is not run under `dataloader_drop_last`."""
+def planned_steps(args: Any, samples: int, world_size: int, kind: TrainerKind = DEFAULT) -> int:
+    """ceil(batches / accumulation) per epoch (the kind counts its batches: rows, or an online
+    kind's completions), or max_steps."""
     if args.max_steps > 0:
         return args.max_steps
-    batch = args.per_device_train_batch_size
-    if getattr(args, "dataloader_drop_last", False):
-        batches = math.ceil(samples / world_size) // batch
-    else:
-        batches = math.ceil(samples / (batch * world_size))
+    batches = kind.batches_per_epoch(args, samples, world_size)
     per_epoch = max(math.ceil(batches / args.gradient_accumulation_steps), 1)
     return math.ceil(args.num_train_epochs * per_epoch)
 
 
-def verify_trainer(trainer: Any, placement: PlacementPlan, expected_steps: int) -> int:
+def verify_trainer(
+    trainer: Any, placement: PlacementPlan, expected_steps: int, kind: TrainerKind = DEFAULT
+) -> int:
     """Check the built trainer against the plan; return the step count it will run."""
     args = trainer.args
     if args.n_gpu > 1:
@@ -204,7 +203,7 @@ def verify_trainer(trainer: Any, placement: PlacementPlan, expected_steps: int) 
     if getattr(args, "packing", False):
         # Packed rows are counted once TRL has tokenized and packed them: the plan, which
         # reads no tokenizer, cannot count them.
-        expected_steps = planned_steps(args, len(trainer.train_dataset), placement.world_size)
+        expected_steps = planned_steps(args, len(trainer.train_dataset), placement.world_size, kind)
     steps = trainer.set_initial_training_values(args, trainer.get_train_dataloader())[-1]
     if steps != expected_steps:
         raise GuardViolation(
@@ -237,14 +236,18 @@ def preflight(trainer: Any) -> float:
     """One forward/backward on a real batch; turns dtype/device errors into a clear message."""
     model = trainer.model
     batch = next(iter(trainer.get_train_dataloader()))
-    batch = trainer._prepare_inputs(batch)
     # In train mode, as `training_step` runs it: a model fresh from `from_pretrained` is in
     # eval mode, where bitsandbytes repacks 4-bit weights for CPU inference in place on a
-    # no-grad forward (DPO's reference pass), and training then fails in that layout. The
-    # random stream is forked so that dropout here draws nothing training would have drawn.
+    # no-grad forward (DPO's reference pass), and training then fails in that layout; an
+    # online trainer generates its training batch here, as training will. The random stream is
+    # forked so that dropout and sampling here draw nothing training would have drawn.
     model.train()
+    # The Trainer sets this per step inside its loop; an online trainer's loss reads it (it
+    # scales by the steps a generation batch spans), and the preflight runs before the loop.
+    if not hasattr(trainer, "current_gradient_accumulation_steps"):
+        trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
     with torch.random.fork_rng():
-        loss = _preflight_step(trainer, model, batch)
+        loss = _preflight_step(trainer, model, trainer._prepare_inputs(batch))
     for logged in getattr(trainer, "_metrics", {}).values():  # TRL's per-step metrics: the
         logged.clear()  # preflight batch is no training step
     return loss

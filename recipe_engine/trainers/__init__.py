@@ -17,7 +17,7 @@ from recipe_engine.trainers.kind import ROWS_IN_WORDS, TrainerKind
 
 # A stage left at `auto` trains with the first kind that takes its rows (`trainer_for`).
 AUTO = "auto"
-NOT_KINDS = {"kind"}  # modules of the package that declare no kind
+NOT_KINDS = {"kind", "online"}  # modules of the package that declare no kind
 
 
 def _declared() -> dict[str, TrainerKind]:

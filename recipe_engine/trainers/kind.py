@@ -12,20 +12,24 @@ Pure: nothing heavy is imported here; `run` imports the trainer class by name.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 # Rows a trainer takes: instruction rows (messages, prompt / completion), preference pairs
-# (prompt / chosen / rejected), or unpaired feedback (prompt / completion / label).
+# (prompt / chosen / rejected), unpaired feedback (prompt / completion / label), or prompts
+# alone (an online kind answers them itself and its rewards score the answers).
 INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS = "instruction", "preference", "unpaired"
-ROW_KINDS = (INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS)
+PROMPT_ROWS = "prompt"
+ROW_KINDS = (INSTRUCTION_ROWS, PREFERENCE_ROWS, UNPAIRED_ROWS, PROMPT_ROWS)
 # What each kind of rows is, in the words a refusal uses.
 ROWS_IN_WORDS = {
     INSTRUCTION_ROWS: "instruction rows (messages, prompt / completion, or language-modeling text)",
     PREFERENCE_ROWS: "preference pairs (prompt / chosen / rejected)",
     UNPAIRED_ROWS: "unpaired feedback (prompt / completion / label)",
+    PROMPT_ROWS: "prompts (a prompt, optionally images and the columns its rewards read)",
 }
 
 
@@ -59,6 +63,7 @@ class StageFacts:
     world_size: int
     rows: str  # the stage's rows as `plan` names them
     labels: LabelCounts | None = None  # unpaired feedback's labels; None: rows without labels
+    device: str = "cpu"  # where the stage trains (placement): cuda | cpu | mps
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,9 @@ class TrainerKind:
     packing: Packing = Packing.NONE
     packing_note: str = ""  # Packing.PADS: what `plan` says when it drops `padding_free`
     estimates_kl: bool = False  # forms a KL term from mismatched pairs within each batch
+    # Generates its own completions while it trains and learns from their rewards
+    # (`stage.<name>.rewards`): an online kind, whose batches are counted in completions.
+    online: bool = False
 
     @property
     def preference(self) -> bool:
@@ -96,7 +104,7 @@ class TrainerKind:
     def judged(self) -> bool:
         """Learns from judged answers (pairs, or completions labelled desirable or not) rather
         than from demonstrations: judged by `compare` on its rows."""
-        return self.rows != INSTRUCTION_ROWS
+        return self.rows in (PREFERENCE_ROWS, UNPAIRED_ROWS)
 
     @property
     def sequences_per_row(self) -> int:
@@ -115,7 +123,28 @@ class TrainerKind:
         """What `plan` says of a stage of this kind beside its reference: nothing."""
         return []
 
-    def trainer_arguments(self, reference: object) -> dict[str, object]:
+    def trainer_arguments(self, reference: object, rewards: list[object]) -> dict[str, object]:
         """What its TRL trainer takes besides the model, settings, rows, processor and
         callbacks: the frozen reference (None: the adapter-disabled base) where it has one."""
         return {"ref_model": reference} if self.reference else {}
+
+    def keeps_reference(self, train: Mapping[str, Any]) -> bool:
+        """Whether a stage with these `train` keys compares with a frozen reference model."""
+        return self.reference
+
+    def completion_tokens(self, train: Mapping[str, Any]) -> int:
+        """Tokens a row's sequence gains beyond the row's own: an online kind's answers."""
+        return 0
+
+    def generated_at_once(self, train: Mapping[str, Any], world_size: int) -> int:
+        """Completions one process generates at once (0: the kind generates none)."""
+        return 0
+
+    def batches_per_epoch(self, settings: Any, samples: int, world_size: int) -> int:
+        """The batches one process's training dataloader yields in an epoch of `samples`
+        rows under `settings` (the built settings object): a last short batch is dropped
+        under `dataloader_drop_last`."""
+        batch = settings.per_device_train_batch_size
+        if getattr(settings, "dataloader_drop_last", False):
+            return math.ceil(samples / world_size) // batch
+        return math.ceil(samples / (batch * world_size))

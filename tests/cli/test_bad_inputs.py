@@ -744,12 +744,62 @@ STORE = {
     ),
 }
 
+
+def grpo(*argv: str) -> tuple[str, ...]:
+    """The SFT-then-GRPO recipe, its GRPO stage changed by `argv`."""
+    return ("recipe=r7-sft-grpo", *argv)
+
+
+ONLINE = {
+    "reward function that does not exist": case(
+        *grpo("stage.grpo.rewards=[{fn:'{kit}/rewards.py:missing'}]"),
+        expect=("stage.grpo.rewards[0].fn", "has no function `missing`"),
+    ),
+    "reward module that cannot be imported": case(
+        *grpo("stage.grpo.rewards=[{fn:my_lab.rewards:score}]"),
+        expect=("stage.grpo.rewards[0].fn", "no module 'my_lab'"),
+    ),
+    "reward function with the wrong signature": case(
+        *grpo("stage.grpo.rewards=[{fn:'{kit}/rewards.py:two_arguments'}]"),
+        expect=("stage.grpo.rewards[0]", "cannot be called as TRL calls a reward", "**kwargs"),
+    ),
+    "reward function returning the wrong number of values": case(
+        *grpo("stage.grpo.rewards=[{fn:'{kit}/rewards.py:one_value'}]"),
+        expect=("stage.grpo.rewards[0]", "returned 1 value(s) for 2 completions"),
+    ),
+    "reward function returning NaN": case(
+        *grpo("stage.grpo.rewards=[{fn:'{kit}/rewards.py:not_a_number'}]"),
+        expect=("stage.grpo.rewards[0]", "returned nan", "never NaN"),
+    ),
+    "misspelt built-in reward": case(
+        *grpo("stage.grpo.rewards=[{name:exact_mach}]"),
+        expect=("stage.grpo.rewards[0].name", "Did you mean `exact_match`"),
+    ),
+    "online stage without rewards": case(
+        *grpo("stage.grpo.rewards=[]"), expect=("stage.grpo.rewards", "is empty")
+    ),
+    "rewards on a stage that generates nothing": case(
+        "recipe=text-lora",
+        "+stage.llm.rewards=[{name:exact_match}]",
+        expect=("stage.llm.rewards", "generates nothing to score"),
+    ),
+    "generation batch not divisible by num_generations": case(
+        *grpo("stage.grpo.train.per_device_train_batch_size=12"),
+        expect=("12 completions at once", "num_generations=8", "multiple of 8"),
+    ),
+    "use_vllm without vLLM": case(
+        *grpo("+stage.grpo.train.use_vllm=true"),
+        expect=("stage.grpo.train.use_vllm", "vLLM is not installed"),
+    ),
+}
+
 CATALOGUE = {
     **{f"config: {k}": v for k, v in CONFIG.items()},
     **{f"argv: {k}": v for k, v in ARGV.items()},
     **{f"data: {k}": v for k, v in DATA.items()},
     **{f"model: {k}": v for k, v in MODELS.items()},
     **{f"store: {k}": v for k, v in STORE.items()},
+    **{f"online: {k}": v for k, v in ONLINE.items()},
 }
 
 
@@ -844,6 +894,24 @@ def _peer_kit() -> dict[str, str]:
     }
 
 
+# The user's reward functions, each wrong in one way.
+REWARDS = """
+import math
+
+
+def two_arguments(prompts, completions):
+    return [0.0 for _ in completions]
+
+
+def one_value(prompts, completions, **columns):
+    return [0.0]
+
+
+def not_a_number(prompts, completions, **columns):
+    return [math.nan for _ in completions]
+"""
+
+
 def build_kit(kit: Path) -> None:
     """The user's own files: each one wrong in one way."""
     import pyarrow as pa
@@ -872,6 +940,7 @@ def build_kit(kit: Path) -> None:
         "broken-image.jsonl": _lines(_vlm_row("broken.png")),
         "broken.png": "not a png",
         "configs/recipe/broken.yaml": "recipe:\n  name: [unclosed\n",
+        "rewards.py": REWARDS,
     }
     for name, text in files.items():
         (kit / name).parent.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,7 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         "vlm",
         "tools",
         "language_modeling",
+        "prompts",
     )
     assert OUTPUT_FORMATS == (
         "messages",
@@ -70,6 +71,9 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         "vlm_unpaired",
         "language_modeling",
         "tool_messages",
+        "prompts",
+        "chat_prompts",
+        "vlm_prompts",
     )
     assert all(name == given.name for name, given in REGISTRY.items())
     assert all(name == shape.name for name, shape in SHAPES.items())
@@ -85,8 +89,10 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         assert (given.shapes.images.images or one_form) and not given.shapes.text.images
         assert set(given.columns) <= set(formats.CANONICAL_COLUMNS)
         text = given.shapes.text
-        assert given.messages is not None or text.prompt_completion or given.judged or one_form
-        assert given.judged == (text.rows != "instruction") == bool(given.answers)
+        reads = given.messages is not None or text.prompt_completion or text.prompts
+        assert reads or given.judged or one_form
+        judged = text.rows in ("preference", "unpaired")
+        assert given.judged == judged == bool(given.answers)
 
 
 def test_no_module_matches_a_format_by_its_name_outside_the_registry() -> None:
@@ -162,7 +168,7 @@ def test_an_undetectable_split_lists_what_each_format_expects() -> None:
     )
     assert (
         "data.format=<messages|prompt_completion|alpaca|preference|unpaired|sharegpt|firefly|vlm"
-        "|tools|language_modeling>" in str(info.value)
+        "|tools|language_modeling|prompts>" in str(info.value)
     )
 
 
@@ -218,6 +224,10 @@ ROWS = {
         "images": ["a.png"],
     },
     "tool_messages": {"messages": [USER, ANSWER], "tools": "[]", "images": []},
+    # Prompts for an online trainer, with the reference answer a reward reads.
+    "prompts": {"prompt": "2+2?", "answer": "4"},
+    "chat_prompts": {"prompt": [USER], "answer": "4"},
+    "vlm_prompts": {"prompt": [{"role": "user", "content": PARTS}], "answer": 4, "images": ["a"]},
 }
 
 
@@ -229,6 +239,6 @@ def test_a_row_tells_its_shape_and_how_it_is_asked() -> None:
         assert shape.name == name
         question, answer = shape.asked.question(row), shape.asked.answer(row)
         assert isinstance(question, str) == (not shape.conversational)
-        assert answer in ("4", [ANSWER])
+        assert answer in ("4", [ANSWER])  # a prompt's answer as text, whatever its type
     with pytest.raises(ValueError):
         row_shape({"body": "no TRL columns"})

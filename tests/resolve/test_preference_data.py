@@ -59,6 +59,7 @@ def test_the_preference_shapes_are_pairs_without_an_sft_loss_asked_their_prompt(
         "prompt_completion",
         "preference",
         "unpaired",
+        "prompts",
     ]
     assert not any(is_text_prompt_completion(name) for name in pairs)
     assert [written_as(name) for name in pairs] == ["preference", "preference", "vlm_preference"]

@@ -1,7 +1,9 @@
-"""A preference stage (DPO, KTO) killed mid-step resumes from its last checkpoint and commits
-the same weights, bit for bit, as a run that was never interrupted (its reference, the
-adapter-disabled base, is the same after the resume: nothing of it is checkpointed or needs to
-be; KTO's KL pairs are formed from the rows in their order, the same after the resume)."""
+"""A preference or online stage (DPO, KTO, GRPO) killed mid-step resumes from its last
+checkpoint and commits the same weights, bit for bit, as a run that was never interrupted (its
+reference, the adapter-disabled base, is the same after the resume: nothing of it is
+checkpointed or needs to be; KTO's KL pairs are formed from the rows in their order, the same
+after the resume; GRPO's completions lost with the killed process are generated again from the
+random state the checkpoint saved: a generation batch spans one step here, the default)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ Trainer.training_step = training_step
 
 
 def short(recipe: str, stage: str) -> tuple[str, ...]:
-    """The recipe's SFT stage for two steps, then its preference stage `stage` for six."""
+    """The recipe's SFT stage for two steps, then its preference or online stage `stage` for
+    six."""
     return (
         f"recipe={recipe}",
         "data.max_samples=32",
@@ -44,11 +47,20 @@ def short(recipe: str, stage: str) -> tuple[str, ...]:
         f"stage.{stage}.train.per_device_train_batch_size=4",
         "eval.enabled=false",  # the weights are the question; evaluation has its own tests
         "eval.compare=false",
+        *ONLINE.get(stage, ()),
     )
 
 
-# The preference stage's name -> its recipe and TRL's trainer class.
-PREFERENCE = {"dpo": ("r5-sft-dpo-text", "DPOTrainer"), "kto": ("r6-sft-kto-text", "KTOTrainer")}
+# The stage's name -> its recipe and TRL's trainer class.
+KILLED = {
+    "dpo": ("r5-sft-dpo-text", "DPOTrainer"),
+    "kto": ("r6-sft-kto-text", "KTOTrainer"),
+    "grpo": ("r7-sft-grpo", "GRPOTrainer"),
+}
+# An online stage's batch of 4 completions: 2 prompts answered twice each, 4 tokens long.
+ONLINE = {
+    "grpo": ("stage.grpo.train.num_generations=2", "stage.grpo.train.max_completion_length=4")
+}
 
 
 def killed_at(
@@ -57,7 +69,7 @@ def killed_at(
     """The stage's run, SIGKILLed inside training step `step`."""
     prelude = tmp_path / "kill_at_step.py"
     prelude.write_text(PRELUDE)
-    recipe, trainer = PREFERENCE[stage]
+    recipe, trainer = KILLED[stage]
     return forked_engine(
         *short(recipe, stage),
         f"output_root={output_root}",
@@ -69,7 +81,7 @@ def killed_at(
 
 def run(tmp_path: Path, output_root: Path, stage: str, fresh: bool) -> subprocess.CompletedProcess:
     """The stage's run, forked or in a fresh interpreter; on one OpenMP thread either way."""
-    recipe, _ = PREFERENCE[stage]
+    recipe, _ = KILLED[stage]
     args = (*short(recipe, stage), f"output_root={output_root}")
     if fresh:
         return engine(*args, cwd=tmp_path, env=single_thread_env(), fresh=True)
@@ -86,8 +98,8 @@ def stage_weights(output_root: Path, stage: str) -> str:
     raise AssertionError(f"no committed {stage} stage under {output_root}")
 
 
-@pytest.mark.parametrize("stage", PREFERENCE)
-def test_a_killed_preference_stage_resumes_and_commits_the_uninterrupted_weights(tmp_path, stage):
+@pytest.mark.parametrize("stage", KILLED)
+def test_a_killed_stage_resumes_and_commits_the_uninterrupted_weights(tmp_path, stage):
     killed = killed_at(tmp_path, tmp_path / "a", stage, step=5)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     resumed = run(tmp_path, tmp_path / "a", stage, fresh=False)

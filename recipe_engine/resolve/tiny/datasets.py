@@ -1,7 +1,8 @@
 """The built-in datasets: coloured shapes to name (vlm rows) and sums to do (messages rows),
 both as preference pairs (the right answer in a sentence chosen over the bare answer or a
-wrong one, for DPO and ORPO), and the sums as unpaired feedback (one answer a row, labelled
-desirable or not, for KTO), generated deterministically into
+wrong one, for DPO and ORPO) and as prompts with their answer (for GRPO and RLOO), and the
+sums as unpaired feedback (one answer a row, labelled desirable or not, for KTO), generated
+deterministically into
 `<cache>/data/<name>-<version>/{train,eval}.jsonl`.
 Each is written as a user would write the file, so it goes through the same converters.
 """
@@ -27,6 +28,8 @@ TINY_DATASETS: dict[str, str] = {
     "shapes-preference": "preference",
     "arithmetic-preference": "preference",
     "arithmetic-feedback": "unpaired",
+    "arithmetic-prompts": "prompts",
+    "shapes-prompts": "prompts",
 }
 _SHAPES_TRAIN_PER_CLASS = 80  # 12 classes -> 960 rows
 _SHAPES_EVAL_PER_CLASS = 8  # 12 classes -> 96 rows
@@ -40,10 +43,16 @@ _ARITH_PAIRS_TRAIN = 400
 _ARITH_PAIRS_EVAL = 64
 _ARITH_FEEDBACK_TRAIN = 400
 _ARITH_FEEDBACK_EVAL = 64
+_ARITH_PROMPTS_TRAIN = 256
+_ARITH_PROMPTS_EVAL = 64
+_SHAPE_PROMPTS_TRAIN_PER_CLASS = 8  # 12 classes -> 96 prompts
+_SHAPE_PROMPTS_EVAL_PER_CLASS = 4  # 12 classes -> 48 prompts
 # Seeds of the preference sets' train and eval splits: other draws than the instruction sets'.
 _SHAPE_PAIRS_SEED = _SEED + 2
 _ARITH_PAIRS_SEED = _SEED + 4
 _ARITH_FEEDBACK_SEED = _SEED + 6
+_ARITH_PROMPTS_SEED = _SEED + 8
+_SHAPE_PROMPTS_SEED = _SEED + 10
 
 
 def build_dataset(name: str, cache_dir: Path | None = None) -> Path:
@@ -54,6 +63,8 @@ def build_dataset(name: str, cache_dir: Path | None = None) -> Path:
         "shapes-preference": _build_shapes_preference,
         "arithmetic-preference": _build_arithmetic_preference,
         "arithmetic-feedback": _build_arithmetic_feedback,
+        "arithmetic-prompts": _build_arithmetic_prompts,
+        "shapes-prompts": _build_shapes_prompts,
     }
     if name not in builders:
         raise RecipeError(
@@ -237,4 +248,33 @@ def _build_arithmetic_feedback(folder: Path) -> None:
             else:
                 completion = _sentence(str(_near_miss(rng, answer)))
             rows.append({"prompt": question, "completion": completion, "label": desirable})
+        _write_jsonl(folder / f"{split}.jsonl", rows)
+
+
+def _build_arithmetic_prompts(folder: Path) -> None:
+    """The arithmetic questions as prompts with their answer in an `answer` column, as online
+    (GRPO) data is written: the stage answers the prompt itself and a reward reads `answer`."""
+    for split, count, seed in (
+        ("train", _ARITH_PROMPTS_TRAIN, _ARITH_PROMPTS_SEED),
+        ("eval", _ARITH_PROMPTS_EVAL, _ARITH_PROMPTS_SEED + 1),
+    ):
+        rng = random.Random(seed)
+        rows = []
+        for _ in range(count):
+            question, answer = _sum(rng)
+            rows.append({"prompt": question, "answer": str(answer)})
+        _write_jsonl(folder / f"{split}.jsonl", rows)
+
+
+def _build_shapes_prompts(folder: Path) -> None:
+    """The shapes question with its picture as a prompt, the right `answer` beside it."""
+    (folder / "images").mkdir()
+    for split, per_class, seed in (
+        ("train", _SHAPE_PROMPTS_TRAIN_PER_CLASS, _SHAPE_PROMPTS_SEED),
+        ("eval", _SHAPE_PROMPTS_EVAL_PER_CLASS, _SHAPE_PROMPTS_SEED + 1),
+    ):
+        rows = [
+            {"images": [rel], "prompt": SHAPES_QUESTION, "answer": f"{colour} {shape}"}
+            for _, rel, colour, shape in _drawn_shapes(folder, split, per_class, seed)
+        ]
         _write_jsonl(folder / f"{split}.jsonl", rows)

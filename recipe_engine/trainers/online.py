@@ -1,0 +1,165 @@
+"""What online kinds share (`grpo`, `rloo`): they answer each prompt several times while they
+train, score the answers with the stage's rewards and learn from the scores.
+
+TRL's online trainers count their batches in completions: a per-device batch of
+`per_device_train_batch_size` completions is a slice of a generation batch of
+`generation_batch_size` completions (`num_generations` per prompt), generated once every
+`steps_per_generation` batches and reused `num_iterations` times (TRL's `RepeatSampler`). So
+the step count, the generation batch's divisibility and the memory of generating are their own,
+and `plan` decides them here from the stage's keys and the defaults of TRL's settings class
+(`Defaults`, which a test compares with the installed class).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from recipe_engine.errors import RecipeError
+from recipe_engine.trainers.kind import StageFacts, TrainerKind
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The settings class's defaults of the keys `plan` counts with."""
+
+    num_generations: int
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    max_completion_length: int = 512
+    num_iterations: int = 1
+    beta: float = 0.0
+
+
+@dataclass(frozen=True)
+class Generation:
+    """How a stage's prompts are answered while it trains, as its keys decide."""
+
+    num_generations: int
+    batch: int  # per-device completions a step's loss takes
+    generation_batch: int  # completions generated at once (all processes)
+    steps_per_generation: int
+    num_iterations: int
+    max_completion_length: int
+
+    @property
+    def prompts_per_generation(self) -> int:
+        return self.generation_batch // self.num_generations
+
+
+def generation(train: Mapping[str, Any], world_size: int, defaults: Defaults) -> Generation:
+    """The stage's generation settings, completed as TRL's settings class completes them
+    (`GRPOConfig.__post_init__`): the generation batch from the steps per generation (default:
+    the accumulation steps) or the steps from the batch."""
+    batch = int(train.get("per_device_train_batch_size", defaults.per_device_train_batch_size))
+    steps = train.get("steps_per_generation")
+    generation_batch = train.get("generation_batch_size")
+    if generation_batch is None:
+        accumulation = defaults.gradient_accumulation_steps
+        steps = int(steps or train.get("gradient_accumulation_steps", accumulation))
+        generation_batch = batch * world_size * steps
+    else:
+        steps = int(generation_batch) // (batch * world_size)
+    return Generation(
+        num_generations=int(train.get("num_generations", defaults.num_generations)),
+        batch=batch,
+        generation_batch=int(generation_batch),
+        steps_per_generation=steps,
+        num_iterations=int(train.get("num_iterations", defaults.num_iterations)),
+        max_completion_length=int(
+            train.get("max_completion_length", defaults.max_completion_length)
+        ),
+    )
+
+
+def vllm_missing_reason(device: str) -> str | None:
+    """Why `use_vllm` cannot run here (None: it can): TRL's colocated vLLM needs the package
+    and a CUDA device."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed (pip install vllm; TRL's `use_vllm` generates with it)"
+    if device != "cuda":
+        return f"vLLM generates on CUDA GPUs only, and this stage runs on {device}"
+    return None
+
+
+@dataclass(frozen=True)
+class OnlineKind(TrainerKind):
+    """A kind that generates completions while it trains and learns from their rewards."""
+
+    defaults: Defaults = Defaults(num_generations=8)
+
+    def check_plan(self, stage: StageFacts) -> None:
+        planned = generation(stage.train, stage.world_size, self.defaults)
+        key = f"stage.{stage.name}.train"
+        if planned.num_generations < 2:
+            raise RecipeError(
+                f"`{key}.num_generations` is {planned.num_generations}: {self.name} compares "
+                "each completion with the others of its prompt, so it needs at least 2. Set "
+                f"{key}.num_generations=2 or more.",
+                key=f"{key}.num_generations",
+            )
+        if planned.generation_batch % planned.num_generations:
+            raise RecipeError(
+                f"Stage `{stage.name}` generates {planned.generation_batch} completions at once "
+                f"(per_device_train_batch_size {planned.batch} x {stage.world_size} process(es) x "
+                f"{planned.steps_per_generation} steps per generation), which is not a multiple "
+                f"of num_generations={planned.num_generations}: every prompt's completions must "
+                f"be in one generation batch. Set {key}.per_device_train_batch_size (or "
+                f"{key}.generation_batch_size) to a multiple of {planned.num_generations}.",
+                key=f"{key}.per_device_train_batch_size",
+            )
+        if planned.prompts_per_generation > stage.train_rows:
+            raise RecipeError(
+                f"Stage `{stage.name}` has {stage.train_rows} training prompt(s), fewer than the "
+                f"{planned.prompts_per_generation} one generation batch takes, so it would train "
+                f"no step. Add rows or lower {key}.per_device_train_batch_size.",
+                key=f"{key}.per_device_train_batch_size",
+            )
+        if stage.train.get("use_vllm"):
+            reason = vllm_missing_reason(stage.device)
+            if reason is not None:
+                raise RecipeError(
+                    f"`{key}.use_vllm` is true, but {reason}. Drop the key: the stage then "
+                    "generates with transformers' `generate`.",
+                    key=f"{key}.use_vllm",
+                )
+
+    def plan_notes(self, stage: StageFacts) -> list[str]:
+        planned = generation(stage.train, stage.world_size, self.defaults)
+        beta = float(stage.train.get("beta", self.defaults.beta))
+        reference = (
+            f"KL to the reference, beta {beta:g}"
+            if self.keeps_reference(stage.train)
+            else "no reference (beta 0)"
+        )
+        return [
+            f"generation: {planned.num_generations} completions of up to "
+            f"{planned.max_completion_length} tokens per prompt, "
+            f"{planned.prompts_per_generation} prompt(s) ({planned.generation_batch} "
+            f"completions) generated every {planned.steps_per_generation} step(s), "
+            f"used {planned.num_iterations} time(s); {reference}"
+        ]
+
+    def keeps_reference(self, train: Mapping[str, Any]) -> bool:
+        """A KL term to a frozen reference (`beta` not 0)."""
+        return float(train.get("beta", self.defaults.beta)) != 0
+
+    def completion_tokens(self, train: Mapping[str, Any]) -> int:
+        return generation(train, 1, self.defaults).max_completion_length
+
+    def generated_at_once(self, train: Mapping[str, Any], world_size: int) -> int:
+        planned = generation(train, world_size, self.defaults)
+        return planned.generation_batch // world_size
+
+    def trainer_arguments(self, reference: object, rewards: list[object]) -> dict[str, object]:
+        return {"reward_funcs": rewards}
+
+    def batches_per_epoch(self, settings: Any, samples: int, world_size: int) -> int:
+        """TRL's `RepeatSampler`: whole groups of `generation_batch_size / num_generations`
+        prompts (a last partial one is dropped), each group's completions taken in
+        `steps_per_generation` batches and reused `num_iterations` times."""
+        prompts = settings.generation_batch_size // settings.num_generations
+        groups = samples // prompts
+        return groups * settings.num_iterations * settings.steps_per_generation
