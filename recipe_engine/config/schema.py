@@ -132,6 +132,8 @@ class ModelConfig:
     # **processor)` takes them (a VLM's image limits: Qwen2-VL's `max_pixels`, Idefics3's
     # `size: {longest_edge: ...}`); training, evaluation and the memory estimate all read them.
     processor: RecipeSection = field(default_factory=dict)
+    # The base model's licence, as the model card's metadata names it (None: `other`).
+    license: str | None = None
 
 
 @dataclass

@@ -299,7 +299,7 @@ def _device_map(manifest: Manifest) -> Any:
 def _load_base(folder: Path, root: Manifest) -> tuple[Any, Any]:
     from recipe_engine.resolve.models import model_location
 
-    entry = root.model_entry
+    entry = root.model
     location = root.base_path(folder.parent) or model_location(entry)
     if _missing_local(location):
         # A merged handoff folder is deleted after its stage commits: rebuild from the entry.
@@ -345,7 +345,7 @@ def _pretrained(location: str, manifest: Manifest) -> tuple[Any, Any]:
 
     model = load_pretrained(
         str(location),
-        manifest.model_entry,
+        manifest.model,
         dtype=manifest.dtype,
         device_map=_device_map(manifest),
     )
@@ -355,7 +355,7 @@ def _pretrained(location: str, manifest: Manifest) -> tuple[Any, Any]:
 def _processor(location: str, manifest: Manifest) -> Any:
     from recipe_engine.run.loading import load_processor
 
-    return load_processor(location, manifest.kind, manifest.model_entry)
+    return load_processor(location, manifest.model)
 
 
 def _guarded(
