@@ -11,7 +11,7 @@ here; what their values name (recipes, files, tasks) is checked by the layers th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -93,13 +93,35 @@ class CompareRequest:
     overrides: list[str]
     extra_dirs: list[str]
 
-    def eval_settings(self) -> dict[str, Any]:
+    def eval_settings(self) -> EvalOverrides:
         """The `eval.*` keys set on the command line: they win over a run's own settings."""
         given = (key.removeprefix("eval.") for key in override_keys(self.overrides))
-        return {key: getattr(self.config.eval, key) for key in given if key in _EVAL_KEYS}
+        return EvalOverrides(self.config.eval, frozenset(given) & _EVAL_KEYS)
 
 
-_EVAL_KEYS = {setting.name for setting in fields(EvalConfig)}
+_EVAL_KEYS = frozenset(setting.name for setting in fields(EvalConfig))
+
+
+@dataclass(frozen=True)
+class EvalOverrides:
+    """Eval settings that win over a finished run's own: the `keys` of `values` (those given
+    on compare's command line; every key after a run, which knows its own settings)."""
+
+    values: EvalConfig
+    keys: frozenset[str]
+
+    @classmethod
+    def of(cls, **given: Any) -> EvalOverrides:
+        """These settings (EvalConfig's keys) and no others."""
+        return cls(EvalConfig(**given), frozenset(given))
+
+    @classmethod
+    def every(cls, settings: EvalConfig) -> EvalOverrides:
+        return cls(settings, _EVAL_KEYS)
+
+    def over(self, settings: EvalConfig) -> EvalConfig:
+        """`settings` with the overridden keys replaced."""
+        return replace(settings, **{key: getattr(self.values, key) for key in self.keys})
 
 
 def compose_compare(overrides: list[str], extra_dirs: list[str]) -> CompareRequest:

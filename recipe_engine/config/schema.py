@@ -9,6 +9,7 @@ trainer kind's settings class (`trainers`), LoraConfig and BitsAndBytesConfig;
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,6 @@ from recipe_engine.config.choices import (
     StageDtype,
 )
 from recipe_engine.config.library_objects import LibraryKwargs
-from recipe_engine.files import JsonObject
 
 
 @dataclass
@@ -78,12 +78,6 @@ RecipeSection = dict[str, Any]
 OPEN_SECTIONS = ("lora", "quantization", "data")
 
 
-def without_empty_sections(stage: JsonObject) -> JsonObject:
-    """A stage mapping with empty open sections as None (not used), as plans and diffs
-    compare them."""
-    return {**stage, **{key: stage.get(key) or None for key in OPEN_SECTIONS}}
-
-
 @dataclass
 class RewardConfig:
     """One reward of an online stage (`trainer: grpo | rloo`): a built-in rule by `name`, or
@@ -123,6 +117,15 @@ class StageConfig:
     rewards: list[RewardConfig] = field(default_factory=list)
 
 
+def without_empty_sections(stage: StageConfig) -> StageConfig:
+    """The stage with empty open sections as None (not used), as plans compare them; each
+    section kept is a copy, so resolving it leaves the composed config as it was."""
+    sections = {key: getattr(stage, key) for key in OPEN_SECTIONS}
+    return dataclasses.replace(
+        stage, **{key: dict(value) if value else None for key, value in sections.items()}
+    )
+
+
 @dataclass
 class ModelConfig:
     name: str = MISSING
@@ -146,6 +149,8 @@ class ModelConfig:
     # **processor)` takes them (a VLM's image limits: Qwen2-VL's `max_pixels`, Idefics3's
     # `size: {longest_edge: ...}`); training, evaluation and the memory estimate all read them.
     processor: RecipeSection = field(default_factory=dict)
+    # The base model's licence, as the model card's metadata names it (None: `other`).
+    license: str | None = None
 
 
 @dataclass

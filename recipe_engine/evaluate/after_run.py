@@ -11,7 +11,6 @@ Importing this loads no model library: `score_after_run` imports the measuring w
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -144,12 +143,13 @@ def compare_skipped(plan: RecipePlan, results: list[StageResult], run_dir: Path)
 def score_after_run(plan: RecipePlan, results: list[StageResult], run_dir: Path) -> Scored:
     """The base and every stage of the run measured with the run's eval settings and seed, on
     the held-out rows it read (not read again), written as `compare`'s records."""
+    from recipe_engine.config.compare import EvalOverrides
     from recipe_engine.evaluate.probing import RunOverrides
     from recipe_engine.evaluate.scoring import score_run
 
     probed = probed_stage(plan, results)
     overrides = RunOverrides(
-        settings=dataclasses.asdict(plan.config.eval),
+        settings=EvalOverrides.every(plan.config.eval),
         seed=plan.config.seed,
         held_out=probed.data.splits().eval if probed else None,
         measured=True,

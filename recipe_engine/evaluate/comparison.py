@@ -5,9 +5,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from recipe_engine.config.compare import CompareRequest, HarnessOptions
+from recipe_engine.config.compare import CompareRequest, EvalOverrides, HarnessOptions
 from recipe_engine.errors import RecipeError
 from recipe_engine.evaluate.harness import check_tasks, harness_pass, write_harness
 from recipe_engine.evaluate.probing import RunOverrides, model_loaders
@@ -61,7 +60,7 @@ def compare_run(
     *,
     probes: str | Path | None = None,
     harness: HarnessSettings | None = None,
-    settings: dict[str, Any] | None = None,
+    settings: EvalOverrides | None = None,
     run_passes: bool = False,
 ) -> CompareOutputs:
     """Compare base and every stage of a finished run on one probe set: measured and written

@@ -15,10 +15,12 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.config.compare import EvalOverrides
+from recipe_engine.config.schema import EngineConfig, EvalConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.evaluate.preference_probes import (
     PreferenceJudge,
@@ -44,6 +46,7 @@ from recipe_engine.store.scores import (
     Stage,
     root_stage,
 )
+from recipe_engine.store.stage_records import known_fields
 
 log = logging.getLogger("recipe_engine")
 
@@ -55,7 +58,7 @@ class RunOverrides:
     just trained), so they are not read again, and `measured`: the run measured its models
     itself (`run.measuring`), so a model whose record answers the same probes is not loaded."""
 
-    settings: Mapping[str, Any] | None = None
+    settings: EvalOverrides | None = None
     seed: int | None = None
     held_out: Any = None
     measured: bool = False
@@ -78,13 +81,13 @@ def measure_run(
     summary = _read_summary(run_dir)
     stages = _stage_outputs(summary, run_dir)
     run_cfg = _run_config(run_dir, summary.recipe)
-    evaluation = {**run_cfg.eval, **dict(settings or {})}
+    evaluation = settings.over(run_cfg.eval) if settings else run_cfg.eval
     seed = run_cfg.seed if seed is None else seed
     root = root_stage(stages)
-    limit = evaluation.get("max_samples")
+    limit = evaluation.max_samples
     probed, source = probe_set(probes, root[1:], seed, held_out, limit)
     asked = Asked(probed, preference_rows(stages, seed, limit))
-    generation = Generation.from_settings(evaluation, seed)
+    generation = Generation.from_settings(asdict(evaluation), seed)
     stored = run_dir if overrides.measured and probes is None and also is None else None
     questions = Questions(asked, root[2].kind, generation)
     outputs, metrics = _answer_all(_loaders(stages, root), questions, also, stored)
@@ -252,18 +255,16 @@ def _stage_manifest(name: str, folder: Path) -> Manifest:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What a finished run was asked to evaluate with: its eval settings (EvalConfig's keys, as
-    its config holds them) and its seed."""
+    """What a finished run was asked to evaluate with: its eval settings (as its config holds
+    them) and its seed."""
 
-    eval: Mapping[str, Any]
+    eval: EvalConfig
     seed: int
 
 
 def _run_config(run_dir: Path, recipe: str) -> RunSettings:
     """The run's eval settings and seed: Hydra's saved config, else the recipe recomposed."""
     from omegaconf import OmegaConf
-
-    from recipe_engine.config.schema import EngineConfig, EvalConfig
 
     saved = run_dir / ".hydra" / "config.yaml"
     cfg: Any = None
@@ -279,10 +280,8 @@ def _run_config(run_dir: Path, recipe: str) -> RunSettings:
             cfg = OmegaConf.to_container(compose_config([f"recipe={recipe}"]), resolve=False)
         except RecipeError:  # e.g. a recipe from a --config-dir not given now
             cfg = {}
-    from dataclasses import asdict
-
     return RunSettings(
-        eval={**asdict(EvalConfig()), **(cfg.get("eval") or {})},
+        eval=EvalConfig(**known_fields(EvalConfig, cfg.get("eval") or {})),
         seed=cfg.get("seed", EngineConfig.seed),
     )
 
@@ -300,7 +299,7 @@ def _device_map(manifest: Manifest) -> Any:
 def _load_base(folder: Path, root: Manifest) -> tuple[Any, Any]:
     from recipe_engine.resolve.models import model_location
 
-    entry = root.model_entry
+    entry = root.model
     location = root.base_path(folder.parent) or model_location(entry)
     if _missing_local(location):
         # A merged handoff folder is deleted after its stage commits: rebuild from the entry.
@@ -346,7 +345,7 @@ def _pretrained(location: str, manifest: Manifest) -> tuple[Any, Any]:
 
     model = load_pretrained(
         str(location),
-        manifest.model_entry,
+        manifest.model,
         dtype=manifest.dtype,
         device_map=_device_map(manifest),
     )
@@ -356,7 +355,7 @@ def _pretrained(location: str, manifest: Manifest) -> tuple[Any, Any]:
 def _processor(location: str, manifest: Manifest) -> Any:
     from recipe_engine.run.loading import load_processor
 
-    return load_processor(location, manifest.kind, manifest.model_entry)
+    return load_processor(location, manifest.model)
 
 
 def _guarded(

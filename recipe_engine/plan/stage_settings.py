@@ -30,13 +30,11 @@ def resolve_dtypes(stage: StageConfig, model: ModelConfig) -> StageConfig:
     Resolved before fingerprinting, so changing the model entry's dtype retrains the stage.
     """
     dtype = model.dtype if stage.dtype == "auto" else stage.dtype
-    sections = without_empty_sections(dataclasses.asdict(stage))  # empty: not used, same key
-    quant = sections["quantization"]
+    sections = without_empty_sections(stage)  # empty: not used, same key
+    quant = sections.quantization
     if quant and quant.get("bnb_4bit_compute_dtype") == "auto":
         quant = {**quant, "bnb_4bit_compute_dtype": dtype}
-    return dataclasses.replace(
-        stage, dtype=dtype, lora=sections["lora"], quantization=quant, data=sections["data"]
-    )
+    return dataclasses.replace(sections, dtype=dtype, quantization=quant)
 
 
 def check_stage_settings(name: str, stage: StageConfig) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipe_engine.config.schema import without_empty_sections
+from recipe_engine.config.schema import OPEN_SECTIONS
 from recipe_engine.files import JsonObject
 from recipe_engine.plan.dag import NON_WEIGHT_STAGE_KEYS, build_graph
 
@@ -117,8 +117,14 @@ def _composed(overrides: Sequence[str], extra_dirs: Sequence[str]) -> JsonObject
     from recipe_engine.config.compose import compose_config, to_plain
 
     cfg = to_plain(compose_config(overrides, extra_dirs=extra_dirs))
-    cfg["stage"] = {name: without_empty_sections(s) for name, s in cfg["stage"].items()}
+    cfg["stage"] = {name: _without_empty_sections(s) for name, s in cfg["stage"].items()}
     return cfg
+
+
+def _without_empty_sections(stage: JsonObject) -> JsonObject:
+    """A stage's plain values with empty open sections as None (not used), as plans compare
+    them (`config.schema.without_empty_sections`)."""
+    return {**stage, **{key: stage.get(key) or None for key in OPEN_SECTIONS}}
 
 
 def pair_stages(cfg_a: Mapping[str, Any], cfg_b: Mapping[str, Any]) -> list[StagePair]:

@@ -52,8 +52,6 @@ COLUMNS = (
 # One model's metrics on the held-out judged rows, as `run.preference_scores` records them
 # (the manifest's JSON): pairs or rows, the accuracies, the kind of rows judged.
 JudgedMetrics = Mapping[str, Any]
-# Evaluation settings: the config's, or as a manifest recorded them (its JSON).
-EvalSettings = EvalConfig | Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -130,13 +128,13 @@ class RecipeSummary:
 # --------------------------------------------------------------------------- stored scores
 
 
-def measurement(settings: EvalSettings) -> dict[str, Any]:
-    """The evaluation settings that decide what is measured (generation, row cap), by name."""
-    named = asdict(settings) if isinstance(settings, EvalConfig) else settings
-    return {k: v for k, v in named.items() if k not in EVAL_SWITCHES}
+def measurement(settings: EvalConfig) -> list[tuple[str, Any]]:
+    """The evaluation settings that decide what is measured (generation, row cap), by name,
+    in EvalConfig's order."""
+    return [(k, v) for k, v in asdict(settings).items() if k not in EVAL_SWITCHES]
 
 
-def stored_score(manifest: Manifest, settings: EvalSettings) -> Score | None:
+def stored_score(manifest: Manifest, settings: EvalConfig) -> Score | None:
     """The stage's own held-out evaluation, when it was made with these settings (the probes
     are the stage's held-out rows: its key fixes data and seed); None when it must be made."""
     metrics = manifest.metrics
@@ -153,7 +151,7 @@ def stored_score(manifest: Manifest, settings: EvalSettings) -> Score | None:
     )
 
 
-def stored_base_score(root: Manifest, settings: EvalSettings) -> Score | None:
+def stored_base_score(root: Manifest, settings: EvalConfig) -> Score | None:
     """The untrained base as the root stage measured it (full precision, no eval loss)."""
     metrics = root.metrics
     if not _same_measurement(root, settings) or metrics.base_accuracy is None:
@@ -163,9 +161,14 @@ def stored_base_score(root: Manifest, settings: EvalSettings) -> Score | None:
     return Score(metrics.base_accuracy, metrics.base_contains, None, metrics.eval_samples)
 
 
-def _same_measurement(manifest: Manifest, settings: EvalSettings) -> bool:
+def _same_measurement(manifest: Manifest, settings: EvalConfig) -> bool:
+    """The manifest recorded every setting that decides what is measured, with these values
+    (one an older engine did not record reads as different)."""
     recorded = manifest.eval_settings
-    return recorded is not None and measurement(recorded) == measurement(settings)
+    if recorded is None:
+        return False
+    measured = {k: v for k, v in recorded.items() if k not in EVAL_SWITCHES}
+    return measured == dict(measurement(settings))
 
 
 # --------------------------------------------------------------------------- aggregation

@@ -200,7 +200,7 @@ def _report_lines(
     base = base_summary(experiment.runs)
     answer = answer_line(summaries)
     seeds = ", ".join(str(s) for s in summaries[0].seeds)
-    settings = ", ".join(f"{k}={v}" for k, v in measurement(experiment.settings).items())
+    settings = ", ".join(f"{k}={v}" for k, v in measurement(experiment.settings))
     warning = platform_warning_lines(experiment.runs, bullet="- ")
     lines = [
         f"# Experiment: {' vs '.join(experiment.recipes)}",

@@ -16,8 +16,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from recipe_engine.config.choices import ModelKind, ModelSource
+from recipe_engine.config.schema import ModelConfig
 from recipe_engine.errors import RecipeError, did_you_mean, unknown_key
-from recipe_engine.files import JsonObject
 from recipe_engine.resolve.model_files import adapter_base_location, check_stage_weights
 from recipe_engine.run.inspecting import DTYPES, Inspection, InspectOptions, Row, Target
 from recipe_engine.store.records import ADAPTER, MANIFEST_FILE, SUMMARY_FILE, Manifest, RunSummary
@@ -115,10 +116,10 @@ def resolve_target(text: str, *, extra_dirs: Sequence[str] = ()) -> Target:
         name for d in extra_dirs for name in available("model", Path(d))
     ]
     if text in entries:
-        from recipe_engine.config.compose import compose_config, to_plain
+        from recipe_engine.config.compose import compose_config, to_engine_config
 
-        entry = to_plain(compose_config([f"model={text}"], extra_dirs=extra_dirs))["model"]
-        return Target(text, "entry", None, entry)
+        composed = compose_config([f"model={text}"], extra_dirs=extra_dirs)
+        return Target(text, "entry", None, to_engine_config(composed).model)
     looks_like_path = "/" in text or text.startswith((".", "~"))
     what = "path does not exist" if looks_like_path else "not a folder nor a model entry"
     raise RecipeError(
@@ -168,9 +169,8 @@ def _folder_target(path: Path, label: str) -> Target:
                 "Rerun the stage with force=[STAGE]."
             )
         base = manifest.loadable_base(path.parent)
-        on_the_hub = manifest.model_entry.get(
-            "source"
-        ) == "hub" and base == manifest.model_entry.get("id")
+        model = manifest.model
+        on_the_hub = model.source == "hub" and base == model.id
         if fmt == ADAPTER and not on_the_hub and not (base and Path(base).is_dir()):
             raise RecipeError(
                 f"{path} is a LoRA adapter on {base}, which no longer "
@@ -179,7 +179,7 @@ def _folder_target(path: Path, label: str) -> Target:
         retrain = f"Retrain the stage: rerun its recipe with force=[{manifest.stage}]."
         check_stage_weights(path, f"Stage `{manifest.stage}`'s output", retrain)
         kind = "adapter" if fmt == ADAPTER else "stage"
-        return Target(label, kind, path, dict(manifest.model_entry), manifest)
+        return Target(label, kind, path, model, manifest)
     if (path / "config.json").is_file():
         return Target(label, "folder", path, _local_entry(path, path))
     if (path / "adapter_config.json").is_file():
@@ -196,10 +196,11 @@ def _folder_target(path: Path, label: str) -> Target:
     )
 
 
-def _local_entry(location: Path, folder: Path) -> JsonObject:
+def _local_entry(location: Path, folder: Path) -> ModelConfig:
     """A model entry for a folder found on disk: its kind follows its config's model type."""
     config_file = location / "config.json"
-    source = "local" if location.is_dir() else "hub"  # an adapter's base may be a hub id
+    # an adapter's base may be a hub id
+    source = ModelSource.local if location.is_dir() else ModelSource.hub
     classes: list[str] = []
     if config_file.is_file():
         try:
@@ -207,8 +208,8 @@ def _local_entry(location: Path, folder: Path) -> JsonObject:
         except ValueError as error:
             raise RecipeError(f"{config_file} is not valid JSON ({error}): corrupt.") from None
     causal = any(str(c).endswith("ForCausalLM") for c in classes)
-    kind = "causal_lm" if causal else "vlm"
-    return {"name": folder.name, "source": source, "id": str(location), "kind": kind}
+    kind = ModelKind.causal_lm if causal else ModelKind.vlm
+    return ModelConfig(name=folder.name, source=source, id=str(location), kind=kind)
 
 
 # --------------------------------------------------------------------------- rendering

@@ -49,7 +49,7 @@ def _front_matter(final: Manifest, facts: CardFacts) -> str:
     meta: dict[str, object] = {
         "base_model": facts.base,
         "library_name": "peft" if facts.form == "adapter" else "transformers",
-        "license": final.model_entry.get("license") or "other",
+        "license": final.model.license or "other",
         "pipeline_tag": PIPELINE_TAGS.get(final.kind, "text-generation"),
         "tags": ["recipe-engine", final.recipe, *(["lora"] if facts.form == "adapter" else [])],
     }
@@ -66,7 +66,7 @@ def _summary(final: Manifest, facts: CardFacts) -> str:
         "adapter": f"the stage's LoRA adapter; `adapter_config.json` names its base "
         f"`{facts.adapter_base}`",
     }
-    licence = final.model_entry.get("license")
+    licence = final.model.license
     licence_line = (
         f"Licence: the base's, `{licence}`."
         if licence

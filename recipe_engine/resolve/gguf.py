@@ -25,11 +25,11 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.config.schema import ModelConfig
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.files import JsonObject, share_as_umask
 from recipe_engine.resolve import cache, hub_models
@@ -51,19 +51,19 @@ class GgufModel:
     unavailable: str | None = None  # a hub file that cannot be had from here: why
 
 
-def gguf_model(model: Mapping[str, Any], cache_dir: Path | None = None) -> GgufModel:
+def gguf_model(model: ModelConfig, cache_dir: Path | None = None) -> GgufModel:
     """The entry's GGUF file, converted (once) into the cache."""
     file, unavailable = _locate(model)
     if file is None:
-        identity = {k: model.get(k) for k in ("source", "id", "revision", "gguf_file")}
+        identity = {k: getattr(model, k) for k in ("source", "id", "revision", "gguf_file")}
         return GgufModel(None, identity, unavailable)
-    folder = convert_once(file, str(model["kind"]), cache_dir)
+    folder = convert_once(file, str(model.kind), cache_dir)
     record = json.loads((folder / RECORD).read_text())
-    identity = {"gguf_file": model["gguf_file"], "size": record["size"], "sha256": record["sha256"]}
+    identity = {"gguf_file": model.gguf_file, "size": record["size"], "sha256": record["sha256"]}
     return GgufModel(folder, identity)
 
 
-def converted_folder(model: Mapping[str, Any], cache_dir: Path | None = None) -> Path:
+def converted_folder(model: ModelConfig, cache_dir: Path | None = None) -> Path:
     """What `from_pretrained` gets for a GGUF entry (refused when the file cannot be had)."""
     converted = gguf_model(model, cache_dir)
     if converted.folder is None:
@@ -74,11 +74,11 @@ def converted_folder(model: Mapping[str, Any], cache_dir: Path | None = None) ->
 # --------------------------------------------------------------------------- finding the file
 
 
-def _locate(model: Mapping[str, Any]) -> tuple[Path | None, str | None]:
-    name = str(model["gguf_file"])
-    if model["source"] == "hub":
-        return _hub_file(str(model["id"]), model.get("revision"), name)
-    return _local_file(Path(os.path.expanduser(str(model["id"]))), name), None
+def _locate(model: ModelConfig) -> tuple[Path | None, str | None]:
+    name = str(model.gguf_file)
+    if model.source == "hub":
+        return _hub_file(model.id, model.revision, name)
+    return _local_file(Path(os.path.expanduser(model.id)), name), None
 
 
 def _local_file(folder: Path, name: str) -> Path:

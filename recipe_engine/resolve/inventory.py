@@ -125,9 +125,8 @@ def model_inventory(model: ModelConfig, location: str | None = None) -> ModelInv
     when its config cannot be read here (a hub model offline)."""
     from recipe_engine.resolve.models import load_config
 
-    entry = dataclasses.asdict(model)
     local = Path(location) if location and Path(location).is_dir() else None
-    config = load_config(entry, local)
+    config = load_config(model, local)
     return meta_inventory(config, model.kind) if config is not None else None
 
 

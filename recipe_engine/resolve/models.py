@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.config.schema import ModelConfig
 from recipe_engine.errors import RecipeError
 
 
-def model_location(model: Mapping[str, Any]) -> str:
+def model_location(model: ModelConfig) -> str:
     """What `from_pretrained` gets: a tiny model's built folder, a GGUF file's converted
     folder (plan.gguf: converted once, cached), a local folder or a hub id."""
-    if model["source"] == "tiny":
+    if model.source == "tiny":
         from recipe_engine.resolve.tiny import build_tiny_model
 
-        return str(build_tiny_model(model["id"]))
-    if model.get("gguf_file"):  # .get: manifests written before GGUF entries lack the key
+        return str(build_tiny_model(model.id))
+    if model.gguf_file:
         from recipe_engine.resolve.gguf import converted_folder
 
         return str(converted_folder(model))
-    return str(model["id"])
+    return str(model.id)
 
 
 def auto_model_class(kind: str) -> Any:
@@ -33,7 +33,7 @@ def auto_model_class(kind: str) -> Any:
     raise RecipeError(f"`model.kind` is {kind!r}; use vlm or causal_lm.", key="model.kind")
 
 
-def load_config(model: Mapping[str, Any], local: Path | None = None) -> Any | None:
+def load_config(model: ModelConfig, local: Path | None = None) -> Any | None:
     """The model's transformers config, or None when it cannot be read (hub unreachable)."""
     from transformers import AutoConfig
 
@@ -51,11 +51,11 @@ def load_config(model: Mapping[str, Any], local: Path | None = None) -> Any | No
     try:
         return AutoConfig.from_pretrained(
             location,
-            revision=model.get("revision"),
-            trust_remote_code=bool(model.get("trust_remote_code")),
+            revision=model.revision,
+            trust_remote_code=model.trust_remote_code,
         )
     except OSError:
-        if model["source"] == "hub" and local is None:
+        if model.source == "hub" and local is None:
             return None
         raise RecipeError(
             f"No model config found at {location}: it is not a save_pretrained folder "

@@ -173,7 +173,7 @@ def _inventory(model: ModelConfig, init: InitSource) -> ModelInventory | None:
 def _config_file(model: ModelConfig, init: InitSource) -> Path | None:
     if model.source == "hub" and not model.gguf_file:
         return _hub_cached(model, "config.json")
-    config = Path(init.location or model_location(dataclasses.asdict(model))) / "config.json"
+    config = Path(init.location or model_location(model)) / "config.json"
     return config if config.is_file() else None
 
 
@@ -222,7 +222,7 @@ def processor_config(folder: Path, model: ModelConfig) -> JsonObject:
 def _model_folder(model: ModelConfig, init: InitSource) -> Path | None:
     if model.source in ("tiny", "local"):
         try:
-            return Path(init.location or model_location(dataclasses.asdict(model)))
+            return Path(init.location or model_location(model))
         except RecipeError:
             return None
     cached = _hub_cached(model, "config.json")
@@ -259,7 +259,7 @@ def _renders_tools(model: ModelInputs, rows: Rows) -> ModelInputs:
 
 def _entry_location(model: ModelConfig) -> str | None:
     try:
-        return model_location(dataclasses.asdict(model))
+        return model_location(model)
     except RecipeError:  # a GGUF file that cannot be had here: `run` refuses it
         return None
 

@@ -138,7 +138,7 @@ def model_source(
         "revision": model.revision,
         "build": TINY_BUILD_VERSION,
     }
-    location = model_location(dataclasses.asdict(model))
+    location = model_location(model)
     description = f"{model.source} model {model.id}"
     return InitSource(model.source, description, location, model.revision, identity=identity), model
 
@@ -194,7 +194,7 @@ def _gguf_source(model: ModelConfig, key: str) -> InitSource:
     """A GGUF file (in local folder or hub repository `model.id`), converted once into the
     cache: the converted folder is checked and loaded like any folder; the key hashes the
     GGUF file itself (its name, size and SHA-256), so a rebuilt cache keeps every key."""
-    converted = gguf.gguf_model(dataclasses.asdict(model))
+    converted = gguf.gguf_model(model)
     where = f"{model.source} GGUF {model.gguf_file} from {model.id}"
     if converted.folder is None:  # a hub file that cannot be had here: `run` refuses
         return InitSource(

@@ -17,7 +17,6 @@ from recipe_engine.run.loading import (
     load_stage_model,
     load_stage_processor,
     merge_parent,
-    model_entry,
 )
 from recipe_engine.run.memory_peak import free_memory
 from recipe_engine.run.stage_manifest import manifest_versions, stage_identity, stage_platform
@@ -64,7 +63,7 @@ class EvaluationRecipe:
         return Manifest(
             **asdict(stage_identity(self.plan, self.stage)),
             format=EVALUATION,
-            model_entry=model_entry(self.stage),
+            model_entry=asdict(self.stage.model),
             dtype=self.stage.dtype,
             base_location=relative_in_store(weights.location, self.store),
             config=asdict(self.stage.config),

@@ -95,11 +95,11 @@ def decide_export(request: ExportRequest) -> ExportPlan:
     form = "adapter" if adapter and not request.merge else "merged" if adapter else "full"
     to = request.to or default_destination(request.source, final, form)
     _check_destination(to, request.source)
-    entry = final.model_entry
+    model = final.model
     init = lineage[0].config.get("init") or {}
-    hub_root = entry.get("source") == "hub" and not init.get("path")
-    base = str(entry.get("id")) if hub_root else str(entry.get("name") or entry.get("id"))
-    revision = entry.get("revision") if hub_root else None
+    hub_root = model.source == "hub" and not init.get("path")
+    base = model.id if hub_root else model.name or model.id
+    revision = model.revision if hub_root else None
     if form != "adapter":
         return ExportPlan(request, lineage, form, to, base, revision, None)
     adapter_base = _adapter_base(request, final, base if hub_root and not final.parent else None)

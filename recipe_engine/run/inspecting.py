@@ -19,8 +19,8 @@ from recipe_engine.config.components import (
     layout_for,
     report_layout,
 )
+from recipe_engine.config.schema import ModelConfig
 from recipe_engine.errors import RecipeError
-from recipe_engine.files import JsonObject
 from recipe_engine.store.records import Manifest
 from recipe_engine.store.stage_records import ComponentCensus
 
@@ -34,7 +34,9 @@ class Target:
     label: str  # as the user wrote it
     kind: str  # stage | folder | adapter | entry
     path: Path | None
-    entry: JsonObject  # model entry (kind, source, id, ...), as a manifest records it
+    # The model entry: a recipe's, a stage's (as its manifest records it), or one made up for
+    # a folder (its dtype then the config's, not the entry's default).
+    entry: ModelConfig
     manifest: Manifest | None = None
 
 
@@ -84,23 +86,23 @@ def inspect_target(target: Target, options: InspectOptions) -> Inspection:
 
     config_at = target.path if target.kind != "entry" else None
     if target.kind == "adapter":  # the base's config (a GGUF entry's: its converted folder)
-        local = target.entry["source"] == "local"
+        local = target.entry.source == "local"
         config_at = Path(model_location(target.entry)) if local else None
     config = load_config(target.entry, config_at)
     if config is None:
         raise RecipeError(
-            f"The config of `{target.label}` ({target.entry['id']}) could not be read: the hub "
+            f"The config of `{target.label}` ({target.entry.id}) could not be read: the hub "
             "is unreachable (offline?) and it is not in the local cache. Connect (unset "
             "HF_HUB_OFFLINE), or inspect a local save_pretrained folder instead."
         )
     entry = target.entry
-    layout = layout_for(config.model_type, entry.get("layout"), entry.get("components"))
+    layout = layout_for(config.model_type, entry.layout, entry.components)
     if target.manifest:
         layout = report_layout(layout, target.manifest.config["freeze"]["patterns"])
     dtype = options.dtype or _default_dtype(target, config)
     bits = options.bits
     meta_only = target.kind == "entry" and not (bits or options.weights)
-    meta = meta_model(config, target.entry["kind"], dtype=dtype)
+    meta = meta_model(config, target.entry.kind, dtype=dtype)
     description = [_describe(target)]
     if meta_only:
         model = meta
@@ -124,8 +126,8 @@ def inspect_target(target: Target, options: InspectOptions) -> Inspection:
 def _default_dtype(target: Target, config: Any) -> str:
     if target.manifest and target.manifest.dtype in DTYPES:
         return target.manifest.dtype
-    if target.entry.get("dtype") in DTYPES:
-        return target.entry["dtype"]
+    if target.kind == "entry" or target.manifest:  # an entry made up for a folder has none
+        return str(target.entry.dtype)
     stored = str(getattr(config, "dtype", None) or "float32").removeprefix("torch.")
     return stored if stored in DTYPES else "float32"
 
@@ -189,9 +191,9 @@ def _describe(target: Target) -> str:
             f"{fmt}{base} ({target.path})"
         )
     if target.kind == "entry":
-        return f"model entry {target.label}: {target.entry['source']} {target.entry['id']}"
+        return f"model entry {target.label}: {target.entry.source} {target.entry.id}"
     if target.kind == "adapter":
-        return f"PEFT adapter {target.path} on {target.entry['id']}"
+        return f"PEFT adapter {target.path} on {target.entry.id}"
     return f"save_pretrained folder {target.path}"
 
 

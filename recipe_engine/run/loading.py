@@ -14,14 +14,15 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from recipe_engine.config.schema import ModelConfig, RecipeSection
 from recipe_engine.errors import RecipeError, StageFailed, did_you_mean
-from recipe_engine.files import JsonObject, atomic_write_text, share_as_umask
+from recipe_engine.files import atomic_write_text, share_as_umask
 from recipe_engine.hashing import canonical_hash
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.resolve.hub_models import download_model
@@ -79,25 +80,23 @@ def name_adapter_base(folder: Path, base: str, revision: str | None) -> None:
         atomic_write_text(card, card.read_text().replace(recorded, base))
 
 
-def load_processor(location: str, kind: str, model_entry: JsonObject) -> Any:
+def load_processor(location: str, model: ModelConfig) -> Any:
     """The processor (VLM) or tokenizer (causal LM), with a pad token for batching; a VLM's
     with the model entry's `processor` settings over its saved config."""
     from transformers import AutoProcessor, AutoTokenizer
 
-    settings = dict(model_entry.get("processor") or {}) if kind == "vlm" else {}
-    cls = AutoProcessor if kind == "vlm" else AutoTokenizer
+    vlm = model.kind == "vlm"
+    settings = dict(model.processor) if vlm else {}
+    cls = AutoProcessor if vlm else AutoTokenizer
     processor = cls.from_pretrained(
-        location,
-        revision=model_entry.get("revision"),
-        trust_remote_code=bool(model_entry.get("trust_remote_code")),
-        **settings,
+        location, revision=model.revision, trust_remote_code=model.trust_remote_code, **settings
     )
     _check_processor_settings(processor, settings)
     pad_token_fallback(processor)
     return processor
 
 
-def _check_processor_settings(processor: Any, settings: JsonObject) -> None:
+def _check_processor_settings(processor: Any, settings: RecipeSection) -> None:
     """from_pretrained drops a setting neither the processor nor its image processor takes
     (a misspelt `max_pixel` would train at the default limits): refuse it instead."""
     image_processor = getattr(processor, "image_processor", None)
@@ -127,29 +126,25 @@ def pad_token_fallback(processor: Any) -> None:
 
 def load_pretrained(
     location: str,
-    model_entry: JsonObject,
+    model: ModelConfig,
     *,
     dtype: str,
     device_map: Any,
     quantization_config: Any = None,
 ) -> Any:
     """`from_pretrained` with the engine's safety defaults (no remote code, safetensors only)."""
-    cls = auto_model_class(model_entry["kind"])
-    if model_entry.get("source") == "hub" and location == model_entry.get("id"):
-        download_model(
-            location,
-            model_entry.get("revision"),
-            allow_pickle=bool(model_entry.get("allow_pickle")),
-        )
+    cls = auto_model_class(model.kind)
+    if model.source == "hub" and location == model.id:
+        download_model(location, model.revision, allow_pickle=model.allow_pickle)
     try:
         return cls.from_pretrained(
             location,
-            revision=model_entry.get("revision"),
+            revision=model.revision,
             dtype=torch_dtype(dtype),
             device_map=device_map,
             quantization_config=quantization_config,
-            trust_remote_code=bool(model_entry.get("trust_remote_code")),
-            use_safetensors=None if model_entry.get("allow_pickle") else True,
+            trust_remote_code=model.trust_remote_code,
+            use_safetensors=None if model.allow_pickle else True,
         )
     except OSError as error:
         hint = (
@@ -211,7 +206,7 @@ def _merge(parent: Path, dtype: str, into: Path) -> None:
     from peft import PeftModel
 
     manifest = Manifest.load(parent)
-    entry = manifest.model_entry
+    entry = manifest.model
     base_location = manifest.loadable_base(parent.parent)
     base = load_pretrained(base_location, entry, dtype=dtype, device_map={"": "cpu"})
     merged = PeftModel.from_pretrained(base, str(parent)).merge_and_unload()
@@ -221,7 +216,7 @@ def _merge(parent: Path, dtype: str, into: Path) -> None:
     try:
         make_engine_folder(tmp)
         merged.save_pretrained(tmp, safe_serialization=True)
-        load_processor(str(parent), entry["kind"], entry).save_pretrained(tmp)
+        load_processor(str(parent), entry).save_pretrained(tmp)
         (tmp / HANDOFF).write_text(json.dumps(expected))
         share_as_umask(tmp)  # safetensors writes 0600: children of a shared store load it too
     except BaseException:  # a full disk, a kill: the store as it was, no half-written merge
@@ -242,7 +237,7 @@ def _verified(parent: Path, dtype: str, into: Path, stage: str) -> MergeCheck:
     from peft import PeftModel
 
     manifest = Manifest.load(parent)
-    entry, cpu = manifest.model_entry, {"": "cpu"}
+    entry, cpu = manifest.model, {"": "cpu"}
     base = load_pretrained(
         manifest.loadable_base(parent.parent), entry, dtype=dtype, device_map=cpu
     )
@@ -358,15 +353,10 @@ def merge_parent(plan: RecipePlan, stage: StagePlan, store: Store) -> Weights:
     return Weights(str(init.location))
 
 
-def model_entry(stage: StagePlan) -> JsonObject:
-    """The stage's model entry as loaders and manifests take it."""
-    return asdict(stage.model)
-
-
 def load_stage_model(stage: StagePlan, weights: Weights, quantization_config: Any) -> Any:
     return load_pretrained(
         weights.location,
-        model_entry(stage),
+        stage.model,
         dtype=stage.dtype,
         device_map=stage.placement.device_map,
         quantization_config=quantization_config,
@@ -374,4 +364,4 @@ def load_stage_model(stage: StagePlan, weights: Weights, quantization_config: An
 
 
 def load_stage_processor(stage: StagePlan, weights: Weights) -> Any:
-    return load_processor(weights.location, stage.model.kind, model_entry(stage))
+    return load_processor(weights.location, stage.model)

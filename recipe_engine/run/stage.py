@@ -32,7 +32,6 @@ from recipe_engine.run.loading import (
     load_stage_model,
     load_stage_processor,
     merge_parent,
-    model_entry,
     name_adapter_base,
 )
 from recipe_engine.run.memory_peak import PeakMemory, free_memory, peak_memory
@@ -451,7 +450,7 @@ class StageRecipe:
         return Manifest(
             **asdict(stage_identity(self.plan, stage)),
             format=ADAPTER if policy.lora is not None else FULL,
-            model_entry=model_entry(self.stage),
+            model_entry=asdict(self.stage.model),
             dtype=stage.dtype,
             base_location=self._base_location(),
             architecture=policy.layout.name if policy.layout else None,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.library_objects import LibraryKwargs
+from recipe_engine.config.schema import ModelConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject, atomic_write_json
 from recipe_engine.store.stage_records import (
@@ -238,7 +239,8 @@ class Manifest:
     recipe: str
     fingerprint: str
     format: str  # FULL | ADAPTER | EVALUATION
-    model_entry: JsonObject  # the model entry (config.schema.ModelConfig) it descends from
+    # The model entry it descends from, as `manifest.json` holds it; `model` reads it typed.
+    model_entry: JsonObject
     dtype: str
     parent: str | None = None
     parent_fingerprint: str | None = None
@@ -278,6 +280,13 @@ class Manifest:
     @property
     def kind(self) -> str:
         return str(self.model_entry.get("kind", "vlm"))
+
+    @property
+    def model(self) -> ModelConfig:
+        """The model entry it descends from (config.schema.ModelConfig), checked as a recipe's
+        is: a key an older engine wrote that the entry no longer has is left out, a key it did
+        not write takes its default."""
+        return _model_config(self.model_entry, self.stage)
 
     @property
     def bits(self) -> str:
@@ -324,17 +333,18 @@ class Manifest:
             return location
         from recipe_engine.resolve.models import model_location
 
-        built = model_location(self.model_entry)
+        model = self.model
+        built = model_location(model)
         # A tiny model of another build version has other weights: the adapter fits it no more.
-        same = self.model_entry.get("source") != "tiny" or Path(built).name == Path(location).name
+        same = model.source != "tiny" or Path(built).name == Path(location).name
         return built if same else location
 
     def _base_is_built_from_entry(self) -> bool:
         """A root stage that started from its model entry (not from `init.path`), and that
         entry is built into the engine's cache rather than read where the user keeps it."""
         init = self.config.get("init") or {}
-        entry = self.model_entry
-        built = entry.get("source") == "tiny" or bool(entry.get("gguf_file"))
+        model = self.model
+        built = model.source == "tiny" or bool(model.gguf_file)
         return self.parent is None and not init.get("path") and built
 
     def save(self, folder: Path) -> None:
@@ -364,6 +374,23 @@ class Manifest:
         except TypeError as error:  # a required field is missing
             what = f"{who}{folder}/{MANIFEST_FILE} is incomplete ({error})"
             raise RecipeError(f"{what}. {fix}") from None
+
+
+def _model_config(entry: JsonObject, stage: str) -> ModelConfig:
+    """A recorded model entry over the schema's defaults, as Hydra merges a recipe's."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        merged = OmegaConf.merge(ModelConfig, known_fields(ModelConfig, entry))
+        model = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as error:
+        raise RecipeError(
+            f"Stage `{stage}`: the model entry its manifest records is not one this engine "
+            f"reads ({str(error).splitlines()[0]}). Rerun the stage (force=[{stage}])."
+        ) from None
+    assert isinstance(model, ModelConfig), type(model)
+    return model
 
 
 def _records(data: JsonObject) -> dict[str, object]:

@@ -115,14 +115,14 @@ class _Pages:
         return self._page(request, "stage.html", run=run, detail=detail)
 
     async def run_json(self, request: Request) -> Response:
-        return JSONResponse(run_json(self._run(request)))
+        return JSONResponse(_run_json(self._run(request)))
 
     async def stage_json(self, request: Request) -> Response:
         run = self._run(request)
         stage = self._stage(request, run)
         curves = stage_curves(self.folder.root / "store", stage)
         body = {
-            **stage_json(stage),
+            **_stage_json(stage),
             "run_state": run.state,
             "curves": [c.as_json() for c in curves],
         }
@@ -162,7 +162,7 @@ class _Pages:
         )
 
 
-def stage_json(stage: StageView) -> JsonObject:
+def _stage_json(stage: StageView) -> JsonObject:
     progress = stage.progress
     return {
         "name": stage.name,
@@ -174,12 +174,12 @@ def stage_json(stage: StageView) -> JsonObject:
     }
 
 
-def run_json(run: RunView) -> JsonObject:
+def _run_json(run: RunView) -> JsonObject:
     return {
         "path": run.path,
         "recipe": run.recipe,
         "state": run.state,
         "reason": run.reason,
         "score": run.score,
-        "stages": [stage_json(stage) for stage in run.stages],
+        "stages": [_stage_json(stage) for stage in run.stages],
     }

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from recipe_engine.cli.main import main
+from recipe_engine.config.compare import EvalOverrides
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
 from recipe_engine.evaluate.comparison import compare_run
@@ -51,7 +52,7 @@ def outputs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def compared(outputs) -> CompareOutputs:
-    return compare_run(outputs / "runs" / RECIPE / "t1", settings={"max_samples": 4})
+    return compare_run(outputs / "runs" / RECIPE / "t1", settings=EvalOverrides.of(max_samples=4))
 
 
 def copy_run(outputs: Path, name: str) -> Path:
@@ -171,7 +172,7 @@ def test_prompt_file_without_references(outputs):
     run_dir = copy_run(outputs, "t3")
     prompts = outputs / "prompts.txt"
     prompts.write_text("Say hello.\n\nName a colour.\n")
-    result = compare_run(run_dir, probes=prompts, settings={"max_new_tokens": 2})
+    result = compare_run(run_dir, probes=prompts, settings=EvalOverrides.of(max_new_tokens=2))
     assert len(result.measured.probes) == 2 and result.plots == {}
     assert result.metrics["llm"].n == 2
     assert result.metrics["llm"].task is None  # no references: no task metrics
@@ -214,7 +215,7 @@ def test_damaged_stage_folder(outputs, tmp_path):
     run_dir.mkdir()  # a summary naming its stage by absolute path
     (run_dir / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(RecipeError, match=r"Could not load `vision`.*damaged"):
-        compare_run(run_dir, settings={"max_samples": 1, "max_new_tokens": 1})
+        compare_run(run_dir, settings=EvalOverrides.of(max_samples=1, max_new_tokens=1))
     (broken / "manifest.json").unlink()
     with pytest.raises(RecipeError, match="not a completed stage output"):
         compare_run(run_dir)

@@ -7,6 +7,7 @@ import pytest
 
 from recipe_engine.cli.argv import normalise_argv
 from recipe_engine.config.compare import HarnessOptions, compose_compare
+from recipe_engine.config.schema import EvalConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.evaluate.comparison import harness_settings
 from recipe_engine.store.scores import DEFAULT_LIMIT
@@ -26,7 +27,8 @@ def test_recipes_and_seeds_are_typed_lists_and_the_rest_goes_to_every_recipe():
     assert request.options.seeds == [0, 1, 2]
     assert request.overrides == ["eval.max_samples=4", "++stage.llm.train.max_steps=2"]
     assert request.config.eval.max_samples == 4
-    assert request.eval_settings() == {"max_samples": 4}
+    given = request.eval_settings()
+    assert given.keys == {"max_samples"} and given.values.max_samples == 4
 
 
 def test_a_stage_override_is_for_the_recipes_that_have_the_stage():
@@ -46,7 +48,11 @@ def test_one_runs_options_are_typed_and_eval_keys_given_win():
     options = request.options
     assert (options.run, options.probes, options.tasks) == ("/runs/t1", "p.jsonl", ["recipe_arith"])
     assert options.harness == HarnessOptions(limit="all")
-    assert request.eval_settings() == {"max_new_tokens": 3}  # only what was given
+    given = request.eval_settings()
+    assert given.keys == {"max_new_tokens"}  # only what was given
+    assert given.over(EvalConfig(max_new_tokens=5, max_samples=7)) == EvalConfig(
+        max_new_tokens=3, max_samples=7
+    )
     assert request.config.output_root == "elsewhere"
 
 

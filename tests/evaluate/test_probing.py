@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from recipe_engine.config.compare import EvalOverrides
 from recipe_engine.config.compose import compose_config
 from recipe_engine.evaluate.probing import RunOverrides
 from recipe_engine.evaluate.scoring import score_run
@@ -29,7 +30,7 @@ def test_eval_loss_is_the_runs_own_where_a_template_writes_past_the_answer(tmp_p
     run_dir = tmp_path / "runs" / "r1-llm-only" / "t1"
     [stage] = run_recipe(plan_from_config(compose_config(overrides)), run_dir)
     metrics = score_run(
-        run_dir, overrides=RunOverrides(settings={"max_samples": 4})
+        run_dir, overrides=RunOverrides(settings=EvalOverrides.of(max_samples=4))
     ).measured.metrics
     recorded = stage.manifest.metrics.eval_loss
     assert metrics["llm"].eval_loss == pytest.approx(recorded, rel=1e-4)

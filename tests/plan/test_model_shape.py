@@ -70,7 +70,7 @@ def check_sizes(processor: Any, folder: Path, entry: ModelConfig, sizes: list) -
 def test_each_layouts_image_tokens_are_its_processors(name: str, settings: dict) -> None:
     entry = ModelConfig(name=name, source="tiny", id=name, kind="vlm", processor=settings)
     folder = build_tiny_model(name)
-    check_sizes(load_processor(str(folder), "vlm", {"processor": settings}), folder, entry, SIZES)
+    check_sizes(load_processor(str(folder), entry), folder, entry, SIZES)
 
 
 @pytest.mark.parametrize(
@@ -92,7 +92,7 @@ def test_each_snapshots_image_tokens_are_its_processors(
     folder = snapshot_folder(hub_id)
     assert folder is not None
     entry = ModelConfig(name=hub_id, id=hub_id, kind="vlm", processor=settings)
-    processor = load_processor(str(build_tiny_model(tiny)), "vlm", {})
+    processor = load_processor(str(build_tiny_model(tiny)), ModelConfig(name=tiny, id=tiny))
     processor.image_processor = AutoImageProcessor.from_pretrained(folder, **settings)
     check_sizes(processor, folder, entry, [*SIZES, (3000, 2000)])
 

@@ -30,8 +30,8 @@ from recipe_engine.report.experiment_report import (
 from recipe_engine.store.records import Manifest, StageMetrics
 from recipe_engine.store.stage_records import QuantizationFacts
 
-SETTINGS = {"enabled": True, "compare": True, "max_new_tokens": 8, "max_samples": None}
 EVAL = EvalConfig(max_new_tokens=8)  # what an experiment measured with
+SETTINGS = asdict(EVAL)  # as a manifest records them
 
 
 def run(recipe: str, exact: float, seed: int = 0, *, precision: str = "4-bit") -> RecipeRun:
@@ -169,20 +169,25 @@ def test_table_has_the_base_then_one_row_per_recipe_with_precision_and_spread():
 def test_a_stored_evaluation_is_reused_when_made_with_the_same_settings():
     stored = manifest(eval_accuracy=0.9, eval_contains=0.95, eval_loss=0.1, eval_samples=48)
     # The switches (enabled, compare) decide whether to evaluate, not what is measured.
-    score = stored_score(stored, {**SETTINGS, "compare": False})
+    score = stored_score(stored, replace(EVAL, compare=False))
     assert score == Score(0.9, 0.95, 0.1, 48, precision="4-bit", source="stored")
 
 
 def test_a_stored_evaluation_with_other_settings_or_none_is_measured_again():
     stored = manifest(eval_accuracy=0.9, eval_contains=0.95)
-    assert stored_score(stored, {**SETTINGS, "max_samples": 10}) is None
+    assert stored_score(stored, replace(EVAL, max_samples=10)) is None
     unrecorded = manifest(eval_accuracy=0.9, eval_contains=0.95)
     unrecorded.eval_settings = None  # trained before the settings were recorded
-    assert stored_score(unrecorded, SETTINGS) is None
+    assert stored_score(unrecorded, EVAL) is None
     old = manifest(eval_accuracy=0.9)  # written before `contains` was recorded
-    assert stored_score(old, SETTINGS) is None
+    assert stored_score(old, EVAL) is None
     failed = manifest(eval_accuracy=0.9, eval_contains=0.9, evaluation_error="OOM")
-    assert stored_score(failed, SETTINGS) is None
+    assert stored_score(failed, EVAL) is None
+    before_top_p = {k: v for k, v in SETTINGS.items() if k != "top_p"}  # an older engine's
+    assert (
+        stored_score(manifest(eval_accuracy=0.9, eval_contains=0.9, settings=before_top_p), EVAL)
+        is None
+    )
 
 
 def test_the_experiments_eval_config_matches_the_settings_a_manifest_recorded():
@@ -193,7 +198,7 @@ def test_the_experiments_eval_config_matches_the_settings_a_manifest_recorded():
 
 def test_the_base_score_comes_from_the_root_stage_at_full_precision():
     root = manifest(base_accuracy=0.1, base_contains=0.2, eval_samples=48)
-    assert stored_base_score(root, SETTINGS) == Score(0.1, 0.2, None, 48, precision="full")
+    assert stored_base_score(root, EVAL) == Score(0.1, 0.2, None, 48, precision="full")
 
 
 # --------------------------------------------------------------------------- the report

@@ -112,6 +112,7 @@ def test_vision_prompt_completion_rows_reach_trls_collator_with_their_images(
     from PIL import Image
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
+    from recipe_engine.config.schema import ModelConfig
     from recipe_engine.resolve.tiny import build_tiny_model
     from recipe_engine.run.loading import load_processor
 
@@ -124,7 +125,8 @@ def test_vision_prompt_completion_rows_reach_trls_collator_with_their_images(
     pq.write_table(pa.table(table), tmp_path / "vqa.parquet")
     mapping = {"images": "img_path", "prompt": "question", "completion": "answer"}
     splits = load(tmp_path / "vqa.parquet", kind="vlm", columns=mapping)
-    processor = load_processor(str(build_tiny_model("tiny-qwen2-vl")), "vlm", {})
+    tiny = ModelConfig(name="tiny-qwen2-vl", source="tiny", id="tiny-qwen2-vl")
+    processor = load_processor(str(build_tiny_model(tiny.id)), tiny)
     collator = DataCollatorForVisionLanguageModeling(processor, completion_only_loss=True)
     batch = collator([splits.train[i] for i in range(2)])
     assert batch["pixel_values"].shape[0] > 0 and batch["image_grid_thw"].shape[0] == 2

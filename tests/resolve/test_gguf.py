@@ -4,7 +4,6 @@ is exercised by tests/cli/test_smollm2.py; here `convert` writes a tiny model in
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.util
 import shutil
@@ -57,8 +56,10 @@ def write_gguf(folder: Path, name: str = FILE, payload: bytes = b"weights") -> P
     return file
 
 
-def entry(folder: Path, name: str = FILE, **fields) -> dict:
-    return {"source": "local", "id": str(folder), "gguf_file": name, "kind": "causal_lm", **fields}
+def entry(folder: Path, name: str = FILE, **fields) -> ModelConfig:
+    return ModelConfig(
+        name="m", source="local", id=str(folder), gguf_file=name, kind="causal_lm", **fields
+    )
 
 
 def test_a_second_call_reuses_the_conversion(tmp_path, cache, conversions):
@@ -151,7 +152,7 @@ def test_resolve_init_loads_the_converted_folder_and_keys_the_gguf_file(
         name="m", source="local", id=str(tmp_path / "pkg"), kind="causal_lm", gguf_file=FILE
     )
     init, resolved = model_source("llm", StageConfig(), model, HubRevisions())
-    assert init.location == model_location(dataclasses.asdict(model))
+    assert init.location == model_location(model)
     assert Path(str(init.location)).parent == cache / "models" / "gguf"
     assert init.identity["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
     assert resolved == model and init.unavailable is None
@@ -216,13 +217,13 @@ def test_gguf_file_is_refused_on_tiny_and_vlm_entries():
 
 def test_hub_gguf_offline_is_unavailable_not_an_error(cache, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # and the file is in no Hugging Face cache here
-    model = {
-        "source": "hub",
-        "id": "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF",
-        "revision": None,
-        "gguf_file": "smollm2-135m-instruct-q8_0.gguf",
-        "kind": "causal_lm",
-    }
+    model = ModelConfig(
+        name="smollm2-gguf",
+        source="hub",
+        id="HuggingFaceTB/SmolLM2-135M-Instruct-GGUF",
+        gguf_file="smollm2-135m-instruct-q8_0.gguf",
+        kind="causal_lm",
+    )
     converted = gguf.gguf_model(model)
     assert converted.folder is None
     assert "HF_HUB_OFFLINE=1" in str(converted.unavailable)

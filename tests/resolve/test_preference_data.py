@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from data_kit import data, error, load, pictures, write_csv, write_jsonl
 
+from recipe_engine.config.schema import ModelConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.data import load_splits
 from recipe_engine.resolve.formats import (
@@ -234,7 +235,8 @@ def test_image_pairs_reach_trls_vision_preference_collator(tmp_path: Path) -> No
     images = pictures(tmp_path, 2)
     rows = [{"images": [image], **pair(i)} for i, image in enumerate(images)]
     splits = load(write_jsonl(tmp_path / "d.jsonl", rows), kind="vlm")
-    processor = load_processor(str(build_tiny_model("tiny-qwen2-vl")), "vlm", {})
+    tiny = ModelConfig(name="tiny-qwen2-vl", source="tiny", id="tiny-qwen2-vl")
+    processor = load_processor(str(build_tiny_model(tiny.id)), tiny)
     batch = DataCollatorForVisionPreference(processor)([splits.train[i] for i in range(2)])
     assert batch["input_ids"].shape[0] == 4  # chosen then rejected, each with its prompt
     assert batch["image_grid_thw"].shape[0] == 4 and batch["pixel_values"].shape[0] > 0

@@ -16,6 +16,7 @@ from pathlib import Path
 from machines import CPU_ONLY
 
 from recipe_engine.config.compose import compose_config
+from recipe_engine.config.schema import ModelConfig
 from recipe_engine.run.evaluation import HeldOutAnswers, exact_match
 from recipe_engine.run.loading import load_pretrained, load_processor
 from recipe_engine.run.planning import plan_from_config
@@ -51,9 +52,9 @@ def held_out_scores(data: Path, *more: str) -> HeldOutAnswers:
         ),
         CPU_ONLY,
     ).stages["llm"]
-    entry = {"kind": "causal_lm"}
+    entry = ModelConfig(kind="causal_lm")  # the folder as it is: no hub download
     model = load_pretrained(stage.init.location, entry, dtype="float32", device_map={"": "cpu"})
-    processor = load_processor(stage.init.location, "causal_lm", entry)
+    processor = load_processor(stage.init.location, entry)
     rows = stage.data.splits().eval
     return exact_match(
         model, processor, rows, "causal_lm", Generation(max_new_tokens=8, batch_size=4)

@@ -4,11 +4,13 @@ config, for training and evaluation alike; a setting the processor does not take
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from engine_cli import SHORT_STAGES, forked_engine, manifests
 
+from recipe_engine.config.schema import ModelConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.tiny import build_tiny_model
 from recipe_engine.run.loading import load_processor
@@ -17,10 +19,11 @@ from recipe_engine.run.loading import load_processor
 def test_a_setting_the_processor_does_not_take_is_refused_naming_it() -> None:
     """transformers drops it silently: the stage would train at the default limits."""
     folder = str(build_tiny_model("tiny-qwen2-vl"))
+    entry = ModelConfig(name="tiny-qwen2-vl", source="tiny", id="tiny-qwen2-vl")
     with pytest.raises(RecipeError, match="Did you mean `max_pixels`") as refused:
-        load_processor(folder, "vlm", {"processor": {"max_pixel": 3136}})
+        load_processor(folder, replace(entry, processor={"max_pixel": 3136}))
     assert refused.value.key == "model.processor.max_pixel"
-    taken = load_processor(folder, "vlm", {"processor": {"max_pixels": 3136}})
+    taken = load_processor(folder, replace(entry, processor={"max_pixels": 3136}))
     assert taken.image_processor.size["longest_edge"] == 3136
 
 

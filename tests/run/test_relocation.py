@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import stat
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
 from recipe_engine.cli.main import main
 from recipe_engine.config.compose import compose_config
+from recipe_engine.config.schema import ModelConfig
 from recipe_engine.files import current_umask
 from recipe_engine.resolve.model_files import adapter_base_location
 from recipe_engine.run.loading import name_adapter_base
@@ -172,8 +174,9 @@ def test_engine_readers_resolve_a_relative_base_against_the_adapters_store(tmp_p
 def test_a_tiny_base_missing_on_this_machine_is_rebuilt_from_the_model_entry(tmp_path):
     from recipe_engine.resolve.models import model_location
 
-    entry = {"name": "tiny-qwen2", "source": "tiny", "id": "tiny-qwen2", "kind": "causal_lm"}
-    here = Path(model_location(entry))
+    model = ModelConfig(name="tiny-qwen2", source="tiny", id="tiny-qwen2", kind="causal_lm")
+    here = Path(model_location(model))
+    entry = asdict(model)  # as the manifest records it
     elsewhere = f"/elsewhere/.cache/recipe-engine/models/{here.name}"
     fields = dict(stage="llm", recipe="r", fingerprint="f" * 40, format=ADAPTER, dtype="float32")
     root = Manifest(**fields, model_entry=entry, base_location=elsewhere)

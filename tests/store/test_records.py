@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from platforms import EPYC, H100, XEON
 
+from recipe_engine.config.choices import ModelKind, ModelSource
 from recipe_engine.errors import RecipeError
 from recipe_engine.store.records import (
     SCHEMA_VERSION,
@@ -59,6 +60,22 @@ def test_a_manifest_written_before_versioning_still_loads(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(old))
     read = Manifest.load(tmp_path)
     assert read.schema_version == 0 and read.metrics.steps == 2
+
+
+def test_an_old_manifests_model_entry_reads_typed_with_defaults_and_without_dropped_keys():
+    old_entry = {"name": "m", "source": "tiny", "id": "tiny-qwen2", "kind": "causal_lm"}
+    model = replace(manifest(), model_entry=old_entry).model
+    assert model.source == ModelSource.tiny and model.kind == ModelKind.causal_lm
+    assert model.gguf_file is None and model.license is None and model.processor == {}
+    dropped = {**old_entry, "tokenizer_id": "m"}  # a key an older engine wrote
+    assert replace(manifest(), model_entry=dropped).model == model
+
+
+def test_a_model_entry_this_engine_cannot_read_is_one_message():
+    with pytest.raises(RecipeError, match="Stage `llm`: the model entry its manifest records"):
+        _ = replace(manifest(), model_entry={"name": "m", "id": "m", "kind": "audio"}).model
+    with pytest.raises(RecipeError, match="missing mandatory value: name"):
+        _ = manifest().model
 
 
 @pytest.mark.parametrize(
