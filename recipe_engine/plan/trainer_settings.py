@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipe_engine.config.library_keys import ENGINE_TRAIN_KEYS
+from recipe_engine.config.library_keys import ENGINE_TRAIN_KEYS, library_fields
 from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
@@ -21,6 +21,7 @@ from recipe_engine.files import JsonObject
 from recipe_engine.plan.placement import PlacementPlan
 from recipe_engine.resolve.row_shapes import LOSS_FLAGS, SHAPES
 from recipe_engine.resolve.templates import MARKED, PATCHED, UNMARKED, UNREAD
+from recipe_engine.trainers import TRAINERS
 
 # ZeRO-2 with the batch settings taken from the Trainer ("auto"); a user's own config file
 # goes in stage.<name>.train.deepspeed.
@@ -63,8 +64,10 @@ def trainer_settings(
         settings["ddp_backend"] = "gloo"
         settings["accelerator_config"] = {"use_configured_state": True}
     if kind == "vlm":
-        # Truncating a VLM row can cut image tokens out from under their features.
-        settings.setdefault("max_length", None)
+        # Truncating a VLM row can cut image tokens out from under their features (where the
+        # trainer truncates rows: an online trainer's prompts are not cut).
+        if "max_length" in library_fields(TRAINERS[stage.trainer].settings_class):
+            settings.setdefault("max_length", None)
         settings.setdefault("remove_unused_columns", False)
     if has_eval and settings.get("eval_strategy") not in (None, "no"):
         settings.setdefault("eval_steps", settings.get("save_steps"))
