@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,15 +62,28 @@ def stage_detail(folder: OutputFolder, stage: StageView) -> StageDetail:
     return detail
 
 
+# TRL's online trainers log each reward's mean per logging step under this key.
+REWARD_KEY = re.compile(r"rewards/(.+)/mean")
+
+
 def stage_curves(store: Path, stage: StageView) -> list[Curve]:
-    """The training loss and, where the trainer evaluated, the eval loss, by step."""
+    """The training loss and, where the trainer evaluated, the eval loss, by step; for a stage
+    that generates (an online trainer), its mean reward, each reward's mean (TRL logs them as
+    `rewards/<name>/mean`) and its completions' mean length."""
     if not stage.entry:
         return []
     folder = store / stage.entry
     if not folder.is_dir():
         folder = store / f"{stage.entry}.partial"
     records = read_metrics(folder / "metrics.jsonl")
-    curves = [curve("training loss", records, "loss"), curve("eval loss", records, "eval_loss")]
+    rewards = dict.fromkeys(k for r in records for k in r if REWARD_KEY.fullmatch(k))
+    curves = [
+        curve("training loss", records, "loss"),
+        curve("eval loss", records, "eval_loss"),
+        curve("mean reward", records, "reward"),
+        *(curve(f"reward {REWARD_KEY.fullmatch(k)[1]}", records, k) for k in rewards),
+        curve("completion length (tokens)", records, "completions/mean_length"),
+    ]
     return [c for c in curves if c.points]
 
 
