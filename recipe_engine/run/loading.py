@@ -329,6 +329,16 @@ class Weights:
     merge_check: MergeCheck | None = None  # an adapter parent's merge, as verified
 
 
+def starting_folder(weights: Weights, revision: str | None) -> str:
+    """The local folder the stage's starting weights were loaded from: a folder as it is, a
+    hub model's snapshot at the revision the stage loaded (already in the local cache)."""
+    if Path(weights.location).is_dir():
+        return weights.location
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(weights.location, revision=revision, local_files_only=True)
+
+
 def merge_parent(plan: RecipePlan, stage: StagePlan, store: Store) -> Weights:
     """The weights the stage starts from, as a loadable location. A step, not a query: a
     LoRA adapter it starts from (its parent's output, or an adapter folder as `init`) is

@@ -33,6 +33,7 @@ from recipe_engine.run.loading import (
     load_stage_processor,
     merge_parent,
     name_adapter_base,
+    starting_folder,
 )
 from recipe_engine.run.memory_peak import PeakMemory, free_memory, peak_memory
 from recipe_engine.run.policies import Frozen, apply_freeze, apply_lora, bnb_config
@@ -203,6 +204,16 @@ class StageRecipe:
             reference=self._reference_model(kind),
             rewards=[rewards.load(reward) for reward in self.stage.rewards],
         )
+        if (
+            kind.reloads_reference
+            and kind.keeps_reference(self.stage.trainer)
+            and not self.policy.lora
+        ):
+            # TRL reloads the reference by this name: the weights the stage started from, from
+            # the folder they were loaded from (a hub name would load whatever the hub has now).
+            self.model.config._name_or_path = starting_folder(
+                self.weights, self.stage.init.revision
+            )
         with tracking.tensorboard_logging_dir(events):
             self.trainer = make_trainer(kind, parts)
         # TRL's constructor casts a k-bit model's trainable weights to bfloat16, whatever the

@@ -22,5 +22,6 @@ KIND = OnlineKind(
     images=True,
     rank=4,
     online=True,
+    reloads_reference=True,
     defaults=Defaults(num_generations=8, beta=0.0),
 )

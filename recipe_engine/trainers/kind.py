@@ -94,6 +94,10 @@ class TrainerKind:
     # Generates its own completions while it trains and learns from their rewards
     # (`stage.<name>.rewards`): an online kind, whose batches are counted in completions.
     online: bool = False
+    # Its TRL trainer loads a full fine-tune's reference itself, from the name in the policy's
+    # config (`config._name_or_path`), rather than taking one: the engine points that name at
+    # the folder the stage's starting weights were loaded from, never at a hub name.
+    reloads_reference: bool = False
 
     @property
     def preference(self) -> bool:

@@ -13,6 +13,7 @@ and `plan` decides them here from the stage's keys and the defaults of TRL's set
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,8 @@ class Defaults:
     max_completion_length: int = 512
     num_iterations: int = 1
     beta: float = 0.0
+    num_train_epochs: float = 3.0
+    max_steps: int = -1
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,23 @@ class OnlineKind(TrainerKind):
                     key=f"{key}.use_vllm",
                 )
 
+    def planned_steps(self, stage: StageFacts) -> int:
+        """The steps the stage trains: `max_steps`, or its epochs of the batches TRL's sampler
+        yields (`batches_per_epoch`), as the run checks the built trainer's count."""
+        train, defaults = stage.train, self.defaults
+        if int(train.get("max_steps", defaults.max_steps)) > 0:
+            return int(train.get("max_steps", defaults.max_steps))
+        planned = generation(train, stage.world_size, defaults)
+        groups = stage.train_rows // planned.prompts_per_generation
+        batches = groups * planned.num_iterations * planned.steps_per_generation
+        accumulation = int(
+            train.get("gradient_accumulation_steps", defaults.gradient_accumulation_steps)
+        )
+        per_epoch = max(math.ceil(batches / accumulation), 1)
+        return math.ceil(
+            float(train.get("num_train_epochs", defaults.num_train_epochs)) * per_epoch
+        )
+
     def plan_notes(self, stage: StageFacts) -> list[str]:
         planned = generation(stage.train, stage.world_size, self.defaults)
         beta = float(stage.train.get("beta", self.defaults.beta))
@@ -135,7 +155,8 @@ class OnlineKind(TrainerKind):
             else "no reference (beta 0)"
         )
         return [
-            f"generation: {planned.num_generations} completions of up to "
+            f"generation: {self.planned_steps(stage)} steps; {planned.num_generations} "
+            "completions of up to "
             f"{planned.max_completion_length} tokens per prompt, "
             f"{planned.prompts_per_generation} prompt(s) ({planned.generation_batch} "
             f"completions) generated every {planned.steps_per_generation} step(s), "

@@ -20,5 +20,6 @@ KIND = OnlineKind(
     images=True,
     rank=5,
     online=True,
+    reloads_reference=True,
     defaults=Defaults(num_generations=2, beta=0.05),
 )

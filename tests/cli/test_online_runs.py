@@ -52,8 +52,25 @@ def prompts(folder: Path, images: bool) -> Path:
     return path
 
 
-@pytest.mark.parametrize("model", ["tiny-qwen2", "tiny-qwen2-vl"])
-def test_grpo_trains_a_bf16_model_on_the_users_prompts_and_reward(model, tmp_path, monkeypatch):
+# (model, trainer, what the stage trains): LoRA GRPO on a text and a vision-language model; a
+# full RLOO fine-tune (TRL's default beta 0.05), whose reference TRL loads itself by the name in
+# the policy's config, which the engine points at the folder the stage loaded.
+RUNS = {
+    "grpo text": ("tiny-qwen2", "grpo", []),
+    "grpo vlm": ("tiny-qwen2-vl", "grpo", []),
+    "rloo full": (
+        "tiny-qwen2",
+        "rloo",
+        ["stage.grpo.lora=null", "stage.grpo.freeze.components=[]"],
+    ),
+}
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_an_online_stage_trains_a_bf16_model_on_the_users_prompts_and_reward(
+    run, tmp_path, monkeypatch
+):
+    model, trainer, policy = RUNS[run]
     monkeypatch.chdir(tmp_path)  # the reward file is named relative to where the user runs
     (tmp_path / "my_rewards.py").write_text(REWARD)
     data = prompts(tmp_path, images=model.endswith("-vl"))
@@ -66,6 +83,8 @@ def test_grpo_trains_a_bf16_model_on_the_users_prompts_and_reward(model, tmp_pat
         "data.source=local",
         f"output_root={tmp_path / 'out'}",
         "stage.grpo.rewards=[{fn:my_rewards.py:solved},{name:length_penalty,max_length:8}]",
+        f"stage.grpo.trainer={trainer}",
+        *policy,
         *QUICK,
     ]
     assert main(argv) == 0
@@ -74,7 +93,7 @@ def test_grpo_trains_a_bf16_model_on_the_users_prompts_and_reward(model, tmp_pat
     assert row["status"] == "trained" and row["steps"] == 2, row
     output = StageRow(**row).output_path(run_dir)
     manifest = Manifest.load(output)
-    assert manifest.dtype == "bfloat16" and manifest.config["trainer"] == "grpo"
+    assert manifest.dtype == "bfloat16" and manifest.config["trainer"] == trainer
     assert manifest.trainer["reward_weights"] == [1.0, 1.0]
     logged = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     assert {"rewards/solved/mean", "rewards/length_penalty/mean"} <= set(logged[0])

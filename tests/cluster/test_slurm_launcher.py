@@ -1,5 +1,6 @@
 """`launcher=slurm` on a real two-node cluster: every stage one job, a child after its parent,
-the same keys as on this machine; a stage on two nodes; a failed parent cancels its child."""
+the same keys as on this machine (r3's two stages and a GRPO stage after them: r9-vlm-grpo); a
+stage on two nodes; a failed parent cancels its child."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from engine_cli import engine, manifests, weight_hashes
 
 pytestmark = pytest.mark.cluster
 
-R3 = [
-    "recipe=r3-two-stage",
+R9 = [
+    "recipe=r9-vlm-grpo",
     "device=cpu",
     "data.max_samples=32",
     "eval.max_samples=4",
     "stage.vision.train.max_steps=3",
     "stage.llm.train.max_steps=3",
+    "stage.grpo.train.max_steps=3",
 ]
 TEXT_DDP = [
     "recipe=text-lora",
@@ -34,11 +36,11 @@ def planned_keys(plan_text: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def r3_on_slurm(slurm, tmp_path_factory):
+def r9_on_slurm(slurm, tmp_path_factory):
     root = tmp_path_factory.mktemp("r3")
     out = f"output_root={root / 'outputs'}"
-    local_plan = engine("plan", *R3, out, cwd=root)
-    submitted = engine(*R3, "launcher=slurm", out, cwd=root)
+    local_plan = engine("plan", *R9, out, cwd=root)
+    submitted = engine(*R9, "launcher=slurm", out, cwd=root)
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     ids = job_ids(submitted.stdout)
     rows = wait_for_jobs(slurm, list(ids.values()), 600, "Start", "End", "NodeList")
@@ -46,40 +48,41 @@ def r3_on_slurm(slurm, tmp_path_factory):
 
 
 def test_plan_prints_each_stage_job_and_writes_nothing(slurm, tmp_path):
-    done = engine("plan", *R3, "launcher=slurm", f"output_root={tmp_path / 'out'}", cwd=tmp_path)
+    done = engine("plan", *R9, "launcher=slurm", f"output_root={tmp_path / 'out'}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     jobs = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("job:")]
     assert jobs[0].startswith("job: 1 node(s), 1 process(es) per node, 1 CPU(s)")
     assert "on partition debug" in jobs[0] and "after" not in jobs[0]
-    assert jobs[1].endswith("after vision")
+    assert jobs[1].endswith("after vision") and jobs[2].endswith("after llm")
     assert list(tmp_path.iterdir()) == []
 
 
-def test_r3_runs_as_two_dependent_jobs_with_the_keys_of_a_local_run(r3_on_slurm):
-    root, ids, rows, keys, submitted = r3_on_slurm
-    assert set(ids) == {"vision", "llm"}
+def test_r9_runs_as_three_dependent_jobs_with_the_keys_of_a_local_run(r9_on_slurm):
+    root, ids, rows, keys, submitted = r9_on_slurm
+    assert set(ids) == {"vision", "llm", "grpo"}
     assert {rows[i]["State"] for i in ids.values()} == {"COMPLETED"}, rows
-    # The child started only once its parent had ended (afterok).
+    # A child started only once its parent had ended (afterok).
     assert rows[ids["llm"]]["Start"] >= rows[ids["vision"]]["End"]
+    assert rows[ids["grpo"]]["Start"] >= rows[ids["llm"]]["End"]
     stored = manifests(root / "outputs")
     assert {name: m["fingerprint"][:12] for name, m in stored.items()} == keys
     assert "runs jobs" in submitted.stdout
 
 
-def test_runs_jobs_shows_each_stage_job_and_its_state(r3_on_slurm):
-    root = r3_on_slurm[0]
+def test_runs_jobs_shows_each_stage_job_and_its_state(r9_on_slurm):
+    root = r9_on_slurm[0]
     shown = engine("runs", "jobs", f"output_root={root / 'outputs'}", cwd=root)
     assert shown.returncode == 0, shown.stderr[-2000:]
     lines = {line.split()[0]: line.split() for line in shown.stdout.splitlines()[2:]}
-    assert lines["vision"][2] == lines["llm"][2] == "COMPLETED"
+    assert lines["vision"][2] == lines["llm"][2] == lines["grpo"][2] == "COMPLETED"
 
 
-def test_a_finished_run_submitted_again_submits_nothing(r3_on_slurm):
-    root = r3_on_slurm[0]
+def test_a_finished_run_submitted_again_submits_nothing(r9_on_slurm):
+    root = r9_on_slurm[0]
     out = f"output_root={root / 'outputs'}"
-    planned = engine("plan", *R3, "launcher=slurm", out, cwd=root)
-    assert planned.stdout.count("job: none (in the store, or left out by `only`)") == 2
-    again = engine(*R3, "launcher=slurm", out, cwd=root)
+    planned = engine("plan", *R9, "launcher=slurm", out, cwd=root)
+    assert planned.stdout.count("job: none (in the store, or left out by `only`)") == 3
+    again = engine(*R9, "launcher=slurm", out, cwd=root)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "Nothing to submit: every stage is in the store." in again.stdout
 
@@ -112,7 +115,7 @@ def test_a_stage_on_two_nodes_commits_the_weights_of_two_local_processes(slurm, 
 def test_a_failed_parent_leaves_its_child_cancelled_and_says_why(slurm, tmp_path):
     fail_vision = "slurm.setup=['test \"$SLURM_JOB_NAME\" != r3-two-stage-vision || exit 3']"
     out = f"output_root={tmp_path / 'outputs'}"
-    submitted = engine(*R3, "launcher=slurm", fail_vision, out, cwd=tmp_path)
+    submitted = engine(*R9, "launcher=slurm", fail_vision, out, cwd=tmp_path)
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     ids = job_ids(submitted.stdout)
     rows = wait_for_jobs(slurm, list(ids.values()), 300)
@@ -127,7 +130,7 @@ def test_a_failed_parent_leaves_its_child_cancelled_and_says_why(slurm, tmp_path
 def test_an_option_sbatch_refuses_is_one_message_naming_its_key_and_leaves_nothing(slurm, tmp_path):
     out = tmp_path / "outputs"
     gres = "+slurm.additional_parameters.gres=gpu:1"  # the cluster declares no GPU
-    done = engine(*R3, "launcher=slurm", gres, f"output_root={out}", cwd=tmp_path)
+    done = engine(*R9, "launcher=slurm", gres, f"output_root={out}", cwd=tmp_path)
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("error: sbatch refused stage `vision`'s job: ")

@@ -53,7 +53,10 @@ def test_steps_are_the_batches_trls_sampler_yields(train, samples, tmp_path):
         repeat_count=args.num_iterations * args.steps_per_generation,
     )
     batch = args.per_device_train_batch_size * args.steps_per_generation
-    assert GRPO.batches_per_epoch(args, samples, 1) == len(sampler) // batch
+    batches = len(sampler) // batch
+    assert GRPO.batches_per_epoch(args, samples, 1) == batches
+    per_epoch = max(-(-batches // args.gradient_accumulation_steps), 1)
+    assert GRPO.planned_steps(facts(train, rows=samples)) == 3 * per_epoch  # 3 epochs
     planned = generation(train, 1, GRPO.defaults)
     assert planned.generation_batch == args.generation_batch_size
     assert planned.steps_per_generation == args.steps_per_generation
@@ -101,7 +104,8 @@ def test_plan_says_how_the_stage_generates():
     train = {"per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 16}
     GRPO.check_plan(facts(train))
     (note,) = GRPO.plan_notes(facts(train))
-    assert "4 completions of up to 16 tokens per prompt" in note
+    # 64 prompts, 2 a generation batch: 32 steps an epoch, TRL's default 3 epochs
+    assert "generation: 96 steps; 4 completions of up to 16 tokens per prompt" in note
     assert "2 prompt(s) (8 completions)" in note and "no reference (beta 0)" in note
     (note,) = RLOO.plan_notes(facts(train))
     assert "KL to the reference, beta 0.05" in note
