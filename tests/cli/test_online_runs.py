@@ -52,11 +52,11 @@ def prompts(folder: Path, images: bool) -> Path:
     return path
 
 
-# (model, trainer, what the stage trains): LoRA GRPO on a text and a vision-language model; a
-# full RLOO fine-tune (TRL's default beta 0.05), whose reference TRL loads itself by the name in
-# the policy's config, which the engine points at the folder the stage loaded.
+# (model, trainer, what the stage trains): LoRA GRPO on a vision-language model (on text:
+# r7-sft-grpo in tests/run/test_preference_resume.py); a full RLOO fine-tune of a text model
+# (TRL's default beta 0.05), whose reference TRL loads itself by the name in the policy's
+# config, which the engine points at the folder the stage loaded.
 RUNS = {
-    "grpo text": ("tiny-qwen2", "grpo", []),
     "grpo vlm": ("tiny-qwen2-vl", "grpo", []),
     "rloo full": (
         "tiny-qwen2",
