@@ -26,6 +26,7 @@ from recipe_engine.resolve.tiny import (
     COLOURS,
     SHAPES,
     SHAPES_IMAGE_SIZE,
+    SHAPES_QUESTION,
     TINY_DATASETS,
     TINY_MODELS,
     build_dataset,
@@ -63,6 +64,8 @@ def test_public_names() -> None:
         "shapes-preference": "preference",
         "arithmetic-preference": "preference",
         "arithmetic-feedback": "unpaired",
+        "arithmetic-prompts": "prompts",
+        "shapes-prompts": "prompts",
     }
 
 
@@ -328,6 +331,26 @@ def test_arithmetic_feedback_labels_the_sentence_true_and_a_bare_or_near_miss_fa
                 assert int(said) >= 0
                 styles.add(sentence)
         assert styles == {True, False}  # bare answers and near misses both among the false
+
+
+def test_prompt_datasets_hold_questions_and_their_answers_for_a_reward(cache: Path) -> None:
+    """GRPO's rows: the arithmetic question with its answer, the shapes picture and question
+    with its colour and shape, each answer in an `answer` column an exact-match reward reads."""
+    folder = build_dataset("arithmetic-prompts", cache)
+    for split, expected in (("train", 256), ("eval", 64)):
+        rows = _rows(folder, split)
+        assert len(rows) == expected and all(set(row) == {"prompt", "answer"} for row in rows)
+        for row in rows:
+            a, op, b = row["prompt"].removeprefix("What is ").removesuffix("?").split()
+            assert row["answer"] == str(int(a) + int(b) if op == "+" else int(a) - int(b))
+    folder = build_dataset("shapes-prompts", cache)
+    for split, expected in (("train", 96), ("eval", 48)):
+        rows = _rows(folder, split)
+        assert len(rows) == expected
+        for row in rows:
+            colour, shape = row["answer"].split()
+            assert colour in COLOURS and shape in SHAPES and row["prompt"] == SHAPES_QUESTION
+            assert (folder / row["images"][0]).is_file()
 
 
 def test_datasets_are_deterministic(cache: Path, tmp_path: Path) -> None:
