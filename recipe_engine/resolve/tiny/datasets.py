@@ -126,26 +126,32 @@ def _build_shapes(folder: Path) -> None:
         _write_jsonl(folder / f"{split}.jsonl", rows)
 
 
+def _write_sums(
+    folder: Path,
+    counts: tuple[int, int],
+    seed: int,
+    row: Callable[[random.Random, int], JsonObject],
+) -> None:
+    """`train.jsonl` and `eval.jsonl`: `counts` rows each, drawn by `row(generator, index)`
+    from generators seeded `seed` and `seed + 1`."""
+    for split, count, split_seed in (("train", counts[0], seed), ("eval", counts[1], seed + 1)):
+        rng = random.Random(split_seed)
+        _write_jsonl(folder / f"{split}.jsonl", [row(rng, index) for index in range(count)])
+
+
 def _build_arithmetic(folder: Path) -> None:
     # The problem space is small on purpose (100 sums, 55 non-negative differences), so eval
     # draws mostly repeat training problems: exact match checks the table was learned.
-    for split, count, seed in (
-        ("train", _ARITH_TRAIN_ROWS, _SEED),
-        ("eval", _ARITH_EVAL_ROWS, _SEED + 1),
-    ):
-        rng = random.Random(seed)
-        rows = []
-        for _ in range(count):
-            question, answer = _sum(rng)
-            rows.append(
-                {
-                    "messages": [
-                        {"role": "user", "content": question},
-                        {"role": "assistant", "content": str(answer)},
-                    ]
-                }
-            )
-        _write_jsonl(folder / f"{split}.jsonl", rows)
+    def row(rng: random.Random, _: int) -> JsonObject:
+        question, answer = _sum(rng)
+        return {
+            "messages": [
+                {"role": "user", "content": question},
+                {"role": "assistant", "content": str(answer)},
+            ]
+        }
+
+    _write_sums(folder, (_ARITH_TRAIN_ROWS, _ARITH_EVAL_ROWS), _SEED, row)
 
 
 def _sum(rng: random.Random) -> tuple[str, int]:
@@ -201,22 +207,16 @@ def _build_arithmetic_preference(folder: Path) -> None:
     """The arithmetic questions as text pairs: the answer in a sentence ("It is 7.") chosen
     over the bare answer `arithmetic` teaches ("7") or the sentence with an answer off by one
     or two (never negative)."""
-    for split, count, seed in (
-        ("train", _ARITH_PAIRS_TRAIN, _ARITH_PAIRS_SEED),
-        ("eval", _ARITH_PAIRS_EVAL, _ARITH_PAIRS_SEED + 1),
-    ):
-        rng = random.Random(seed)
-        rows = []
-        for _ in range(count):
-            question, answer = _sum(rng)
-            if rng.random() < 0.5:
-                rejected = str(answer)
-            else:
-                rejected = _sentence(str(_near_miss(rng, answer)))
-            rows.append(
-                {"prompt": question, "chosen": _sentence(str(answer)), "rejected": rejected}
-            )
-        _write_jsonl(folder / f"{split}.jsonl", rows)
+
+    def row(rng: random.Random, _: int) -> JsonObject:
+        question, answer = _sum(rng)
+        if rng.random() < 0.5:
+            rejected = str(answer)
+        else:
+            rejected = _sentence(str(_near_miss(rng, answer)))
+        return {"prompt": question, "chosen": _sentence(str(answer)), "rejected": rejected}
+
+    _write_sums(folder, (_ARITH_PAIRS_TRAIN, _ARITH_PAIRS_EVAL), _ARITH_PAIRS_SEED, row)
 
 
 def _near_miss(rng: random.Random, answer: int) -> int:
@@ -232,38 +232,30 @@ def _build_arithmetic_feedback(folder: Path) -> None:
     answer off by one or two ("It is 8.") labelled false. Labels alternate, so every batch TRL
     reads in order holds both (its KL term pairs each prompt with the batch's other
     completions)."""
-    for split, count, seed in (
-        ("train", _ARITH_FEEDBACK_TRAIN, _ARITH_FEEDBACK_SEED),
-        ("eval", _ARITH_FEEDBACK_EVAL, _ARITH_FEEDBACK_SEED + 1),
-    ):
-        rng = random.Random(seed)
-        rows = []
-        for index in range(count):
-            question, answer = _sum(rng)
-            desirable = index % 2 == 0
-            if desirable:
-                completion = _sentence(str(answer))
-            elif rng.random() < 0.5:
-                completion = str(answer)
-            else:
-                completion = _sentence(str(_near_miss(rng, answer)))
-            rows.append({"prompt": question, "completion": completion, "label": desirable})
-        _write_jsonl(folder / f"{split}.jsonl", rows)
+
+    def row(rng: random.Random, index: int) -> JsonObject:
+        question, answer = _sum(rng)
+        desirable = index % 2 == 0
+        if desirable:
+            completion = _sentence(str(answer))
+        elif rng.random() < 0.5:
+            completion = str(answer)
+        else:
+            completion = _sentence(str(_near_miss(rng, answer)))
+        return {"prompt": question, "completion": completion, "label": desirable}
+
+    _write_sums(folder, (_ARITH_FEEDBACK_TRAIN, _ARITH_FEEDBACK_EVAL), _ARITH_FEEDBACK_SEED, row)
 
 
 def _build_arithmetic_prompts(folder: Path) -> None:
     """The arithmetic questions as prompts with their answer in an `answer` column, as online
     (GRPO) data is written: the stage answers the prompt itself and a reward reads `answer`."""
-    for split, count, seed in (
-        ("train", _ARITH_PROMPTS_TRAIN, _ARITH_PROMPTS_SEED),
-        ("eval", _ARITH_PROMPTS_EVAL, _ARITH_PROMPTS_SEED + 1),
-    ):
-        rng = random.Random(seed)
-        rows = []
-        for _ in range(count):
-            question, answer = _sum(rng)
-            rows.append({"prompt": question, "answer": str(answer)})
-        _write_jsonl(folder / f"{split}.jsonl", rows)
+
+    def row(rng: random.Random, _: int) -> JsonObject:
+        question, answer = _sum(rng)
+        return {"prompt": question, "answer": str(answer)}
+
+    _write_sums(folder, (_ARITH_PROMPTS_TRAIN, _ARITH_PROMPTS_EVAL), _ARITH_PROMPTS_SEED, row)
 
 
 def _build_shapes_prompts(folder: Path) -> None:
