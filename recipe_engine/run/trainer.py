@@ -115,6 +115,12 @@ def fresh_accelerator_state() -> None:
 
 def evaluate_held_out(trainer: Any, kind: TrainerKind, held_out: Any) -> dict[str, float]:
     """The trainer's own evaluation of the held-out rows (loss; rewards for preference)."""
+    # transformers' MLflowCallback ended the stage's MLflow run when training ended; what the
+    # evaluation logs through it would open a run of its own (a random name, no tags) beside
+    # the stage's. The engine records the evaluation on the stage's run itself (`stage/*`).
+    from transformers.integrations import MLflowCallback
+
+    trainer.remove_callback(MLflowCallback)
     if kind.evaluates_tokenized:  # the same rows, as the trainer tokenized them when built
         return trainer.evaluate(trainer.eval_dataset.select(range(len(held_out))))
     if getattr(trainer.args, "precompute_ref_log_probs", False):

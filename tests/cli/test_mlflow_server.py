@@ -119,6 +119,14 @@ def test_a_run_is_a_parent_with_a_child_per_stage(tracked_run: Tracked) -> None:
 
     stages = children(client, experiment.experiment_id, parent.info.run_id)
     assert sorted(stages) == ["llm", "vision"]
+    # Every run is the engine's (a recipe run or a stage's): the held-out evaluation after
+    # training opened no run of its own.
+    every = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert not [
+        r.info.run_name
+        for r in every
+        if not any(tag.startswith("recipe_engine.") for tag in r.data.tags)
+    ], "a run without the engine's tags"
     vision, llm = stages["vision"], stages["llm"]
     for run in (vision, llm):
         assert run.info.status == "FINISHED"
