@@ -31,6 +31,7 @@ from recipe_engine.run.loading import (
     handoff_checksums,
     load_stage_model,
     load_stage_processor,
+    load_teacher,
     merge_parent,
     name_adapter_base,
 )
@@ -202,6 +203,7 @@ class StageRecipe:
             [self.metrics_log],
             reference=self._reference_model(kind),
             rewards=[rewards.load(reward) for reward in self.stage.rewards],
+            teacher=load_teacher(self.plan, self.stage, self.store),
         )
         with tracking.tensorboard_logging_dir(events):
             self.trainer = make_trainer(kind, parts)
