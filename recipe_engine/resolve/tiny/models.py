@@ -56,7 +56,7 @@ _TEXT_SIZE: LibraryKwargs = {  # a text config class's sizes
     "tie_word_embeddings": False,
 }
 # tiny-qwen2-large: tiny-qwen2's tokenizer (the same files) in a wider, deeper model (about
-# 6x the parameters): a teacher a tiny-qwen2 stage can learn from by distillation.
+# 8x the parameters): a teacher a tiny-qwen2 stage can learn from by distillation.
 _TEXT_SIZE_LARGE: LibraryKwargs = {
     **_TEXT_SIZE,
     "hidden_size": 128,
