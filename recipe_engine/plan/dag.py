@@ -96,6 +96,10 @@ class StageGraph:
         """The stages whose weights `name` loads: its parent, then its teacher."""
         return [s for s in (self.parents[name], self.teachers.get(name)) if s is not None]
 
+    def loaded_by(self, name: str) -> list[str]:
+        """The stages that load `name`'s weights: its children and the stages it teaches."""
+        return [s for s in self.order if name in self.inputs(s)]
+
     def needs(self, name: str) -> list[str]:
         """Every stage `name` needs trained first (its inputs, theirs ...), in graph order."""
         found, todo = set(), self.inputs(name)

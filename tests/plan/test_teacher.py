@@ -31,6 +31,7 @@ def test_the_teacher_is_ordered_before_the_stage_that_learns_from_it():
     assert chain.order == ("sft", "t0", "t", "s")
     assert chain.needs("s") == ["sft", "t0", "t"]
     assert chain.children("t") == []  # a teacher is an input, not a parent
+    assert chain.loaded_by("t") == ["s"] and chain.loaded_by("s") == []
 
 
 def test_a_teacher_feeds_a_target_and_a_cycle_through_it_is_refused():
@@ -48,7 +49,10 @@ def test_a_teacher_naming_no_stage_suggests_the_closest():
 
 
 def test_the_plan_draws_the_teacher_and_keys_the_student_by_it():
+    from recipe_engine.evaluate.experiment_jobs import final_stage
+
     planned = plan(R8)
+    assert final_stage(plan(R8, "recipe.targets=[]")) == "distill"  # the teacher is loaded
     distill = planned.stages["distill"]
     assert planned.graph.order == ("llm", "teacher", "distill")
     assert distill.teacher == "teacher" and distill.parent == "llm"
