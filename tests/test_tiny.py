@@ -57,6 +57,7 @@ def test_public_names() -> None:
         "tiny-idefics3",
         "tiny-llama",
         "tiny-qwen2",
+        "tiny-qwen2-large",
     )
     assert TINY_DATASETS == {
         "shapes": "vlm",

@@ -34,8 +34,18 @@ class InitConfig:
     """Where a stage's weights come from: at most one of the three (none = the recipe's model)."""
 
     from_stage: str | None = None
-    model: str | None = None  # a hub id, e.g. Qwen/Qwen2-VL-7B-Instruct
+    # a hub id, e.g. Qwen/Qwen2-VL-7B-Instruct, or a tiny built-in model's name (tiny-qwen2-large)
+    model: str | None = None
     path: str | None = None  # a local save_pretrained folder or trainer checkpoint
+
+
+@dataclass
+class TeacherConfig:
+    """The model a stage learns from by distillation (a kind that learns from a teacher):
+    another stage of the recipe, whose weights `plan` orders first and the stage's key hashes.
+    Unset (the default) on every other stage."""
+
+    from_stage: str | None = None
 
 
 @dataclass
@@ -115,6 +125,9 @@ class StageConfig:
     train: LibraryKwargs = field(default_factory=dict)  # the trainer's settings (SFTConfig ...)
     # An online trainer's rewards (grpo, rloo): what scores the completions it generates.
     rewards: list[RewardConfig] = field(default_factory=list)
+    # A distilling trainer's teacher: the stage whose weights it learns the next-token
+    # distributions of (same tokenizer as this stage's model).
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
 
 
 def without_empty_sections(stage: StageConfig) -> StageConfig:

@@ -174,9 +174,10 @@ def _job(
 
 
 def final_stage(plan: RecipePlan) -> str:
-    """The stage a recipe exists for: its one target, else its one stage no other starts from."""
+    """The stage a recipe exists for: its one target, else its one stage no other loads (starts
+    from, or learns from as its teacher)."""
     targets = list(plan.config.recipe.targets)
-    finals = targets or [n for n in plan.graph.order if not plan.graph.children(n)]
+    finals = targets or [n for n in plan.graph.order if not plan.graph.loaded_by(n)]
     if len(finals) != 1:
         raise RecipeError(
             f"Recipe `{plan.recipe}` ends in {len(finals)} stages ({', '.join(finals)}); an "

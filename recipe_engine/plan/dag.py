@@ -8,7 +8,7 @@ same weights and a stored stage can be reused instead of retrained.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
@@ -72,8 +72,10 @@ NON_WEIGHT_STAGE_KEYS = frozenset({"template", "description"})
 
 @dataclass(frozen=True)
 class StageGraph:
-    order: tuple[str, ...]  # topological: parents before children
+    order: tuple[str, ...]  # topological: every stage after the stages it loads
     parents: Mapping[str, str | None]
+    # A distilling stage's teacher: a second stage whose weights it loads (not its start).
+    teachers: Mapping[str, str | None] = field(default_factory=dict)
 
     def children(self, name: str) -> list[str]:
         return [s for s in self.order if self.parents[s] == name]
@@ -90,9 +92,28 @@ class StageGraph:
         chain = self.ancestors(name)
         return chain[-1] if chain else name
 
+    def inputs(self, name: str) -> list[str]:
+        """The stages whose weights `name` loads: its parent, then its teacher."""
+        return [s for s in (self.parents[name], self.teachers.get(name)) if s is not None]
+
+    def loaded_by(self, name: str) -> list[str]:
+        """The stages that load `name`'s weights: its children and the stages it teaches."""
+        return [s for s in self.order if name in self.inputs(s)]
+
+    def needs(self, name: str) -> list[str]:
+        """Every stage `name` needs trained first (its inputs, theirs ...), in graph order."""
+        found, todo = set(), self.inputs(name)
+        while todo:
+            stage = todo.pop()
+            if stage not in found:
+                found.add(stage)
+                todo += self.inputs(stage)
+        return [s for s in self.order if s in found]
+
 
 def build_graph(stages: Mapping[str, Mapping[str, Any]], targets: Sequence[str] = ()) -> StageGraph:
-    """Validate the stage edges and order them. Fan-out (one parent, many children) is allowed."""
+    """Validate the stage edges and order them. Fan-out (one parent, many children) is allowed;
+    a stage's teacher (`teacher.from_stage`) is an input too, ordered before it."""
     if not stages:
         raise RecipeError(
             "The recipe has no stages. Add at least one under `stage:` "
@@ -100,6 +121,7 @@ def build_graph(stages: Mapping[str, Mapping[str, Any]], targets: Sequence[str] 
             key="stage",
         )
     parents: dict[str, str | None] = {}
+    teachers: dict[str, str | None] = {}
     for name, stage in stages.items():
         init = stage.get("init") or {}
         sources = [k for k in ("from_stage", "model", "path") if init.get(k)]
@@ -120,33 +142,63 @@ def build_graph(stages: Mapping[str, Mapping[str, Any]], targets: Sequence[str] 
                 key=f"stage.{name}.init.from_stage",
             )
         parents[name] = parent
-    order = _topological_order(parents)
-    graph = StageGraph(order=tuple(order), parents=parents)
+        teachers[name] = _teacher(name, stage, stages)
+    order = _topological_order(parents, teachers)
+    graph = StageGraph(order=tuple(order), parents=parents, teachers=teachers)
     _check_reachable(graph, targets)
     return graph
 
 
-def _topological_order(parents: Mapping[str, str | None]) -> list[str]:
+def _teacher(name: str, stage: Mapping[str, Any], stages: Mapping[str, Any]) -> str | None:
+    """The stage `stage.<name>.teacher.from_stage` names (None: no teacher)."""
+    teacher = (stage.get("teacher") or {}).get("from_stage")
+    if teacher is not None and teacher not in stages:
+        key = f"stage.{name}.teacher.from_stage"
+        raise RecipeError(
+            f"`{key}` names `{teacher}`, which is not a stage of this recipe."
+            f"{did_you_mean(teacher, stages)} Stages: {', '.join(stages)}. Name the stage whose "
+            f"weights `{name}` learns from ({key}=<stage>), or add that stage.",
+            key=key,
+        )
+    return teacher
+
+
+def _topological_order(
+    parents: Mapping[str, str | None], teachers: Mapping[str, str | None]
+) -> list[str]:
+    """Every stage after its parent and its teacher; otherwise in declaration order (a
+    stage's inputs first), which keeps the output stable."""
     order: list[str] = []
     state: dict[str, str] = {}  # "visiting" | "done"
-    for start in parents:  # declaration order keeps the output stable
-        path: list[str] = []
-        node: str | None = start
-        while node is not None and state.get(node) != "done":
-            if state.get(node) == "visiting":
-                cycle = path[path.index(node) :] + [node]
-                raise RecipeError(
-                    f"The stages form a cycle: {' -> '.join(reversed(cycle))}. "
-                    f"Point `stage.{node}.init` at a model or path instead of a stage.",
-                    key=f"stage.{node}.init.from_stage",
-                )
-            state[node] = "visiting"
-            path.append(node)
-            node = parents[node]
-        for name in reversed(path):
-            state[name] = "done"
-            order.append(name)
+
+    def visit(node: str, path: list[str]) -> None:
+        if state.get(node) == "done":
+            return
+        if state.get(node) == "visiting":
+            raise _cycle([*path[path.index(node) :], node], teachers)
+        state[node] = "visiting"
+        for needed in (parents[node], teachers.get(node)):
+            if needed is not None:
+                visit(needed, [*path, node])
+        state[node] = "done"
+        order.append(node)
+
+    for start in parents:
+        visit(start, [])
     return order
+
+
+def _cycle(cycle: list[str], teachers: Mapping[str, str | None]) -> RecipeError:
+    """A cycle of stages (each loading the next): the first one's edge is the one to cut."""
+    node, loaded = cycle[0], cycle[1]
+    via_teacher = teachers.get(node) == loaded
+    key = f"stage.{node}.teacher.from_stage" if via_teacher else f"stage.{node}.init.from_stage"
+    fix = (
+        f"Point `stage.{node}.teacher` at a stage that does not learn from `{node}`."
+        if via_teacher
+        else f"Point `stage.{node}.init` at a model or path instead of a stage."
+    )
+    return RecipeError(f"The stages form a cycle: {' -> '.join(reversed(cycle))}. {fix}", key=key)
 
 
 def _check_reachable(graph: StageGraph, targets: Sequence[str]) -> None:
@@ -161,7 +213,7 @@ def _check_reachable(graph: StageGraph, targets: Sequence[str]) -> None:
         return
     needed = set(targets)
     for target in targets:
-        needed.update(graph.ancestors(target))
+        needed.update(graph.needs(target))
     unreachable = [s for s in graph.order if s not in needed]
     if unreachable:
         raise RecipeError(

@@ -31,9 +31,10 @@ def stage_needs(plan: RecipePlan, stored: set[str]) -> list[StageNeeds]:
         if name in stored:
             continue
         stage = plan.stages[name]
-        placement, parent = stage.placement, stage.parent
+        placement = stage.placement
         per_node = max(placement.nproc if placement.starter != "none" else 1, 1)
-        after = (parent,) if parent and parent in {n.stage for n in needs} else ()
+        pending = {n.stage for n in needs}  # its parent's and its teacher's jobs, if any
+        after = tuple(s for s in plan.graph.inputs(name) if s in pending)
         on_gpu = placement.device == "cuda"
         needs.append(StageNeeds(name, per_node, on_gpu, _host_gib(stage, per_node), after))
     return needs

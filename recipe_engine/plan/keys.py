@@ -20,11 +20,15 @@ from recipe_engine.plan.recipe_plan import StagePlan
 from recipe_engine.rewards import Reward
 
 
-def stage_key(cfg: EngineConfig, stage: StagePlan, parent: StagePlan | None) -> str:
+def stage_key(
+    cfg: EngineConfig, stage: StagePlan, parent: StagePlan | None, teacher: StagePlan | None = None
+) -> str:
     """The stage's key, from its plan once its placement is known (a child's source is its
-    parent's key). What is hashed is JSON: its keys are the keys of every stage key."""
+    parent's key; a distilling stage's teacher is hashed by its key). What is hashed is JSON:
+    its keys are the keys of every stage key."""
     config = dataclasses.asdict(stage.config)
     del config["rewards"]  # hashed as planned (with their code) where a stage has any
+    del config["teacher"]  # hashed by the teacher's key where a stage has one
     settings: JsonObject = {
         **config,
         "world_size": stage.placement.world_size,
@@ -34,6 +38,7 @@ def stage_key(cfg: EngineConfig, stage: StagePlan, parent: StagePlan | None) -> 
         **_model_settings(stage.model),
         **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
         **({"rewards": [_reward_settings(r) for r in stage.rewards]} if stage.rewards else {}),
+        **({"teacher": teacher.fingerprint} if teacher else {}),
     }
     return dag.fingerprint(
         settings,

@@ -146,6 +146,9 @@ class MemoryRequest:
     # An online kind's generation: completions generated at once on this device (0: none),
     # each of `text_tokens` (the prompt and its longest completion), keeping a KV cache.
     generated_sequences: int = 0
+    # A distilling stage's teacher: its weights, frozen, at the stage's dtype (no gradients,
+    # no optimizer state; its no-grad forward's activations are not counted).
+    teacher_params: int = 0
     stage: str = ""  # the stage's name, for the advice
 
 
@@ -165,6 +168,7 @@ class MemoryEstimate:
     reference: float = 0.0  # DPO's frozen copy of the starting weights
     buckets: float = 0.0  # DeepSpeed's gradient-reduction buckets, held through the step
     generation: float = 0.0  # an online kind's KV cache while it generates a batch
+    teacher: float = 0.0  # a distilling stage's frozen teacher weights
 
     @property
     def peak(self) -> float:
@@ -177,6 +181,7 @@ class MemoryEstimate:
         return [
             ("weights", self.weights),
             ("reference model", self.reference),
+            ("teacher model", self.teacher),
             ("lora", self.lora),
             ("gradients", self.gradients),
             ("optimizer", self.optimizer),
@@ -225,6 +230,7 @@ def estimate_memory(req: MemoryRequest) -> MemoryEstimate:
         devices=req.sharding.devices,
         reference=shared["reference"] / GIB,
         buckets=req.sharding.bucket_bytes / GIB,
+        teacher=req.teacher_params * WIDTH[req.dtype] / GIB,
     )
 
 

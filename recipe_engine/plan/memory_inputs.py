@@ -57,6 +57,8 @@ class MemoryInputs:
     # LoRA's dtype as the stage's precision plan decides it (plan.precision); the other
     # weights are in the stage's dtype.
     adapter_dtype: str = "float32"
+    # A distilling stage's teacher: its parameters, held frozen beside the policy (0: none).
+    teacher_params: int = 0
 
 
 # --------------------------------------------------------------------------- the stage
@@ -90,6 +92,7 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
         sharding=_sharding(placement, given.zero, shape),
         overhead_gib=CUDA_WORKSPACE_GIB if device == "cuda" else 0.0,
         stage=given.name,
+        teacher_params=given.teacher_params,
     )
     request = _with_trainer(_with_policy(request, given.policy, stage), given.policy, stage)
     where = "cuda:0" if device == "cuda" else device

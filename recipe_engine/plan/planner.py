@@ -16,11 +16,7 @@ from dataclasses import dataclass
 from recipe_engine.config import library_keys
 from recipe_engine.config.bounds import check_engine_values
 from recipe_engine.config.library_objects import LibraryKwargs
-from recipe_engine.config.schema import (
-    EngineConfig,
-    ModelConfig,
-    StageConfig,
-)
+from recipe_engine.config.schema import EngineConfig, ModelConfig, StageConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
 from recipe_engine.launchers.registry import check_launch, launcher_kind
@@ -61,6 +57,7 @@ from recipe_engine.plan.stage_settings import (
     check_stage_settings,
     resolved_stages,
 )
+from recipe_engine.plan.teacher import check_teacher_setting, teacher_params, teacher_plan
 from recipe_engine.plan.trainer_settings import (
     ZeroSettings,
     choose_loss,
@@ -94,6 +91,7 @@ class StageContext:
     name: str
     stage: StageConfig  # dtypes resolved
     inputs: StageInputs
+    teacher: StagePlan | None = None  # a distilling stage's teacher, planned before it
 
     @property
     def init(self) -> InitSource:
@@ -112,6 +110,7 @@ def check_recipe(cfg: EngineConfig) -> dag.StageGraph:
     stages = resolved_stages(cfg)
     for name, stage in stages.items():
         check_stage_settings(name, stage)
+        check_teacher_setting(name, stage)
     graph = dag.build_graph(
         {n: dataclasses.asdict(s) for n, s in stages.items()}, cfg.recipe.targets
     )
@@ -126,7 +125,9 @@ def plan_recipe(cfg: EngineConfig, graph: dag.StageGraph, inputs: RecipeInputs) 
     planned: dict[str, StagePlan] = {}
     shared: dict[tuple[str, str], Rows] = {}  # rows read one way, shared by the stages
     for name in graph.order:
-        context = StageContext(cfg, inputs.machine, name, stages[name], inputs.stages[name])
+        given = inputs.stages[name]
+        teacher = teacher_plan(name, graph.teachers.get(name), planned, inputs.stages)
+        context = StageContext(cfg, inputs.machine, name, stages[name], given, teacher)
         parent = planned[graph.parents[name]] if graph.parents[name] else None
         planned[name] = _plan_stage(context, parent, graph.children(name), shared)
     check_duplicates({name: stage.fingerprint for name, stage in planned.items()})
@@ -192,7 +193,12 @@ def _plan_stage(
         ],
         memory=_memory(context, policy, rows, placement, _zero(trainer)),
     )
-    return dataclasses.replace(planned, fingerprint=stage_key(context.cfg, planned, parent))
+    return dataclasses.replace(planned, fingerprint=_stage_key(context, planned, parent))
+
+
+def _stage_key(context: StageContext, planned: StagePlan, parent: StagePlan | None) -> str:
+    """The stage's key (`plan.keys`): its parent's and its teacher's keys among its sources."""
+    return stage_key(context.cfg, planned, parent, context.teacher)
 
 
 def _check_attention(context: StageContext, placement: PlacementPlan) -> None:
@@ -382,6 +388,7 @@ def _memory(
             name=context.name,
             longest_tokens=context.inputs.longest_tokens,
             adapter_dtype=_precision(stage, policy, placement, {}).adapters or "float32",
+            teacher_params=teacher_params(context.teacher),
         )
     )
 

@@ -108,6 +108,11 @@ class StagePlan:
     def evaluate_only(self) -> bool:
         return self.config.evaluate_only
 
+    @property
+    def teacher(self) -> str | None:
+        """The stage whose weights this one learns from (a distilling stage's; else None)."""
+        return self.config.teacher.from_stage
+
 
 @dataclass(frozen=True)
 class RecipePlan:
@@ -134,3 +139,6 @@ class RecipePlan:
 
     def parent_of(self, stage: StagePlan) -> StagePlan | None:
         return self.stages[stage.parent] if stage.parent else None
+
+    def teacher_of(self, stage: StagePlan) -> StagePlan | None:
+        return self.stages[stage.teacher] if stage.teacher else None

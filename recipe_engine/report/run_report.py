@@ -65,10 +65,10 @@ def plot_stages(plan: RecipePlan, results: list[StageResult]) -> list[PlotStage]
 
 def sinks(plan: RecipePlan, results: list[StageResult]) -> list[StageResult]:
     """The stages the run exists for: the recipe's `targets`, else the stages no other stage
-    of this run starts from (every child of a fan-out, not just the last one run)."""
+    of this run loads (every child of a fan-out, not just the last one run; not a teacher)."""
     ran = {r.name for r in results}
     targets = [r for r in results if r.name in plan.config.recipe.targets]
-    leaves = [r for r in results if not ran.intersection(plan.graph.children(r.name))]
+    leaves = [r for r in results if not ran.intersection(plan.graph.loaded_by(r.name))]
     return targets or leaves
 
 

@@ -23,6 +23,7 @@ from recipe_engine.resolve import cache, gguf, hub_models, model_files
 from recipe_engine.resolve.hub_revisions import HubRevision, HubRevisions
 from recipe_engine.resolve.models import model_location
 from recipe_engine.resolve.tiny.build import VERSION as TINY_BUILD_VERSION
+from recipe_engine.resolve.tiny.models import TINY_MODELS
 
 # Where a stage's weights come from.
 HUB, TINY, LOCAL, PARENT = "hub", "tiny", "local", "stage"
@@ -120,9 +121,10 @@ def model_source(
         model = dataclasses.replace(recipe_model, source=LOCAL, id=str(path), gguf_file=None)
         return _local_source(init.path, f"stage.{name}.init.path", model), model
     model, key = recipe_model, "model.id"
-    if init.model:
+    if init.model:  # a hub id, or the name of a tiny built-in model
+        source = TINY if init.model in TINY_MODELS else HUB
         model = dataclasses.replace(
-            recipe_model, source=HUB, id=init.model, name=init.model, gguf_file=None
+            recipe_model, source=source, id=init.model, name=init.model, gguf_file=None
         )
         key = f"stage.{name}.init.model"
     if model.gguf_file:

@@ -348,19 +348,43 @@ def merge_parent(plan: RecipePlan, stage: StagePlan, store: Store) -> Weights:
     are, with what the parent trained (to check after loading)."""
     init = stage.init
     if init.kind == PARENT:
-        parent = plan.stages[str(init.parent)]
-        folder = store.entry(parent.fingerprint)
-        if is_adapter_folder(folder):
-            into = store.merged_dir(parent.fingerprint, stage.dtype)
-            merged = merge_adapter_parent(folder, stage.dtype, into, parent.name)
-            return Weights(str(merged.folder), parent.name, merged.expected, merged.check)
-        checksums = Manifest.load(folder, stage=parent.name).trained_checksums
-        return Weights(str(folder), parent.name, checksums)
+        return stage_output(plan.stages[str(init.parent)], stage.dtype, store)
     if init.adapter:
         into = store.merged_dir(canonical_hash(init.identity), stage.dtype)
         merged = merge_adapter_parent(Path(str(init.location)), stage.dtype, into)
         return Weights(str(merged.folder), merge_check=merged.check)
     return Weights(str(init.location))
+
+
+def stage_output(parent: StagePlan, dtype: str, store: Store) -> Weights:
+    """A stored stage's weights as another stage loads them in `dtype`: a LoRA adapter merged
+    into its base (kept in the store, verified), full weights as they are; with what the
+    stage trained, to check after loading."""
+    folder = store.entry(parent.fingerprint)
+    if is_adapter_folder(folder):
+        into = store.merged_dir(parent.fingerprint, dtype)
+        merged = merge_adapter_parent(folder, dtype, into, parent.name)
+        return Weights(str(merged.folder), parent.name, merged.expected, merged.check)
+    checksums = Manifest.load(folder, stage=parent.name).trained_checksums
+    return Weights(str(folder), parent.name, checksums)
+
+
+def load_teacher(plan: RecipePlan, stage: StagePlan, store: Store) -> Any:
+    """A distilling stage's teacher: its teacher stage's committed weights (an adapter merged
+    into its base) in the stage's dtype and placement, frozen and in eval mode, its training
+    checked as a child checks its parent's; None where the stage has no teacher."""
+    teacher = plan.teacher_of(stage)
+    if teacher is None:
+        return None
+    weights = stage_output(teacher, stage.dtype, store)
+    log.info("stage %s: loading its teacher %s", stage.name, weights.location)
+    model = load_pretrained(
+        weights.location, teacher.model, dtype=stage.dtype, device_map=stage.placement.device_map
+    )
+    check_handoff(model, weights.expected or {}, teacher.name)
+    model.eval()
+    model.requires_grad_(False)
+    return model
 
 
 def load_stage_model(stage: StagePlan, weights: Weights, quantization_config: Any) -> Any:

@@ -112,12 +112,12 @@ def _selected(plan: RecipePlan, store: Store) -> list[str]:
     for name in plan.graph.order:
         if name in only:
             continue
-        needed_by = sorted(w for w in only if name in plan.graph.ancestors(w))
+        needed_by = sorted(w for w in only if name in plan.graph.needs(w))
         if needed_by and not store.is_complete(plan.stages[name].fingerprint):
             raise RecipeError(
                 f"`only` skips stage `{name}`, but it has no stored output and "
-                f"{', '.join(needed_by)} start(s) from it. Run it first: only=[{name}] "
-                "(or drop `only`).",
+                f"{', '.join(needed_by)} start(s) from it (or learn from it). Run it first: "
+                f"only=[{name}] (or drop `only`).",
                 key="only",
             )
     # Skipped stages still appear when stored, so the summary maps every stage to its output.

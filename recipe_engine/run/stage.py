@@ -31,6 +31,7 @@ from recipe_engine.run.loading import (
     handoff_checksums,
     load_stage_model,
     load_stage_processor,
+    load_teacher,
     merge_parent,
     name_adapter_base,
     starting_folder,
@@ -203,6 +204,7 @@ class StageRecipe:
             [self.metrics_log],
             reference=self._reference_model(kind),
             rewards=[rewards.load(reward) for reward in self.stage.rewards],
+            teacher=load_teacher(self.plan, self.stage, self.store),
         )
         if (
             kind.reloads_reference

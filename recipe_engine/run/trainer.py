@@ -69,7 +69,7 @@ def build_args(settings: LibraryKwargs, *, output_dir: Path, kind: TrainerKind =
 class TrainerParts:
     """What a stage hands its TRL trainer; `reference` is the frozen reference model a
     full-fine-tune stage of a kind with a reference compares with (None: the adapter-disabled
-    base, or none)."""
+    base, or none); `teacher` the frozen model a distilling stage learns from."""
 
     model: Any
     args: Any
@@ -78,6 +78,7 @@ class TrainerParts:
     callbacks: list[Any]
     reference: Any = None
     rewards: list[Any] = field(default_factory=list)  # an online kind's reward functions
+    teacher: Any = None  # a distilling kind's frozen teacher model
 
 
 def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
@@ -94,7 +95,7 @@ def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
         eval_dataset=parts.splits.eval,
         processing_class=parts.processor,
         callbacks=parts.callbacks,
-        **kind.trainer_arguments(parts.reference, parts.rewards),
+        **kind.trainer_arguments(parts.reference, parts.rewards, parts.teacher),
     )
     if kind.reference:
         reference_is_the_disabled_adapter(trainer.model)

@@ -3,9 +3,10 @@
 A kind is one TRL trainer with its own settings class (a stage's `train` keys are that
 class's fields). What differs between kinds and matters to the engine is declared here, as
 fields, or overridden, as methods: which rows it takes, whether it compares the policy with
-a frozen reference, what it puts on the memory estimate, what packing does for it, what its
-loss is called, what `plan` checks and says of a stage, and the arguments its TRL trainer is
-built with. The layers read a stage's kind and never its name, so the next kind is one module.
+a frozen reference or learns from a teacher, what it puts on the memory estimate, what
+packing does for it, what its loss is called, what `plan` checks and says of a stage, and
+the arguments its TRL trainer is built with. The layers read a stage's kind and never its
+name, so the next kind is one module.
 
 Pure: nothing heavy is imported here; `run` imports the trainer class by name.
 """
@@ -98,6 +99,10 @@ class TrainerKind:
     # config (`config._name_or_path`), rather than taking one: the engine points that name at
     # the folder the stage's starting weights were loaded from, never at a hub name.
     reloads_reference: bool = False
+    # Learns from a teacher model's next-token distributions (`stage.<name>.teacher`, another
+    # stage's weights): `plan` orders the teacher first, keys the stage by it, and `run` loads
+    # it frozen beside the policy.
+    teacher: bool = False
 
     @property
     def preference(self) -> bool:
@@ -127,9 +132,12 @@ class TrainerKind:
         """What `plan` says of a stage of this kind beside its reference: nothing."""
         return []
 
-    def trainer_arguments(self, reference: object, rewards: list[object]) -> dict[str, object]:
+    def trainer_arguments(
+        self, reference: object, rewards: list[object], teacher: object = None
+    ) -> dict[str, object]:
         """What its TRL trainer takes besides the model, settings, rows, processor and
-        callbacks: the frozen reference (None: the adapter-disabled base) where it has one."""
+        callbacks: the frozen reference (None: the adapter-disabled base) where it has one;
+        the frozen teacher model where the kind learns from one."""
         return {"ref_model": reference} if self.reference else {}
 
     def keeps_reference(self, train: Mapping[str, Any]) -> bool:

@@ -174,7 +174,9 @@ class OnlineKind(TrainerKind):
         planned = generation(train, world_size, self.defaults)
         return planned.generation_batch // world_size
 
-    def trainer_arguments(self, reference: object, rewards: list[object]) -> dict[str, object]:
+    def trainer_arguments(
+        self, reference: object, rewards: list[object], teacher: object = None
+    ) -> dict[str, object]:
         return {"reward_funcs": rewards}
 
     def batches_per_epoch(self, settings: Any, samples: int, world_size: int) -> int:

@@ -43,6 +43,7 @@ class StageView:
     row: StageRow | None = None  # the summary's row, once the run finished
     trained_by: str | None = None  # a reused stage: the run that trained it
     settings: JsonObject = field(default_factory=dict)  # the recipe's stage config
+    teacher: str | None = None  # a distilling stage's teacher, drawn as a second input
 
     @property
     def key(self) -> str:
@@ -144,7 +145,8 @@ def _graph_stages(config: JsonObject) -> list[StageView]:
     for name, settings in (config.get("stage") or {}).items():
         settings = settings if isinstance(settings, dict) else {}
         parent = (settings.get("init") or {}).get("from_stage")
-        stages.append(StageView(str(name), parent, "planned", settings=settings))
+        teacher = (settings.get("teacher") or {}).get("from_stage")
+        stages.append(StageView(str(name), parent, "planned", settings=settings, teacher=teacher))
     return stages
 
 
@@ -239,16 +241,16 @@ def _started(run_dir: Path) -> float:
 
 
 def in_order(stages: Iterable[StageView]) -> list[StageView]:
-    """Parents before children, otherwise as the recipe lists them."""
+    """Parents (and teachers) before the stages that load them, otherwise as the recipe
+    lists them."""
     stages = list(stages)
     names = {stage.name for stage in stages}
     placed: list[StageView] = []
+
+    def loaded(name: str | None) -> bool:
+        return name not in names or any(p.name == name for p in placed)
+
     while len(placed) < len(stages):
-        ready = [
-            s
-            for s in stages
-            if s not in placed
-            and (s.parent not in names or any(p.name == s.parent for p in placed))
-        ]
+        ready = [s for s in stages if s not in placed and loaded(s.parent) and loaded(s.teacher)]
         placed += ready or [s for s in stages if s not in placed]
     return placed

@@ -793,6 +793,33 @@ ONLINE = {
     ),
 }
 
+
+def distill(*argv: str) -> tuple[str, ...]:
+    """SFT, a larger teacher, then distillation of the teacher into the SFT stage, changed by
+    `argv`."""
+    return ("recipe=r8-distill-text", *argv)
+
+
+TEACHER = {
+    "teacher naming no stage": case(
+        *distill("stage.distill.teacher.from_stage=teachr"),
+        expect=("stage.distill.teacher.from_stage", "Did you mean `teacher`"),
+    ),
+    "teacher on a stage that learns from none": case(
+        *distill("stage.llm.teacher.from_stage=teacher"),
+        expect=("stage.llm.teacher.from_stage", "learns from no teacher", "stage.llm.trainer="),
+    ),
+    "distilling stage without a teacher": case(
+        *distill("stage.distill.teacher.from_stage=null"),
+        expect=("stage.distill.teacher.from_stage", "is not set"),
+    ),
+    "teacher with another tokenizer": case(
+        *distill("stage.teacher.init.model=tiny-llama"),
+        expect=("stage.distill.teacher.from_stage", "must share one tokenizer"),
+    ),
+}
+
+
 CATALOGUE = {
     **{f"config: {k}": v for k, v in CONFIG.items()},
     **{f"argv: {k}": v for k, v in ARGV.items()},
@@ -800,6 +827,7 @@ CATALOGUE = {
     **{f"model: {k}": v for k, v in MODELS.items()},
     **{f"store: {k}": v for k, v in STORE.items()},
     **{f"online: {k}": v for k, v in ONLINE.items()},
+    **{f"teacher: {k}": v for k, v in TEACHER.items()},
 }
 
 

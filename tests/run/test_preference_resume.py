@@ -1,9 +1,10 @@
-"""A preference or online stage (DPO, KTO, GRPO) killed mid-step resumes from its last
-checkpoint and commits the same weights, bit for bit, as a run that was never interrupted (its
-reference, the adapter-disabled base, is the same after the resume: nothing of it is
-checkpointed or needs to be; KTO's KL pairs are formed from the rows in their order, the same
-after the resume; GRPO's completions lost with the killed process are generated again from the
-random state the checkpoint saved: a generation batch spans one step here, the default)."""
+"""A preference, online or distilling stage (DPO, KTO, GRPO, distillation) killed mid-step
+resumes from its last checkpoint and commits the same weights, bit for bit, as a run that was
+never interrupted (its reference, the adapter-disabled base, is the same after the resume:
+nothing of it is checkpointed or needs to be; KTO's KL pairs are formed from the rows in their
+order, the same after the resume; GRPO's completions lost with the killed process are generated
+again from the random state the checkpoint saved: a generation batch spans one step here, the
+default; a distilling stage's teacher is loaded again from the store, frozen)."""
 
 from __future__ import annotations
 
@@ -56,10 +57,13 @@ KILLED = {
     "dpo": ("r5-sft-dpo-text", "DPOTrainer"),
     "kto": ("r6-sft-kto-text", "KTOTrainer"),
     "grpo": ("r7-sft-grpo", "GRPOTrainer"),
+    "distill": ("r8-distill-text", "DistillationTrainer"),
 }
-# An online stage's batch of 4 completions: 2 prompts answered twice each, 4 tokens long.
+# An online stage's batch of 4 completions: 2 prompts answered twice each, 4 tokens long; a
+# distilling stage's: 4 prompts answered once (its batch, per_device_train_batch_size=4).
 ONLINE = {
-    "grpo": ("stage.grpo.train.num_generations=2", "stage.grpo.train.max_completion_length=4")
+    "grpo": ("stage.grpo.train.num_generations=2", "stage.grpo.train.max_completion_length=4"),
+    "distill": ("stage.distill.train.max_completion_length=4",),
 }
 
 

@@ -42,6 +42,7 @@ TINY_MODELS: tuple[str, ...] = (
     "tiny-idefics3",
     "tiny-llama",
     "tiny-qwen2",
+    "tiny-qwen2-large",
 )
 
 
@@ -53,6 +54,14 @@ _TEXT_SIZE: LibraryKwargs = {  # a text config class's sizes
     "num_key_value_heads": 2,
     "max_position_embeddings": 1024,
     "tie_word_embeddings": False,
+}
+# tiny-qwen2-large: tiny-qwen2's tokenizer (the same files) in a wider, deeper model (about
+# 8x the parameters): a teacher a tiny-qwen2 stage can learn from by distillation.
+_TEXT_SIZE_LARGE: LibraryKwargs = {
+    **_TEXT_SIZE,
+    "hidden_size": 128,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
 }
 # The vision towers of the Llama-based VLMs (CLIP for LLaVA, SigLIP-style for Idefics3).
 _VISION_SIZE: LibraryKwargs = {
@@ -86,6 +95,7 @@ def build_tiny_model(name: str, cache_dir: Path | None = None) -> Path:
         "tiny-idefics3": _build_idefics3,
         "tiny-llama": _build_llama,
         "tiny-qwen2": _build_qwen2,
+        "tiny-qwen2-large": _build_qwen2_large,
     }
     if name not in builders:
         raise RecipeError(
@@ -325,7 +335,7 @@ def _build_idefics3(folder: Path) -> None:
     save_generation_config(folder, ids["<s>"], [ids["</s>"]], ids["<pad>"])
 
 
-def _build_text_model(folder: Path, qwen: bool) -> None:
+def _build_text_model(folder: Path, qwen: bool, size: LibraryKwargs = _TEXT_SIZE) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     if qwen:
@@ -342,7 +352,7 @@ def _build_text_model(folder: Path, qwen: bool) -> None:
         bos = pad = tok.convert_tokens_to_ids("<|endoftext|>")
         eos = [tok.convert_tokens_to_ids("<|im_end|>"), bos]
         config: Any = Qwen2Config(
-            **_TEXT_SIZE,
+            **size,
             vocab_size=len(tok),
             bos_token_id=bos,
             eos_token_id=eos[0],
@@ -383,6 +393,10 @@ def _build_llama(folder: Path) -> None:
 
 def _build_qwen2(folder: Path) -> None:
     _build_text_model(folder, qwen=True)
+
+
+def _build_qwen2_large(folder: Path) -> None:
+    _build_text_model(folder, qwen=True, size=_TEXT_SIZE_LARGE)
 
 
 # --- dataset builders --------------------------------------------------------------------------

@@ -1,0 +1,62 @@
+"""A distilling stage trains on CPU: its teacher (a LoRA stage of a larger model, merged) is
+loaded frozen beside it, TRL's DistillationTrainer trains the student a few steps, and the
+stage commits its weights; a second run of the same keys, in a fresh interpreter, commits the
+same weights bit for bit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from engine_cli import engine, forked_engine, single_thread_env
+
+SHORT = (
+    "recipe=r8-distill-text",
+    "data.max_samples=32",
+    "stage.distill.data.max_samples=16",
+    "++stage.llm.train.max_steps=2",
+    "++stage.teacher.train.max_steps=2",
+    "stage.distill.train.max_steps=3",
+    "stage.distill.train.per_device_train_batch_size=4",
+    "stage.distill.train.max_completion_length=4",
+    "stage.distill.train.save_steps=2",
+    "stage.distill.train.logging_steps=1",
+    "eval.enabled=false",  # the weights are the question; evaluation has its own tests
+    "eval.compare=false",
+)
+
+
+def manifests(output_root: Path) -> dict[str, tuple[Path, dict]]:
+    """{stage: (its store folder, its manifest)} of what the run committed."""
+    found = {}
+    for path in output_root.glob("store/*/manifest.json"):
+        manifest = json.loads(path.read_text())
+        found[manifest["stage"]] = (path.parent, manifest)
+    return found
+
+
+def weights(folder: Path) -> str:
+    return hashlib.sha256((folder / "adapter_model.safetensors").read_bytes()).hexdigest()
+
+
+def test_a_distilling_stage_trains_from_its_teacher_and_repeats_bit_for_bit(tmp_path):
+    first = forked_engine(*SHORT, f"output_root={tmp_path / 'a'}", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    said = first.stdout + first.stderr
+    assert "stage distill: loading its teacher" in said and ".merged-float32" in said
+    committed = manifests(tmp_path / "a")
+    assert set(committed) == {"llm", "teacher", "distill"}
+    folder, manifest = committed["distill"]
+    assert manifest["config"]["trainer"] == "distill"
+    assert manifest["config"]["teacher"] == {"from_stage": "teacher"}
+    assert manifest["metrics"]["steps"] == 3
+    losses = manifest["metrics"]["train_losses"]
+    assert losses and all(loss == loss for loss in losses)  # logged, finite
+    again = engine(
+        *SHORT, f"output_root={tmp_path / 'b'}", cwd=tmp_path, env=single_thread_env(), fresh=True
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    repeated = manifests(tmp_path / "b")
+    assert repeated["distill"][0].name == folder.name  # the same key
+    assert weights(repeated["distill"][0]) == weights(folder)
