@@ -25,6 +25,7 @@ from recipe_engine.run.recipe import run_recipe
 from recipe_engine.store.metric_text import accuracy_text, eval_text
 from recipe_engine.store.records import Manifest, RunSummary, StageMetrics
 from recipe_engine.store.stage_records import QuantizationFacts
+from recipe_engine.trainers import TRAINERS
 from tools.bench_scale import PHASES
 
 SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1}
@@ -34,6 +35,8 @@ HELD_OUT_ROWS = 8
 # (steps, files, records and loading are what is checked), and 2 rows still make a batch pad.
 PRETRAINED = {"r5-sft-dpo-smollm2"}
 PRETRAINED_ROWS = 2
+# An online stage's batch of 4 completions: 2 prompts answered twice, 4 tokens each.
+ONLINE = {"num_generations": 2, "max_completion_length": 4}
 
 
 USER_RECIPES = str(Path(__file__).resolve().parents[1] / "fixtures" / "recipes")
@@ -45,9 +48,17 @@ def short_overrides(recipe: str) -> list[str]:
     if recipe in PRETRAINED:
         train = {**SHORT, "per_device_train_batch_size": PRETRAINED_ROWS}
         held_out = PRETRAINED_ROWS
+    each = {name: {**train, **_online(stage.trainer)} for name, stage in cfg.stage.items()}
     return [
-        f"++stage.{name}.train.{key}={value}" for name in cfg.stage for key, value in train.items()
+        f"++stage.{name}.train.{key}={value}"
+        for name, keys in each.items()
+        for key, value in keys.items()
     ] + ["data.max_samples=24", f"eval.max_samples={held_out}", "eval.compare=false"]
+
+
+def _online(trainer: str) -> dict[str, int]:
+    kind = TRAINERS.get(trainer)
+    return ONLINE if kind is not None and kind.online else {}
 
 
 @pytest.fixture(scope="module")
