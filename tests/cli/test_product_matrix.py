@@ -415,6 +415,8 @@ TEXT_RECIPES = {
 # The distillation recipe's teacher is a larger model with tiny-qwen2's tokenizer: its student
 # is tiny-qwen2 (another family's tokenizer is refused with the teacher's).
 SAME_TOKENIZER_RECIPES = {"r8-distill-text": ["llm", "teacher", "distill"]}
+# What a recipe needs on the 12 rows these runs read: a generation batch of at most 12 prompts.
+ON_FEW_ROWS = {"r8-distill-text": ["stage.distill.train.per_device_train_batch_size=4"]}
 LAYOUTS = {
     **{vlm: VLM_RECIPES for vlm in ("tiny-qwen2-vl", "tiny-qwen2.5-vl", "tiny-llava")},
     "tiny-idefics3": VLM_RECIPES,
@@ -438,7 +440,12 @@ def test_every_shipped_recipe_trains_evaluates_and_compares_a_bfloat16_model(mod
     for recipe, stages in LAYOUTS[model].items():
         steps = [f"stage.{stage}.train.max_steps=1" for stage in stages]
         run_dir = run_engine(
-            tmp_path / "out", f"recipe={recipe}", f"model={model}", "model.dtype=bfloat16", *steps
+            tmp_path / "out",
+            f"recipe={recipe}",
+            f"model={model}",
+            "model.dtype=bfloat16",
+            *steps,
+            *ON_FEW_ROWS.get(recipe, []),
         )
         summary = json.loads((run_dir / "summary.json").read_text())
         assert [row["stage"] for row in summary["stages"]] == stages, recipe
