@@ -43,8 +43,8 @@ def build(kind: str, name: str) -> Path | None:
 
         from recipe_engine.resolve.gguf import gguf_model
 
-        entry = OmegaConf.to_container(compose_config([f"model={name}"]).model, resolve=True)
-        return gguf_model(entry).folder  # type: ignore[arg-type]
+        entry = OmegaConf.to_object(compose_config([f"model={name}"]).model)  # a ModelConfig
+        return gguf_model(entry).folder
     return build_tiny_model(name) if kind == "model" else build_dataset(name)
 
 

@@ -372,11 +372,16 @@ def stage_output(parent: StagePlan, dtype: str, store: Store) -> Weights:
 def load_teacher(plan: RecipePlan, stage: StagePlan, store: Store) -> Any:
     """A distilling stage's teacher: its teacher stage's committed weights (an adapter merged
     into its base) in the stage's dtype and placement, frozen and in eval mode, its training
-    checked as a child checks its parent's; None where the stage has no teacher."""
+    checked as a child checks its parent's; None where the stage has no teacher. A teacher
+    stage that only evaluates (`evaluate_only`) trained nothing: the teacher is the model it
+    evaluated, its `init` (a hub model, a folder, a tiny model: a model as teacher)."""
     teacher = plan.teacher_of(stage)
     if teacher is None:
         return None
-    weights = stage_output(teacher, stage.dtype, store)
+    if teacher.evaluate_only:
+        weights = merge_parent(plan, teacher, store)
+    else:
+        weights = stage_output(teacher, stage.dtype, store)
     log.info("stage %s: loading its teacher %s", stage.name, weights.location)
     model = load_pretrained(
         weights.location, teacher.model, dtype=stage.dtype, device_map=stage.placement.device_map

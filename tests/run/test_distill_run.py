@@ -1,7 +1,7 @@
 """A distilling stage trains on CPU: its teacher (a LoRA stage of a larger model, merged) is
 loaded frozen beside it, TRL's DistillationTrainer trains the student a few steps, and the
 stage commits its weights; a second run of the same keys, in a fresh interpreter, commits the
-same weights bit for bit."""
+same weights bit for bit. A model is a teacher too: an evaluation stage of it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 
 from engine_cli import engine, forked_engine, single_thread_env
+
+USER_RECIPES = str(Path(__file__).resolve().parents[1] / "fixtures" / "recipes")
 
 SHORT = (
     "recipe=r8-distill-text",
@@ -60,3 +62,24 @@ def test_a_distilling_stage_trains_from_its_teacher_and_repeats_bit_for_bit(tmp_
     repeated = manifests(tmp_path / "b")
     assert repeated["distill"][0].name == folder.name  # the same key
     assert weights(repeated["distill"][0]) == weights(folder)
+
+
+def test_a_model_is_a_teacher_as_an_evaluation_stage_of_it(tmp_path):
+    """The teacher stage evaluates `tiny-qwen2-large` and trains nothing; the distilling stage
+    loads the model it evaluated (the tiny model's folder, not a store entry) as its teacher."""
+    args = [a for a in SHORT if not a.startswith(("recipe=", "++stage.teacher"))]
+    done = forked_engine(
+        "--config-dir",
+        USER_RECIPES,
+        "recipe=user-distill-from-model",
+        *args,
+        f"output_root={tmp_path / 'out'}",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stdout + done.stderr
+    [loaded] = [line for line in said.splitlines() if "stage distill: loading its teacher" in line]
+    assert "tiny-qwen2-large" in loaded and "/store/" not in loaded
+    committed = manifests(tmp_path / "out")
+    assert committed["teacher"][1]["format"] == "evaluation"
+    assert committed["distill"][1]["metrics"]["steps"] == 3
