@@ -1,15 +1,15 @@
 """A distilling stage trains on CPU: its teacher (a LoRA stage of a larger model, merged) is
 loaded frozen beside it, TRL's DistillationTrainer trains the student a few steps, and the
-stage commits its weights; a second run of the same keys, in a fresh interpreter, commits the
-same weights bit for bit. A model is a teacher too: an evaluation stage of it."""
+stage commits its weights (that a fresh interpreter commits the same weights under the same
+key is checked with the resumed stage: tests/run/test_preference_resume.py). A model is a
+teacher too: an evaluation stage of it."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
-from engine_cli import engine, forked_engine, single_thread_env
+from engine_cli import forked_engine
 
 USER_RECIPES = str(Path(__file__).resolve().parents[1] / "fixtures" / "recipes")
 
@@ -38,30 +38,22 @@ def manifests(output_root: Path) -> dict[str, tuple[Path, dict]]:
     return found
 
 
-def weights(folder: Path) -> str:
-    return hashlib.sha256((folder / "adapter_model.safetensors").read_bytes()).hexdigest()
-
-
-def test_a_distilling_stage_trains_from_its_teacher_and_repeats_bit_for_bit(tmp_path):
+def test_a_distilling_stage_trains_from_its_teacher(tmp_path):
     first = forked_engine(*SHORT, f"output_root={tmp_path / 'a'}", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     said = first.stdout + first.stderr
     assert "stage distill: loading its teacher" in said and ".merged-float32" in said
     committed = manifests(tmp_path / "a")
     assert set(committed) == {"llm", "teacher", "distill"}
-    folder, manifest = committed["distill"]
+    manifest = committed["distill"][1]
     assert manifest["config"]["trainer"] == "distill"
     assert manifest["config"]["teacher"] == {"from_stage": "teacher"}
     assert manifest["metrics"]["steps"] == 3
     losses = manifest["metrics"]["train_losses"]
     assert losses and all(loss == loss for loss in losses)  # logged, finite
-    again = engine(
-        *SHORT, f"output_root={tmp_path / 'b'}", cwd=tmp_path, env=single_thread_env(), fresh=True
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
-    repeated = manifests(tmp_path / "b")
-    assert repeated["distill"][0].name == folder.name  # the same key
-    assert weights(repeated["distill"][0]) == weights(folder)
+    # The same key's weights bit for bit from another interpreter: a killed distilling stage
+    # resumed against an uninterrupted one in a fresh interpreter, in
+    # tests/run/test_preference_resume.py, checks it.
 
 
 def test_a_model_is_a_teacher_as_an_evaluation_stage_of_it(tmp_path):
