@@ -113,14 +113,14 @@ def test_a_stage_on_two_nodes_commits_the_weights_of_two_local_processes(slurm, 
 
 
 def test_a_failed_parent_leaves_its_child_cancelled_and_says_why(slurm, tmp_path):
-    fail_vision = "slurm.setup=['test \"$SLURM_JOB_NAME\" != r3-two-stage-vision || exit 3']"
+    fail_vision = "slurm.setup=['test \"$SLURM_JOB_NAME\" != r9-vlm-grpo-vision || exit 3']"
     out = f"output_root={tmp_path / 'outputs'}"
     submitted = engine(*R9, "launcher=slurm", fail_vision, out, cwd=tmp_path)
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     ids = job_ids(submitted.stdout)
     rows = wait_for_jobs(slurm, list(ids.values()), 300)
     assert rows[ids["vision"]]["State"] == "FAILED"
-    assert rows[ids["llm"]]["State"] == "CANCELLED"
+    assert rows[ids["llm"]]["State"] == rows[ids["grpo"]]["State"] == "CANCELLED"
     assert manifests(tmp_path / "outputs") == {}
     shown = engine("runs", "jobs", out, cwd=tmp_path)
     [why] = [line for line in shown.stdout.splitlines() if line.startswith("llm:")]
