@@ -28,9 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from recipe_engine.errors import RecipeError
 from recipe_engine.trainers.kind import PROMPT_ROWS, StageFacts, TrainerKind
-from recipe_engine.trainers.online import vllm_missing_reason
+from recipe_engine.trainers.online import check_prompts_fill_a_batch, check_vllm
 
 
 @dataclass(frozen=True)
@@ -62,24 +61,12 @@ class DistillKind(TrainerKind):
     """A kind whose student answers prompts and learns the teacher's distribution over them."""
 
     def check_plan(self, stage: StageFacts) -> None:
-        key = f"stage.{stage.name}.train"
-        prompts = generation_batch(stage.train, stage.world_size)
-        if prompts > stage.train_rows:
-            raise RecipeError(
-                f"Stage `{stage.name}` has {stage.train_rows} training prompt(s), fewer than the "
-                f"{prompts} one generation batch takes (per_device_train_batch_size x "
-                f"{stage.world_size} process(es) x gradient_accumulation_steps), so it would "
-                f"train no step. Add rows or lower {key}.per_device_train_batch_size.",
-                key=f"{key}.per_device_train_batch_size",
-            )
-        if stage.train.get("use_vllm"):
-            reason = vllm_missing_reason(stage.device)
-            if reason is not None:
-                raise RecipeError(
-                    f"`{key}.use_vllm` is true, but {reason}. Drop the key: the stage then "
-                    "generates with transformers' `generate`.",
-                    key=f"{key}.use_vllm",
-                )
+        counted = (
+            f" (per_device_train_batch_size x {stage.world_size} process(es) x "
+            "gradient_accumulation_steps)"
+        )
+        check_prompts_fill_a_batch(stage, generation_batch(stage.train, stage.world_size), counted)
+        check_vllm(stage)
 
     def plan_notes(self, stage: StageFacts) -> list[str]:
         beta = float(_key(stage.train, "beta"))

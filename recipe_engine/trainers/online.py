@@ -87,6 +87,31 @@ def vllm_missing_reason(device: str) -> str | None:
     return None
 
 
+def check_prompts_fill_a_batch(stage: StageFacts, prompts: int, counted: str = "") -> None:
+    """A stage whose trainer generates for `prompts` prompts at once (`counted`: how they are
+    counted, for the message) has at least that many training prompts, or trains no step."""
+    if prompts > stage.train_rows:
+        key = f"stage.{stage.name}.train.per_device_train_batch_size"
+        raise RecipeError(
+            f"Stage `{stage.name}` has {stage.train_rows} training prompt(s), fewer than the "
+            f"{prompts} one generation batch takes{counted}, so it would train no step. Add "
+            f"rows or lower {key}.",
+            key=key,
+        )
+
+
+def check_vllm(stage: StageFacts) -> None:
+    """`use_vllm` only where TRL's colocated vLLM can run."""
+    reason = vllm_missing_reason(stage.device) if stage.train.get("use_vllm") else None
+    if reason is not None:
+        key = f"stage.{stage.name}.train.use_vllm"
+        raise RecipeError(
+            f"`{key}` is true, but {reason}. Drop the key: the stage then generates with "
+            "transformers' `generate`.",
+            key=key,
+        )
+
+
 @dataclass(frozen=True)
 class OnlineKind(TrainerKind):
     """A kind that generates completions while it trains and learns from their rewards."""
@@ -113,21 +138,8 @@ class OnlineKind(TrainerKind):
                 f"{key}.generation_batch_size) to a multiple of {planned.num_generations}.",
                 key=f"{key}.per_device_train_batch_size",
             )
-        if planned.prompts_per_generation > stage.train_rows:
-            raise RecipeError(
-                f"Stage `{stage.name}` has {stage.train_rows} training prompt(s), fewer than the "
-                f"{planned.prompts_per_generation} one generation batch takes, so it would train "
-                f"no step. Add rows or lower {key}.per_device_train_batch_size.",
-                key=f"{key}.per_device_train_batch_size",
-            )
-        if stage.train.get("use_vllm"):
-            reason = vllm_missing_reason(stage.device)
-            if reason is not None:
-                raise RecipeError(
-                    f"`{key}.use_vllm` is true, but {reason}. Drop the key: the stage then "
-                    "generates with transformers' `generate`.",
-                    key=f"{key}.use_vllm",
-                )
+        check_prompts_fill_a_batch(stage, planned.prompts_per_generation)
+        check_vllm(stage)
 
     def planned_steps(self, stage: StageFacts) -> int:
         """The steps the stage trains: `max_steps`, or its epochs of the batches TRL's sampler
