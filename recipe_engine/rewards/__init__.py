@@ -147,7 +147,12 @@ def _module(key: str, where: str) -> Any:
                 f"{Path.cwd()}).",
                 key=f"{key}.fn",
             )
-        name = f"recipe_rewards_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+        # Named by the file and its content: `plan`'s check and `run` find the functions of one
+        # content in one module, executed once a process; an edited file is a new module.
+        content = hashlib.sha256(str(path).encode() + path.read_bytes()).hexdigest()[:16]
+        name = f"recipe_rewards_{content}"
+        if name in sys.modules:
+            return sys.modules[name]
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses and pickling look their module up

@@ -103,3 +103,12 @@ def test_a_reward_reading_a_column_the_rows_lack_is_refused_on_the_rows():
     (reward,) = planned_rewards("grpo", [RewardConfig(name="exact_match", column="solution")])
     with pytest.raises(RecipeError, match="no `solution` column"):
         check_on_rows("grpo", reward, ROWS)
+
+
+def test_a_users_file_runs_once_a_process_for_its_plan_check_and_its_run(tmp_path):
+    counted = tmp_path / "imports.txt"
+    path = write(tmp_path, f"open({str(counted)!r}, 'a').write('x')\n" + GOOD)
+    (reward,) = planned_rewards("grpo", [RewardConfig(fn=f"{path}:digits")])
+    check_on_rows("grpo", reward, ROWS)
+    load(reward)
+    assert counted.read_text() == "x"
