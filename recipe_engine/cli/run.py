@@ -89,11 +89,13 @@ def main(args: list[str], multirun: bool) -> int:
     plan = plan_from_config(without_hydra(composed))
     refuse_before_writing(plan)
     stop_judge()  # every plan this command makes is made
-    if launcher_kind(plan.config.launcher).scheduled:
+    kind = launcher_kind(plan.config.launcher)
+    if kind.scheduled and not kind.waits:
         return _submit(composed, plan, args)
-    use_planned_devices(plan)
-    if plan.starter_processes:
-        return relaunch(args, plan)
+    if not kind.scheduled:  # a scheduled stage's processes start on its nodes
+        use_planned_devices(plan)
+        if plan.starter_processes:
+            return relaunch(args, plan)
     return report_finished(run_composed(composed, plan))
 
 
@@ -106,7 +108,8 @@ def report_finished(outcome: Outcome) -> int:
 
 
 def _submit(composed: DictConfig, plan: RecipePlan, args: list[str]) -> int:
-    """launcher=slurm: the plan's stage jobs submitted; returns at once."""
+    """A launcher whose scheduler queues the jobs (SLURM): the plan's stage jobs submitted;
+    returns at once (`runs jobs` follows them)."""
     run_dir = Path(str(composed.hydra.run.dir)).resolve()
     jobs = submit_recipe(plan, args, run_dir)
     if jobs:

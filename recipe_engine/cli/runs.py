@@ -12,7 +12,7 @@ from recipe_engine.config.compose import compose_config
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.launchers.records import load_jobs, submitted_runs
-from recipe_engine.launchers.registry import launcher_kind, submitting
+from recipe_engine.launchers.registry import launcher_kind, submitting, submitting_keys
 from recipe_engine.report.jobs import render_job_states
 from recipe_engine.run.machine import remembered_platform
 from recipe_engine.store.collect import collect_garbage
@@ -67,12 +67,11 @@ def _jobs(root: Path, words: list[str]) -> str:
     else:
         submitted = submitted_runs(root)
         if not submitted:
-            named = " or ".join(f"`launcher={name}`" for name in submitting())
-            raise RecipeError(f"No run under {root} was submitted with {named}.")
+            raise RecipeError(f"No run under {root} was submitted with {submitting_keys()}.")
         run_dir = submitted[-1]
     jobs = load_jobs(run_dir)
     kind = launcher_kind(jobs[0].launcher if jobs else submitting()[0])
-    states = kind.job_states([job.job_id for job in jobs])
+    states = kind.job_states(run_dir, jobs)
     return render_job_states(run_dir, jobs, states, kind.down_nodes())
 
 

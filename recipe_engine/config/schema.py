@@ -217,6 +217,24 @@ class SlurmConfig:
 
 
 @dataclass
+class RayConfig:
+    """`launcher=ray`: the running Ray cluster the stages go to, one Ray task per node of a
+    stage. Left unset, a stage's tasks are sized from its plan: GPUs, CPUs and host memory."""
+
+    # The cluster's address (`host:6379`, `ray://host:10001`, or `auto` on one of its nodes).
+    # None: RAY_ADDRESS, the variable Ray's own CLI and `ray job submit` set.
+    address: str | None = None
+    num_cpus: int | None = None  # per node of a stage; None: 8 per GPU, or one per CPU process
+    mem_gb: float | None = None  # per node of a stage; None: the plan's host-memory estimate
+    # A stage whose node is lost runs again, from its last checkpoint, this many times.
+    max_retries: int = 3
+    # How long a stage waits for nodes that can hold it before it fails (it never hangs).
+    placement_timeout_s: int = 600
+    # Ray's runtime_env for every stage task: working_dir, py_modules, env_vars, pip, ...
+    runtime_env: LibraryKwargs = field(default_factory=dict)
+
+
+@dataclass
 class RecipeInfo:
     name: str = MISSING
     description: str = ""
@@ -236,11 +254,14 @@ class EngineConfig:
     parallel: Parallel = Parallel.auto
     nproc: int | None = None  # processes for ddp on cpu (one per GPU otherwise)
     # local: this machine trains the stages in order; slurm: every stage not in the store is
-    # one SLURM job (submitit), a child after its parent. `nodes` > 1: each stage on that many
-    # nodes (parallel=ddp|fsdp|deepspeed, nproc processes per node), under a scheduler only.
+    # one SLURM job (submitit), a child after its parent; ray: one Ray task per node of each
+    # such stage, on a running Ray cluster, this command waiting for them. `nodes` > 1: each
+    # stage on that many nodes (parallel=ddp|fsdp|deepspeed, nproc processes per node), under
+    # a scheduler only.
     launcher: str = "local"
     nodes: int = 1
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
     only: list[str] = field(default_factory=list)  # run just these stages
     force: list[str] = field(default_factory=list)  # retrain these even if cached
     fresh: bool = False  # ignore trainer checkpoints of an interrupted stage

@@ -13,6 +13,7 @@ from recipe_engine.config.compare import CompareRequest
 from recipe_engine.config.compose import available, compose_config
 from recipe_engine.config.schema import DataConfig, ModelConfig
 from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.launchers.registry import launcher_kind
 from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.run.hydra_job import refuse_before_writing, use_planned_devices, without_hydra
 from recipe_engine.run.planning import plan_from_config
@@ -119,7 +120,7 @@ def plan_jobs(request: ExperimentRequest, stamp: str) -> list[Job]:
     for job in jobs:  # as `run` checks before any folder is made
         refuse_before_writing(job.plan)
         final_stage(job.plan)
-        if job.plan.starter_processes:
+        if job.plan.starter_processes and not launcher_kind(job.plan.config.launcher).scheduled:
             raise RecipeError(
                 "An experiment runs its recipes in this process; a launcher (torchrun) is "
                 f"planned for `{job.recipe}`. Run each recipe with `run` instead.",

@@ -4,16 +4,27 @@ processes the placement starts); there is no job to size or submit."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.schema import EngineConfig
-from recipe_engine.launchers.kinds import JobState, Partition, StageJob, StageNeeds, Submission
+from recipe_engine.launchers.kinds import (
+    DownNode,
+    JobState,
+    Partition,
+    StageCode,
+    StageJob,
+    StageNeeds,
+    Submission,
+)
 from recipe_engine.launchers.records import SubmittedJob
 
 
 class Local:
     name = "local"
     scheduled = False
+    waits = True  # the run trains here
+    node_starter = ""  # one machine: never several nodes
 
     def check(self, cfg: EngineConfig) -> None:
         return None
@@ -32,12 +43,15 @@ class Local:
     def check_sweep(self, hydra_launcher: Mapping[str, Any]) -> None:
         return None
 
+    def check_nodes(self, cfg: EngineConfig, code: Sequence[StageCode]) -> None:
+        return None  # this machine planned the stages: it has what they run
+
     def submit(self, submission: Submission) -> list[SubmittedJob]:
         # Not scheduled: the run verb runs the stages here (`run.hydra_job`), never this.
         raise RuntimeError("launcher=local submits no jobs: the run trains in this process")
 
-    def job_states(self, job_ids: list[str]) -> dict[str, JobState]:
+    def job_states(self, run_dir: Path, jobs: list[SubmittedJob]) -> dict[str, JobState]:
         return {}  # it submits no jobs
 
-    def down_nodes(self) -> dict[str, str]:
+    def down_nodes(self) -> dict[str, DownNode]:
         return {}

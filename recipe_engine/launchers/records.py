@@ -1,7 +1,8 @@
-"""A SLURM run's record of its jobs: `jobs.json` in the run folder, written at submission.
+"""A submitted run's record of its stage jobs: `jobs.json` in the run folder, written at
+submission (and, by a launcher whose driver waits, again as its jobs start).
 
-`runs jobs` reads it back (with the jobs' states from `sacct`); the stage jobs themselves
-write their runs under `<run folder>/<stage>/`.
+`runs jobs` reads it back, with the jobs' states from their launcher; the stage jobs
+themselves write their runs under `<run folder>/<stage>/`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from recipe_engine.files import atomic_write_json
 JOBS_FILE = "jobs.json"
 # `runs jobs`, as the `runs` verb's usage lists it.
 JOBS_USAGE = """\
-  jobs [RUN_DIR]        a `launcher=slurm` run's stage jobs (the newest one without RUN_DIR):
-                        each job's SLURM state, nodes, time and stage key; for a job that did
-                        not finish, which parent or node stopped it and what to run"""
+  jobs [RUN_DIR]        a run's stage jobs on a scheduler (a launcher= with one; the newest
+                        such run without RUN_DIR): each job's state there, nodes, time and
+                        stage key; for a job that did not finish, which parent or node
+                        stopped it and what to run"""
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class SubmittedJob:
     key: str  # the stage's fingerprint: where its output lands in the store
     after: tuple[str, ...]  # stages whose jobs it waits for
     nodes: int
-    log: str  # submitit's stdout of the job's first task (`%j` filled in)
+    log: str  # the stage's output on its first node
     command: str  # what re-submits the same run (its unfinished stages)
     launcher: str = "slurm"  # the launcher that submitted it (records before it: SLURM's)
 
@@ -47,14 +49,14 @@ def load_jobs(run_dir: Path) -> list[SubmittedJob]:
     path = run_dir / JOBS_FILE
     if not path.is_file():
         raise RecipeError(
-            f"`{run_dir}` holds no {JOBS_FILE}: it is not a run submitted with "
-            "`launcher=slurm`. `runs` lists the runs.",
+            f"`{run_dir}` holds no {JOBS_FILE}: it is not a run whose stages were submitted "
+            "to a scheduler. `runs` lists the runs.",
         )
     rows = json.loads(path.read_text())
     return [SubmittedJob(**{**row, "after": tuple(row["after"])}) for row in rows]
 
 
 def submitted_runs(root: Path) -> list[Path]:
-    """Run folders under `root/runs` that SLURM jobs write to, oldest first."""
+    """Run folders under `root/runs` whose stages were submitted as jobs, oldest first."""
     found = (root / "runs").glob(f"*/*/{JOBS_FILE}")
     return sorted((p.parent for p in found), key=lambda p: p.stat().st_mtime)

@@ -1,6 +1,6 @@
 """The launchers by name (`launcher=`, a typed choice in `config.schema`), and the checks of
-`launcher` / `nodes` before anything is read. A new launcher is one module of this package
-(beside `local` and `slurm`) and one line here.
+`launcher` / `nodes` before anything is read. A new launcher is one module (or small package)
+of this package, beside `local`, `slurm` and `ray`, and one line here.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from recipe_engine.config.schema import EngineConfig
 from recipe_engine.errors import RecipeError
 from recipe_engine.launchers.kinds import LauncherKind
 from recipe_engine.launchers.local import Local
+from recipe_engine.launchers.ray import Ray
 from recipe_engine.launchers.slurm import Slurm
 
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
 
 
 def launchers() -> dict[str, LauncherKind]:
-    return {kind.name: kind for kind in (Local(), Slurm())}
+    return {kind.name: kind for kind in (Local(), Slurm(), Ray())}
 
 
 def launcher_kind(name: str) -> LauncherKind:
@@ -36,11 +37,6 @@ def submitting() -> list[str]:
 def submitting_keys() -> str:
     """The `launcher=` values that submit stages as jobs, as a message names them."""
     return " or ".join(f"`launcher={name}`" for name in submitting())
-
-
-def schedulers() -> str:
-    """The schedulers those launchers submit to, as a message names them ("SLURM")."""
-    return " or ".join(name.upper() for name in submitting())
 
 
 def scheduled_by(hydra_launcher: str) -> bool:

@@ -6,11 +6,20 @@ sized from it (`slurm_jobs`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.launchers import slurm_cluster
-from recipe_engine.launchers.kinds import JobState, Partition, StageJob, StageNeeds, Submission
+from recipe_engine.launchers.kinds import (
+    DownNode,
+    JobState,
+    Partition,
+    StageCode,
+    StageJob,
+    StageNeeds,
+    Submission,
+)
 from recipe_engine.launchers.records import SubmittedJob
 from recipe_engine.launchers.slurm_cluster import read_partition, require_slurm
 from recipe_engine.launchers.slurm_jobs import (
@@ -24,6 +33,8 @@ from recipe_engine.launchers.slurm_jobs import (
 class Slurm:
     name = "slurm"
     scheduled = True
+    waits = False  # sbatch queues the jobs; `runs jobs` follows them
+    node_starter = "the stage's SLURM job starts one torchrun per node (srun)"
 
     def check(self, cfg: EngineConfig) -> None:
         time_minutes(cfg.slurm.time)
@@ -50,14 +61,17 @@ class Slurm:
             partition = read_partition(hydra_launcher.get("partition"))
             check_request(sweep_job_request(hydra_launcher), partition)
 
+    def check_nodes(self, cfg: EngineConfig, code: Sequence[StageCode]) -> None:
+        return None  # a job reaches its node only once scheduled: it replans there
+
     def submit(self, submission: Submission) -> list[SubmittedJob]:
         # Imported here: planning imports this module, and submitting is the run verb's.
         from recipe_engine.launchers.slurm_submit import submit_jobs
 
         return submit_jobs(submission)
 
-    def job_states(self, job_ids: list[str]) -> dict[str, JobState]:
-        return slurm_cluster.job_states(job_ids)
+    def job_states(self, run_dir: Path, jobs: list[SubmittedJob]) -> dict[str, JobState]:
+        return slurm_cluster.job_states([job.job_id for job in jobs])
 
-    def down_nodes(self) -> dict[str, str]:
+    def down_nodes(self) -> dict[str, DownNode]:
         return slurm_cluster.down_nodes()

@@ -11,9 +11,24 @@ import shutil
 import subprocess
 
 from recipe_engine.errors import RecipeError
-from recipe_engine.launchers.kinds import JobState, Partition
+from recipe_engine.launchers.kinds import DownNode, JobPhase, JobState, NodeOffer, Partition
 
 GPU_GRES = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
+# sacct's states in the words every launcher uses (a state not listed is still running).
+PHASES = {
+    "PENDING": JobPhase.PENDING,
+    "RUNNING": JobPhase.RUNNING,
+    "REQUEUED": JobPhase.REQUEUED,
+    "COMPLETED": JobPhase.COMPLETED,
+    "FAILED": JobPhase.FAILED,
+    "OUT_OF_MEMORY": JobPhase.FAILED,
+    "BOOT_FAIL": JobPhase.FAILED,
+    "DEADLINE": JobPhase.TIMEOUT,
+    "TIMEOUT": JobPhase.TIMEOUT,
+    "CANCELLED": JobPhase.CANCELLED,
+    "PREEMPTED": JobPhase.CANCELLED,
+    "NODE_FAIL": JobPhase.NODE_LOST,
+}
 
 
 def require_slurm(key: str) -> None:
@@ -44,27 +59,44 @@ def job_states(job_ids: list[str]) -> dict[str, JobState]:
         raise RecipeError(f"`sacct` failed: {done.stderr.strip()[:300]}", key="launcher")
     states = {}
     for line in done.stdout.splitlines():
-        job_id, state, exit_code, nodes, elapsed, reason = line.split("|")[:6]
-        states[job_id] = JobState(
-            job_id=job_id,
-            state=state.split()[0],  # "CANCELLED by 0" -> CANCELLED
-            exit_code=exit_code,
-            nodes=nodes,
-            node_names=tuple(_hostnames(nodes)),
-            elapsed=elapsed,
-            reason=reason,
-        )
+        state = job_state(line)
+        states[state.job_id] = state
     return states
 
 
-def down_nodes() -> dict[str, str]:
+def job_state(line: str) -> JobState:
+    """One line of `sacct -X -n -P -o JobID,State,ExitCode,NodeList,Elapsed,Reason`."""
+    job_id, state, exit_code, nodes, elapsed, reason = line.split("|")[:6]
+    said = state.split()[0]  # "CANCELLED by 0" -> CANCELLED
+    phase = PHASES.get(said, JobPhase.RUNNING)
+    if phase is JobPhase.PENDING and reason == "DependencyNeverSatisfied":
+        phase = JobPhase.CANCELLED  # a job it waits for failed: it never runs
+    return JobState(
+        job_id=job_id,
+        phase=phase,
+        said=said,
+        exit_code=exit_code,
+        nodes=nodes,
+        node_names=tuple(_hostnames(nodes)),
+        elapsed=elapsed,
+        reason=reason,
+    )
+
+
+def down_nodes() -> dict[str, DownNode]:
     """Nodes SLURM holds down, drained or failing, with the reason given."""
-    return {row[0]: row[1] for row in _sinfo(["-R", "-N", "-o", "%N|%E"]) if len(row) > 1}
+    return {
+        row[0]: DownNode(row[1], f"scontrol update nodename={row[0]} state=resume")
+        for row in _sinfo(["-R", "-N", "-o", "%N|%E"])
+        if len(row) > 1
+    }
 
 
 def _hostnames(nodelist: str) -> list[str]:
     if nodelist in ("", "None assigned", "(null)"):
         return []
+    if shutil.which("scontrol") is None:  # read back where SLURM is not installed
+        return [nodelist]
     done = subprocess.run(
         ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=False
     )
@@ -74,7 +106,7 @@ def _hostnames(nodelist: str) -> list[str]:
 def read_partition(name: str | None) -> Partition:
     """The named partition, or the cluster's default one (sinfo marks it with `*`)."""
     require_slurm("launcher=slurm")
-    rows = _sinfo(["-N", "-o", "%P|%c|%m|%G|%l"])
+    rows = _sinfo(["-N", "-o", "%P|%c|%m|%G|%l|%N"])
     partitions = sorted({row[0].rstrip("*") for row in rows})
     if name is None:
         defaults = {row[0].rstrip("*") for row in rows if row[0].endswith("*")}
@@ -94,10 +126,11 @@ def read_partition(name: str | None) -> Partition:
         )
     return Partition(
         name=name,
-        nodes=len(nodes),
-        cpus_per_node=min(int(row[1].rstrip("+")) for row in nodes),
-        memory_mb=min(int(row[2].rstrip("+")) for row in nodes),
-        gpus_per_node=min(_gres_gpus(row[3]) for row in nodes),
+        scheduler="slurm",
+        nodes=tuple(
+            NodeOffer(row[5], int(row[1].rstrip("+")), int(row[2].rstrip("+")), _gres_gpus(row[3]))
+            for row in nodes
+        ),
         max_time_min=_limit_minutes(nodes[0][4]),
     )
 

@@ -15,9 +15,11 @@ from typing import Any
 
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.errors import RecipeError
-from recipe_engine.launchers.kinds import Partition, StageJob, StageNeeds
+from recipe_engine.launchers.kinds import Partition, StageJob, StageNeeds, default_cpus
 
-CPUS_PER_GPU = 8
+# A multi-node stage's rendezvous port without slurm.master_port: 20000 + job id mod 20000,
+# one per job id, so jobs sharing a node differ.
+PORT_BASE, PORT_SPAN = 20000, 20000
 TIME = re.compile(r"^(?:(?:(\d+)-)?(\d+):)?(\d+)(?::(\d+))?$")
 
 
@@ -46,30 +48,47 @@ def time_minutes(text: str) -> int:
     return minutes
 
 
+def rendezvous_port(port: int | None, job_id: int) -> int:
+    """The port a multi-node job's first node listens on for the others: every node reaches
+    the same number alone, from `slurm.master_port` or SLURM's job id."""
+    return port or PORT_BASE + job_id % PORT_SPAN
+
+
+def signal_delay_s(cfg: EngineConfig) -> int:
+    """Seconds before the time limit SLURM signals a job (it requeues itself): never at the
+    start of a short job, which would requeue before it trains a step."""
+    return min(cfg.slurm.signal_delay_s, time_minutes(cfg.slurm.time) * 30)
+
+
 def stage_job(needs: StageNeeds, cfg: EngineConfig, partition: Partition) -> StageJob:
     """One stage's job, checked against the partition."""
     slurm, per_node = cfg.slurm, needs.processes_per_node
     gpus = per_node if needs.on_gpu else 0
+    port = master_port(slurm.master_port)
     job = StageJob(
         stage=needs.stage,
         nodes=cfg.nodes,
-        tasks_per_node=1,
         processes_per_node=per_node,
         gpus_per_node=gpus,
-        cpus_per_task=slurm.cpus_per_task or (CPUS_PER_GPU * gpus if gpus else per_node),
+        cpus_per_node=slurm.cpus_per_task or default_cpus(gpus, per_node),
         mem_gb=math.ceil(slurm.mem_gb or needs.host_gib),
         time_min=time_minutes(slurm.time),
-        # Never at the start of a short job: it would requeue before it trains a step.
-        signal_delay_s=min(slurm.signal_delay_s, time_minutes(slurm.time) * 30),
-        partition=partition.name,
+        pool=f"partition {partition.name}",
         after=needs.after,
-        master_port=_master_port(slurm.master_port),
+        detail=_rendezvous(cfg.nodes, port),
     )
     check_request(_stage_request(job), partition)
     return job
 
 
-def _master_port(port: int | None) -> int | None:
+def _rendezvous(nodes: int, port: int | None) -> str:
+    if nodes == 1:
+        return ""
+    derived = f"{PORT_BASE} + job id mod {PORT_SPAN}"
+    return f"; rendezvous on the first node's port {port or derived}"
+
+
+def master_port(port: int | None) -> int | None:
     """`slurm.master_port`, a port an unprivileged job may listen on."""
     if port is not None and not 1024 <= port <= 65535:
         raise RecipeError(
@@ -105,9 +124,9 @@ def _stage_request(job: StageJob) -> ResourceRequest:
         who=f"Stage `{job.stage}`",
         nodes=Asked(job.nodes, "nodes"),
         gpus_per_node=Asked(job.gpus_per_node, "device"),
-        cpus_per_task=Asked(job.cpus_per_task, "slurm.cpus_per_task"),
+        cpus_per_task=Asked(job.cpus_per_node, "slurm.cpus_per_task"),
         mem_gb=Asked(job.mem_gb, "slurm.mem_gb"),
-        time_min=Asked(job.time_min, "slurm.time"),
+        time_min=Asked(job.time_min or 0, "slurm.time"),
     )
 
 
@@ -115,36 +134,36 @@ def check_request(request: ResourceRequest, partition: Partition) -> None:
     """What the partition cannot give, refused with the key that asked for it (sbatch would
     refuse it too, with a message that names neither)."""
     where, who = f"partition `{partition.name}`", request.who
+    every = partition.smallest()  # what each of its nodes gives
     nodes, nodes_key = request.nodes.amount, request.nodes.key
     gpus, gpus_key = request.gpus_per_node.amount, request.gpus_per_node.key
     cpus, cpus_key = request.cpus_per_task.amount, request.cpus_per_task.key
     mem, mem_key = request.mem_gb.amount, request.mem_gb.key
     minutes, time_key = request.time_min.amount, request.time_min.key
-    if nodes > partition.nodes:
+    if nodes > len(partition.nodes):
         raise RecipeError(
             f"{who} asks for {nodes} nodes (`{nodes_key}`), but {where} has "
-            f"{partition.nodes}. Set `{nodes_key}={partition.nodes}` or fewer, or use another "
-            "partition.",
+            f"{len(partition.nodes)}. Set `{nodes_key}={len(partition.nodes)}` or fewer, or use "
+            "another partition.",
             key=nodes_key,
         )
-    if gpus > partition.gpus_per_node:
+    if gpus > every.gpus:
         raise RecipeError(
             f"{who} asks for {gpus} GPU(s) per node (`{gpus_key}`), but the nodes of {where} "
-            f"declare {partition.gpus_per_node} (gres). Use `device=cpu`, or a partition with "
+            f"declare {every.gpus} (gres). Use `device=cpu`, or a partition with "
             "GPUs.",
             key=gpus_key,
         )
-    if cpus > partition.cpus_per_node:
+    if cpus > every.cpus:
         raise RecipeError(
             f"{who} asks for {cpus} CPU(s) (`{cpus_key}`), but the nodes of {where} have "
-            f"{partition.cpus_per_node}. Set `{cpus_key}={partition.cpus_per_node}` or fewer.",
+            f"{every.cpus}. Set `{cpus_key}={every.cpus}` or fewer.",
             key=cpus_key,
         )
-    if mem * 1000 > partition.memory_mb:
+    if mem * 1000 > every.memory_mb:
         raise RecipeError(
             f"{who} asks for {mem:g} GB of host memory (`{mem_key}`), but the nodes of {where} "
-            f"have {partition.memory_mb} MB. Set `{mem_key}={partition.memory_mb // 1000}` or "
-            "less.",
+            f"have {every.memory_mb} MB. Set `{mem_key}={every.memory_mb // 1000}` or less.",
             key=mem_key,
         )
     if partition.max_time_min is not None and minutes > partition.max_time_min:

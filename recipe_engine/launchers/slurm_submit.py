@@ -5,10 +5,9 @@ child submitted with `--dependency=afterok:<parent's job>` and `--kill-on-invali
 a parent that fails leaves its children cancelled. Submission returns at once; `jobs.json` in
 the run folder records the jobs (`runs jobs` shows their states).
 
-A job runs this same command on its node, for its one stage (`only=[stage]`, `launcher=local`),
-into `<run folder>/<stage>/`: on one node as a plain process (the engine relaunches itself with
-torchrun for ddp / fsdp / deepspeed as on any machine), on several nodes as one torchrun per
-node (srun starts one task per node), the rendezvous at the allocation's first node. The
+A job runs this same command on its node, for its one stage (`stage_command`): on one node as
+a plain process, on several nodes as one torchrun per node (srun starts one task per node),
+the rendezvous at the allocation's first node. The
 store's per-stage lock makes a job whose stage another job is training wait, then reuse it.
 A job that reaches its time limit is signalled first, requeues itself (submitit's
 checkpointing) and resumes from the stage's last checkpoint; so does one cancelled and
@@ -22,22 +21,22 @@ import io
 import os
 import shlex
 import shutil
-import socket
 import subprocess
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.errors import RecipeError
-from recipe_engine.launchers.kinds import (
-    TRACKING_PARENT_VARIABLE,
-    StageJob,
-    Submission,
-    rendezvous_port,
-)
+from recipe_engine.launchers.kinds import TRACKING_PARENT_VARIABLE, StageJob, Submission
 from recipe_engine.launchers.records import SubmittedJob, save_jobs
+from recipe_engine.launchers.slurm_jobs import master_port, rendezvous_port, signal_delay_s
+from recipe_engine.launchers.stage_command import (
+    Rendezvous,
+    node_command,
+    port_is_free,
+    stage_args,
+)
 
 
 def submit_jobs(submission: Submission) -> list[SubmittedJob]:
@@ -66,7 +65,7 @@ def submit_jobs(submission: Submission) -> list[SubmittedJob]:
             nodes=job.nodes,
             processes_per_node=job.processes_per_node,
             mlflow_parent=parent,
-            master_port=job.master_port,
+            master_port=master_port(config.slurm.master_port),
         )
         try:
             with contextlib.redirect_stderr(io.StringIO()):  # submitit echoes sbatch's stderr
@@ -150,13 +149,14 @@ def _sbatch_options(
     slurm = submission.config.slurm
     options: LibraryKwargs = {
         "job_name": f"{submission.recipe}-{job.stage}",
-        "partition": job.partition,
+        "partition": job.pool.removeprefix("partition "),
         "nodes": job.nodes,
-        "ntasks_per_node": job.tasks_per_node,
-        "cpus_per_task": job.cpus_per_task,
+        # One task per node: it starts the stage's processes there (torchrun on several).
+        "ntasks_per_node": 1,
+        "cpus_per_task": job.cpus_per_node,
         "mem": f"{job.mem_gb}GB",
         "time": job.time_min,
-        "signal_delay_s": job.signal_delay_s,
+        "signal_delay_s": signal_delay_s(submission.config),
         "setup": list(slurm.setup),
         "additional_parameters": {"kill_on_invalid_dep": "yes", **slurm.additional_parameters},
     }
@@ -184,7 +184,7 @@ class StageTask:
     master_port: int | None = None  # slurm.master_port, as planned
 
     def __call__(self) -> str:
-        command = [*self._launcher(), *self._engine_args()]
+        command = self._command()
         print(f"stage {self.stage}: {shlex.join(command)}", flush=True)
         code = subprocess.run(command, check=False, env=self.environment()).returncode
         if code != 0:
@@ -207,57 +207,37 @@ class StageTask:
 
         return submitit.helpers.DelayedSubmission(self)
 
-    def _engine_args(self) -> list[str]:
-        replaced = ("launcher=", "only=", "hydra.run.dir=")
-        return [
-            *(a for a in self.args if not a.lstrip("+~").startswith(replaced)),
-            "launcher=local",
-            f"only=[{self.stage}]",
-            f"hydra.run.dir={Path(self.run_dir) / self.stage}",
-        ]
-
-    def _launcher(self) -> list[str]:
-        """Plain Python on one node; on several, torchrun with this node's rank and the
-        rendezvous at the allocation's first node. Its agent's log folder is in the stage's run
-        folder (`torchrun/`, one subfolder per node), not a `torchelastic_*` folder left in
-        each node's /tmp."""
+    def _command(self) -> list[str]:
+        """The stage on this node of the allocation, the rendezvous at its first node."""
+        arguments = stage_args(self.args, self.stage, self.run_dir)
+        stage_dir = Path(self.run_dir) / self.stage
         if self.nodes == 1:
-            return [sys.executable, "-m", "recipe_engine"]
+            return node_command(arguments, stage_dir, None)
         import submitit
 
         env = submitit.JobEnvironment()
         port = rendezvous_port(self.master_port, int(env.job_id))
         if env.node == 0:
             refuse_a_taken_port(port, self.stage)
-        return [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nnodes={self.nodes}",
-            f"--node_rank={env.node}",
-            f"--nproc_per_node={self.processes_per_node}",
-            f"--master_addr={node_address(env.hostnames[0])}",
-            f"--master_port={port}",
-            f"--log-dir={Path(self.run_dir) / self.stage / 'torchrun'}",
-            "-m",
-            "recipe_engine",
-        ]
+        meeting = Rendezvous(
+            nodes=self.nodes,
+            node_rank=env.node,
+            processes_per_node=self.processes_per_node,
+            master_addr=node_address(env.hostnames[0]),
+            master_port=port,
+        )
+        return node_command(arguments, stage_dir, meeting)
 
 
 def refuse_a_taken_port(port: int, stage: str) -> None:
     """On the first node, before torchrun: a port another program holds would leave every
     node waiting for a rendezvous that never comes. The others cannot pick another number
     without talking to this node, so the job stops here, saying which key to set."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        # As torch's TCPStore binds: a port left in TIME_WAIT by an ended job is free.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("", port))
-        except OSError as error:
-            raise RuntimeError(
-                f"stage {stage}: the rendezvous port {port} on the first node is taken "
-                f"({error.strerror}); set slurm.master_port to a free port and run again"
-            ) from None
+    if not port_is_free(port):
+        raise RuntimeError(
+            f"stage {stage}: the rendezvous port {port} on the first node is taken (Address "
+            "already in use); set slurm.master_port to a free port and run again"
+        )
 
 
 def node_address(node: str) -> str:

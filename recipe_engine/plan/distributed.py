@@ -3,7 +3,7 @@ launches them, and what sharding asks of quantized weights."""
 
 from __future__ import annotations
 
-from recipe_engine.launchers.registry import schedulers, submitting_keys
+from recipe_engine.launchers.registry import submitting_keys
 from recipe_engine.plan.placement_request import (
     K_DEVICE,
     K_GPUS,
@@ -68,8 +68,7 @@ def plan_distributed(c: ModeContext, mode: str) -> PlacementPlan:
     if req.nodes > 1 and not (c.external or req.scheduled):
         raise PlacementRefused(
             f"`nodes={req.nodes}` needs a scheduler to give the stage its nodes: add "
-            f"{submitting_keys()} (run it on the cluster's login node), or start the processes "
-            "yourself with srun + torchrun (docs/cluster.md).",
+            f"{submitting_keys()}, or start one torchrun per node yourself (docs/cluster.md).",
             key="nodes",
         )
     nproc = _processes(c, mode)
@@ -148,16 +147,16 @@ def _device_map(c: ModeContext, mode: str, used: list[GpuInfo]) -> dict[str, int
 
 def _starter(c: ModeContext, mode: str, nproc: int) -> str:
     """What starts the stage's processes: none (this one), external (a launcher already did),
-    self-torchrun (the engine relaunches itself), srun-torchrun (one torchrun per node)."""
+    self-torchrun (the engine relaunches itself), scheduler (the launcher's job, on each of
+    its nodes: `PlacementRequest.node_starter` says how)."""
     if c.external:
         return "external"
     if c.req.nodes > 1:
         c.notes.append(
-            f"{c.req.nodes} nodes: the stage's {schedulers()} job starts one torchrun per node "
-            f"(srun), {nproc} process(es) each, {nproc * c.req.nodes} in all, rendezvous at its "
-            "first node."
+            f"{c.req.nodes} nodes: {c.req.node_starter}, {nproc} process(es) each, "
+            f"{nproc * c.req.nodes} in all, rendezvous at its first node."
         )
-        return "srun-torchrun"
+        return "scheduler"
     if mode == "ddp" and nproc == 1:
         c.notes.append("ddp with one process: no gradient sync, same as parallel=single.")
         return "none"

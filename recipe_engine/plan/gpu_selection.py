@@ -89,7 +89,7 @@ def _on_machine(gpus: tuple[int, ...], by_index: dict[int, GpuInfo]) -> list[Gpu
 
 
 def _check_inside(req: PlacementRequest, gpus: tuple[int, ...], cvd: list[str]) -> None:
-    """Shared clusters (SLURM, schedulers) set CUDA_VISIBLE_DEVICES to the job's GPUs: `gpus`
+    """Shared clusters (their schedulers) set CUDA_VISIBLE_DEVICES to the job's GPUs: `gpus`
     may narrow that set, never escape it."""
     outside = [i for i in gpus if str(i) not in cvd]
     if outside:

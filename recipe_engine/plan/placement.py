@@ -324,8 +324,8 @@ def describe(plan: PlacementPlan) -> list[str]:
         "none": "one process",
         "self-torchrun": f"{plan.nproc} process(es) via torch.distributed.run (self-relaunch)",
         "external": f"{plan.world_size} process(es) from an external launcher",
-        "srun-torchrun": f"{plan.world_size} process(es), {plan.nproc} on each node, "
-        "via srun + torch.distributed.run",
+        "scheduler": f"{plan.world_size} process(es), {plan.nproc} on each node, started by "
+        "the launcher's job on each (note below)",
     }[plan.starter]
     lines.append(f"mode: {plan.mode}, {launch}")
     if (plan.mode, plan.device) in WHERE_IT_RAN:

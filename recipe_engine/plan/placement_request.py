@@ -55,9 +55,10 @@ class PlacementRequest:
     parallel: str = "auto"
     # Processes for ddp/fsdp/deepspeed; default one per selected GPU; required >= 2 for cpu ddp.
     nproc: int | None = None
-    # Nodes a scheduler gives the stage (launcher=slurm): `nproc` processes on each.
+    # Nodes a scheduler gives the stage: `nproc` processes on each.
     nodes: int = 1
-    scheduled: bool = False  # launcher=slurm: the stage's job is sized and started by SLURM
+    scheduled: bool = False  # the launcher's scheduler sizes and starts the stage's job
+    node_starter: str = ""  # what starts its processes on each node (the launcher says)
     machine_gpus: tuple[GpuInfo, ...] = ()
     # machine_gpus describe a hardware profile = the GPUs this job gets; `gpus` indices are then
     # not checked against them, only their count must match.
@@ -89,7 +90,7 @@ class PlacementPlan:
     n_gpu: int
     world_size: int
     nproc: int
-    starter: str  # what starts the processes: none | external | self-torchrun | srun-torchrun
+    starter: str  # what starts the processes: none | external | self-torchrun | scheduler
     cuda_visible_devices: str | None
     visible_gpus: tuple[int, ...]
     quantization: str
@@ -202,7 +203,7 @@ class Processes:
 
     world_size: int
     nproc: int
-    starter: str  # none | external | self-torchrun | srun-torchrun
+    starter: str  # none | external | self-torchrun | scheduler
 
 
 @dataclass(frozen=True)

@@ -315,6 +315,7 @@ def placement_request(
         nproc=cfg.nproc,
         nodes=cfg.nodes,
         scheduled=launcher_kind(cfg.launcher).scheduled,
+        node_starter=launcher_kind(cfg.launcher).node_starter,
         machine_gpus=profile_gpus(dataclasses.asdict(hardware)) if from_profile else machine.gpus,
         from_profile=from_profile,
         cuda_visible_devices=None if from_profile else machine.cuda_visible_devices,

@@ -139,8 +139,8 @@ def _launcher(report: Report, env: Mapping[str, str]) -> Machine | None:
     elif machine.launched_by == "other":
         lines.append(
             "  WORLD_SIZE/LOCAL_RANK are set but no known launcher's marker is (torchrun sets "
-            "TORCHELASTIC_RUN_ID, accelerate ACCELERATE_*, deepspeed CROSS_RANK): srun/mpirun or "
-            "hand-set variables"
+            "TORCHELASTIC_RUN_ID, accelerate ACCELERATE_*, deepspeed CROSS_RANK): mpirun, a "
+            "scheduler's own launch, or hand-set variables"
         )
         report.advice.append(
             "WORLD_SIZE/LOCAL_RANK are set without a known launcher: if this shell is not a "

@@ -1,10 +1,11 @@
-"""SLURM runs as text: what a submission sent, and each stage job's state (`runs jobs`)."""
+"""Runs submitted to a scheduler, as text: what a submission sent, and each stage job's state
+(`runs jobs`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from recipe_engine.launchers.kinds import JobState
+from recipe_engine.launchers.kinds import DownNode, JobPhase, JobState
 from recipe_engine.launchers.records import SubmittedJob
 from recipe_engine.plan.dag import short
 from recipe_engine.plan.recipe_plan import RecipePlan
@@ -32,10 +33,13 @@ def render_submitted(plan: RecipePlan, jobs: list[SubmittedJob], run_dir: Path) 
 
 
 def render_job_states(
-    run_dir: Path, jobs: list[SubmittedJob], states: dict[str, JobState], down: dict[str, str]
+    run_dir: Path,
+    jobs: list[SubmittedJob],
+    states: dict[str, JobState],
+    down: dict[str, DownNode],
 ) -> str:
-    """One row per stage job: its state in SLURM, where, when; then one line per job that
-    did not finish, saying why and what to run."""
+    """One row per stage job: its state in its scheduler, where, when; then one line per job
+    that did not finish, saying why and what to run."""
     rows = []
     for job in jobs:
         state = states.get(job.job_id)
@@ -43,7 +47,7 @@ def render_job_states(
             [
                 job.stage,
                 job.job_id,
-                state.state if state else "UNKNOWN",
+                state.said if state else "UNKNOWN",
                 state.nodes if state else "-",
                 state.elapsed if state else "-",
                 short(job.key),
@@ -55,36 +59,41 @@ def render_job_states(
 
 
 def _why(
-    job: SubmittedJob, jobs: list[SubmittedJob], states: dict[str, JobState], down: dict[str, str]
+    job: SubmittedJob,
+    jobs: list[SubmittedJob],
+    states: dict[str, JobState],
+    down: dict[str, DownNode],
 ) -> str:
     """For a job that ended without its stage: which parent stopped it, or which node
     failed, and the command that submits what is left (finished stages are reused)."""
     state = states.get(job.job_id)
-    if state is None or state.state in ("COMPLETED", "RUNNING", "REQUEUED"):
-        return ""
-    if state.state == "PENDING" and state.reason != "DependencyNeverSatisfied":
+    if state is None or not state.phase.ended or state.phase is JobPhase.COMPLETED:
         return ""
     rerun = f"rerun `{job.command}` to submit what is left (finished stages are reused)"
     by_stage = {j.stage: j for j in jobs}
     failed_parents = [
         p
         for p in job.after
-        if states.get(by_stage[p].job_id) and states[by_stage[p].job_id].state != "COMPLETED"
+        if states.get(by_stage[p].job_id)
+        and states[by_stage[p].job_id].phase is not JobPhase.COMPLETED
     ]
     if failed_parents:
         parent = by_stage[failed_parents[0]]
-        parent_state = states[parent.job_id].state
         return (
-            f"{job.stage}: {state.state}, not run: its parent stage {parent.stage} (job "
-            f"{parent.job_id}) ended {parent_state}; its log: {parent.log}"
+            f"{job.stage}: {state.said}, not run: its parent stage {parent.stage} (job "
+            f"{parent.job_id}) ended {states[parent.job_id].said}; its log: {parent.log}"
         )
     lost = [n for n in state.node_names if n in down]
-    if state.state == "NODE_FAIL" or lost:
+    if state.phase is JobPhase.NODE_LOST or lost:
         node = lost[0] if lost else state.nodes
-        reason = f" ({down[node]})" if node in down else ""
+        reason = f" ({down[node].reason})" if node in down else ""
+        back = f" (`{down[node].back}`)" if node in down else ""
         return (
-            f"{job.stage}: {state.state}: node {node} went down{reason} while job {job.job_id} "
-            f"ran. Once it is back (`scontrol update nodename={node} state=resume`), {rerun}; "
-            "the stage resumes from its last checkpoint."
+            f"{job.stage}: {state.said}: node {node} went down{reason} while job {job.job_id} "
+            f"ran. Once it is back{back}, {rerun}; the stage resumes from its last checkpoint."
         )
-    return f"{job.stage}: {state.state} (exit {state.exit_code}); its log: {job.log}. Then {rerun}."
+    why = f": {state.reason}" if state.reason not in ("", "None") else ""
+    return (
+        f"{job.stage}: {state.said} (exit {state.exit_code}{why}); its log: {job.log}. "
+        f"Then {rerun}."
+    )

@@ -182,6 +182,12 @@ def _executed(key: str, load: Callable[[], Any]) -> Any:
         ) from None
 
 
+def source_digest(key: str, target: str) -> str:
+    """sha256 of the source of the module `target` names, found from here as `plan` finds it
+    (a node that runs the stage must find the same)."""
+    return _module_digest(find_function(key, target))
+
+
 def _module_digest(function: Callable[..., Any]) -> str:
     """sha256 of the source of the module defining `function` (what it calls beside it)."""
     module = inspect.getmodule(function)

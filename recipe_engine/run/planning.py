@@ -18,6 +18,7 @@ from recipe_engine.plan.recipe_plan import RecipePlan
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.resolver import resolve_recipe
 from recipe_engine.run.preflight import check_with_libraries, judge_at_first_read
+from recipe_engine.run.submission import stage_code
 from recipe_engine.store.store import Store
 
 
@@ -26,8 +27,8 @@ def plan_from_config(
     machine: Machine | None = None,
     partition: Partition | None = None,
 ) -> RecipePlan:
-    """The plan; with `launcher=slurm` its stage jobs too, on `partition` (default: the one
-    `slurm.partition` names, read from sinfo)."""
+    """The plan; with a launcher that has a scheduler its stage jobs too, sized for
+    `partition` (default: what the scheduler offers, read from it), and its nodes checked."""
     config = cfg if isinstance(cfg, EngineConfig) else to_engine_config(cfg)
     graph = check_recipe(config)  # the recipe alone: nothing is read before it passes
     parents = {name: graph.parents[name] for name in graph.order}
@@ -41,12 +42,13 @@ def plan_from_config(
     if kind.scheduled:
         partition = partition or kind.read_partition(config)
         plan = dataclasses.replace(plan, jobs=plan_jobs(plan, partition, _stored(plan)))
+        kind.check_nodes(config, stage_code(plan, list(plan.jobs)))
     return plan
 
 
 def _stored(plan: RecipePlan) -> set[str]:
-    """Stages a SLURM submission leaves out: those the store holds (unless forced), and those
-    `only` does not name."""
+    """Stages a submission leaves out: those the store holds (unless forced), and those `only`
+    does not name."""
     store, config = Store(plan.config.output_root), plan.config
     return {
         name

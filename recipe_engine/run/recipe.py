@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.launchers.registry import launcher_kind
 from recipe_engine.plan.dag import short
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
 from recipe_engine.resolve.hub_revisions import pin_revisions, pins_path
@@ -19,6 +20,7 @@ from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.run import mlflow_tracking
 from recipe_engine.run.disk_space import full_disk_is_one_message
 from recipe_engine.run.mlflow_tracking import TrackedRun
+from recipe_engine.run.submission import job_arguments, submit_recipe
 from recipe_engine.store.metric_text import eval_text
 from recipe_engine.store.records import Difference, Manifest, RunSummary, StageRow, relative_to
 from recipe_engine.store.store import Store
@@ -40,11 +42,42 @@ class StageResult:
 
 
 def run_recipe(plan: RecipePlan, run_dir: Path) -> list[StageResult]:
-    """Every stage this run covers, in order; rank 0 then writes the run summary."""
+    """Every stage this run covers, in order (on the cluster a launcher that waits drives);
+    rank 0 then writes the run summary."""
     store = Store(plan.config.output_root)
     names = stages_to_run(plan, store)
     if is_main_process():
         pin_hub_revisions(plan, names)
+    if launcher_kind(plan.config.launcher).scheduled:
+        results = _run_on_cluster(plan, names, store, run_dir)
+    else:
+        results = _run_here(plan, names, store, run_dir)
+    if is_main_process():
+        run_summary(plan, results, run_dir).save(run_dir)
+    return results
+
+
+def _run_on_cluster(
+    plan: RecipePlan, names: list[str], store: Store, run_dir: Path
+) -> list[StageResult]:
+    """The plan's pending stages submitted to the launcher, which waits for them; then every
+    stage's result read from the store, as its own run on its node recorded it."""
+    submit_recipe(plan, job_arguments(), run_dir)
+    results = []
+    for name in names:
+        stage = plan.stages[name]
+        entry = store.entry(stage.fingerprint)
+        manifest = Manifest.load(entry, stage=name)
+        status = "evaluated" if stage.evaluate_only else "trained"
+        results.append(
+            StageResult(name, status if name in plan.jobs else "cached", entry, manifest)
+        )
+    return results
+
+
+def _run_here(plan: RecipePlan, names: list[str], store: Store, run_dir: Path) -> list[StageResult]:
+    """Every stage in this process, in order, each in its MLflow run where it reports to
+    MLflow (nested under the recipe's)."""
     tracked = [n for n in names if mlflow_tracking.reports_to_mlflow(plan.stages[n])]
     parent = None
     if tracked and is_main_process():  # only rank 0 logs
@@ -57,8 +90,6 @@ def run_recipe(plan: RecipePlan, run_dir: Path) -> list[StageResult]:
         raise
     if parent is not None:
         mlflow_tracking.close_run(parent, failed=bool(incomplete(results)))
-    if is_main_process():
-        run_summary(plan, results, run_dir).save(run_dir)
     return results
 
 

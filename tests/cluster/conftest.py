@@ -1,9 +1,11 @@
-"""The cluster tests run against a real two-node SLURM cluster on this host
-(tests/cluster/slurm_cluster.py), started once for the session and stopped at its end.
+"""The cluster tests run against real schedulers on this host, each started once for the
+session (when a test asks for it) and stopped at its end: a two-node SLURM cluster
+(tests/cluster/slurm_cluster.py) and a three-node Ray cluster (tests/cluster/ray_cluster.py).
 
 Each module is marked `cluster`: `make test` leaves them out (pyproject's `-m "not cluster"`),
-`make test-cluster` installs SLURM where it is missing and runs them. Without SLURM installed
-they fail, never skip: a missing scheduler is a failure there.
+`make test-cluster` installs SLURM where it is missing and runs them all (`make test-ray`: the
+Ray ones alone). Without SLURM or Ray installed they fail, never skip: a missing scheduler is a
+failure there.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from ray_cluster import RayCluster
 from slurm_cluster import SlurmCluster
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
@@ -32,6 +35,12 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
                 os.environ.pop("SLURM_CONF", None)
             else:
                 os.environ["SLURM_CONF"] = before
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    with RayCluster(tmp_path_factory.mktemp("ray")) as cluster:
+        yield cluster
 
 
 def job_ids(submitted: str) -> dict[str, str]:

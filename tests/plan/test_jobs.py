@@ -10,18 +10,22 @@ from plans import plan
 
 from recipe_engine.config.compose import compose_config
 from recipe_engine.errors import RecipeError
-from recipe_engine.launchers.kinds import rendezvous_port
-from recipe_engine.launchers.slurm_cluster import Partition
-from recipe_engine.launchers.slurm_jobs import check_request, sweep_job_request, time_minutes
+from recipe_engine.launchers.kinds import NodeOffer, Partition
+from recipe_engine.launchers.slurm_jobs import (
+    check_request,
+    rendezvous_port,
+    sweep_job_request,
+    time_minutes,
+)
 from recipe_engine.plan.jobs import plan_jobs
 from recipe_engine.plan.render import render_plan
 from recipe_engine.run.planning import plan_from_config
 
 CPU_PARTITION = Partition(
-    "debug", nodes=2, cpus_per_node=2, memory_mb=8000, gpus_per_node=0, max_time_min=None
+    "debug", "slurm", tuple(NodeOffer(f"n{i}", 2, 8000, 0) for i in (1, 2)), max_time_min=None
 )
 GPU_PARTITION = Partition(
-    "gpu", nodes=4, cpus_per_node=64, memory_mb=512000, gpus_per_node=8, max_time_min=2880
+    "gpu", "slurm", tuple(NodeOffer(f"g{i}", 64, 512000, 8) for i in range(4)), max_time_min=2880
 )
 
 
@@ -60,7 +64,7 @@ def test_every_stage_is_a_job_and_a_child_waits_for_its_parent():
     assert jobs["vision"].after == () and jobs["llm"].after == ("vision",)
     vision = jobs["vision"]
     assert (vision.nodes, vision.processes_per_node, vision.gpus_per_node) == (1, 1, 0)
-    assert vision.cpus_per_task == 1 and vision.time_min == 240 and vision.partition == "debug"
+    assert vision.cpus_per_node == 1 and vision.time_min == 240 and vision.pool == "partition debug"
     assert 2 <= vision.mem_gb <= 4  # a tiny model: the process's runtime and little else
 
 
@@ -73,7 +77,7 @@ def test_a_stored_parent_is_not_submitted_and_its_child_waits_for_nothing():
 def test_a_gpu_stage_asks_for_its_processes_gpus_and_eight_cpus_each():
     planned = plan("recipe=r1-llm-only", "hardware=8x-a100-80gb", "parallel=ddp", "nproc=4")
     [job] = plan_jobs(planned, GPU_PARTITION, stored=set()).values()
-    assert (job.processes_per_node, job.gpus_per_node, job.cpus_per_task) == (4, 4, 32)
+    assert (job.processes_per_node, job.gpus_per_node, job.cpus_per_node) == (4, 4, 32)
 
 
 def test_a_stage_on_two_nodes_has_the_world_size_of_both(tmp_path):
@@ -81,7 +85,11 @@ def test_a_stage_on_two_nodes_has_the_world_size_of_both(tmp_path):
         tmp_path, "recipe=text-lora", "device=cpu", "parallel=ddp", "nodes=2", "nproc=1"
     )
     stage = planned.stages["llm"]
-    assert stage.placement.world_size == 2 and stage.placement.starter == "srun-torchrun"
+    assert stage.placement.world_size == 2 and stage.placement.starter == "scheduler"
+    assert (
+        "2 nodes: the stage's SLURM job starts one torchrun per node (srun), 1 process(es) "
+        "each, 2 in all, rendezvous at its first node."
+    ) in stage.placement.notes
     [job] = planned.jobs.values()
     assert (job.nodes, job.processes_per_node) == (2, 1)
 
@@ -91,12 +99,12 @@ def test_a_stage_on_two_nodes_plans_its_rendezvous_port(tmp_path):
     and every node reaches the same number alone."""
     two_nodes = ("recipe=text-lora", "device=cpu", "parallel=ddp", "nodes=2", "nproc=1")
     [derived] = slurm_plan(tmp_path, *two_nodes).jobs.values()
-    assert derived.master_port is None
     assert "rendezvous on the first node's port 20000 + job id mod 20000" in derived.describe()
-    assert rendezvous_port(derived.master_port, 1234567) == 20000 + 1234567 % 20000
-    [chosen] = slurm_plan(tmp_path, *two_nodes, "slurm.master_port=29500").jobs.values()
-    assert chosen.master_port == 29500 and "port 29500" in chosen.describe()
-    assert rendezvous_port(chosen.master_port, 1234567) == 29500
+    assert rendezvous_port(None, 1234567) == 20000 + 1234567 % 20000
+    chosen_plan = slurm_plan(tmp_path, *two_nodes, "slurm.master_port=29500")
+    [chosen] = chosen_plan.jobs.values()
+    assert chosen_plan.config.slurm.master_port == 29500 and "port 29500" in chosen.describe()
+    assert rendezvous_port(chosen_plan.config.slurm.master_port, 1234567) == 29500
     [one_node] = slurm_plan(tmp_path, "recipe=text-lora", "device=cpu").jobs.values()
     assert "rendezvous" not in one_node.describe()
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipe_engine.launchers.kinds import JobState
+from recipe_engine.launchers.kinds import DownNode, JobState
 from recipe_engine.launchers.records import SubmittedJob
+from recipe_engine.launchers.slurm_cluster import job_state
 from recipe_engine.report.jobs import render_job_states
 
 COMMAND = "python -m recipe_engine recipe=r3-two-stage launcher=slurm"
@@ -20,10 +21,11 @@ LLM = SubmittedJob(
 
 
 def state(job_id: str, name: str, nodes: str = "n1", reason: str = "None") -> JobState:
-    return JobState(job_id, name, "0:0", nodes, (nodes,), "00:01:00", reason)
+    """As SLURM's accounting reports it: one line of `sacct -X -n -P -o JobID,State,...`."""
+    return job_state(f"{job_id}|{name}|0:0|{nodes}|00:01:00|{reason}")
 
 
-def render(states: dict[str, JobState], down: dict[str, str] | None = None) -> list[str]:
+def render(states: dict[str, JobState], down: dict[str, DownNode] | None = None) -> list[str]:
     return render_job_states(Path("/runs/r3"), [VISION, LLM], states, down or {}).splitlines()
 
 
@@ -56,7 +58,7 @@ def test_a_pending_child_whose_parent_failed_says_so_before_slurm_cancels_it():
 def test_a_job_whose_node_went_down_names_the_node_and_what_to_run():
     lines = render(
         {"11": state("11", "NODE_FAIL", nodes="n2"), "12": state("12", "PENDING", nodes="")},
-        down={"n2": "power supply"},
+        down={"n2": DownNode("power supply", "scontrol update nodename=n2 state=resume")},
     )
     [why] = [line for line in lines if line.startswith("vision:")]
     assert "node n2 went down (power supply) while job 11 ran" in why
