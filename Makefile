@@ -35,7 +35,7 @@ PIP_SOURCES = $(foreach url,$(call pip_setting,extra-index-url) $(PIP_EXTRA_INDE
 UV_INSTALL ?= $(VENV)/bin/uv pip install --quiet --python $(PY) --native-tls --compile-bytecode \
 	--index-strategy unsafe-best-match $(PIP_SOURCES)
 
-.PHONY: install run study-table test test-cluster test-browser ui ui-screenshots fuzz bench bench-scale bench-memory bench-trl gpu-check gpu-report gpu-wheels bench-startup field-tables lint docs clean floor-test constraints
+.PHONY: install run study-table test test-cluster test-ray test-browser ui ui-screenshots fuzz bench bench-scale bench-memory bench-trl gpu-check gpu-report gpu-wheels bench-startup field-tables lint docs clean floor-test constraints
 
 install: $(STAMP)
 
@@ -80,11 +80,16 @@ define apt_install
 endef
 
 # Against a real two-node SLURM cluster started on this host (tests/cluster/slurm_cluster.py):
-# Debian's slurm-wlm, slurmdbd, munge and MariaDB (for sacct), installed as root when missing.
+# Debian's slurm-wlm, slurmdbd, munge and MariaDB (for sacct), installed as root when missing;
+# and a real three-node Ray cluster (tests/cluster/ray_cluster.py: Ray from the `ray` extra).
 CLUSTER_PACKAGES := slurm-wlm slurmdbd munge mariadb-server
 test-cluster: install
 	$(call apt_install,$(CLUSTER_PACKAGES))
 	$(PY) -m pytest -q -m cluster tests/cluster
+
+# The Ray launcher's tests alone (a part of test-cluster): no system package needed.
+test-ray: install
+	$(PY) -m pytest -q -m cluster tests/cluster/test_ray_launcher.py tests/cluster/test_ray_faults.py tests/cluster/test_ray_sweep.py
 
 # `recipe-engine ui` in a real browser (tests/browser/): Debian's chromium, installed as root
 # when missing, driven by Playwright from PyPI (no browser download: `executable_path`).

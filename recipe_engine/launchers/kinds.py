@@ -140,13 +140,25 @@ class StageCode:
     digest: str  # sha256 of its module's source, as planned
 
 
+class Claims(Protocol):
+    """A run's claims on the stages it sends to a cluster (the store keeps them): claimed
+    while a stage's task runs, so another run needing the same key waits for it, off the
+    cluster, and reuses what it commits."""
+
+    def claim(self, key: str) -> bool:
+        """Claimed now; False while another run trains the key (or has it on a cluster)."""
+
+    def release(self, key: str) -> None:
+        """The key's stage ended here (committed or not)."""
+
+
 @dataclass(frozen=True)
 class Submission:
     """A plan's pending stages as a launcher submits them: their jobs in graph order (each
     after its parents'), each stage's key, the command that runs them, and what only the
-    store knows, asked when the launcher needs it: whether a key is stored, whether another
-    run holds its lock (training it now), and the MLflow run the stages' runs nest under,
-    opened when the launcher asks (None: no stage reports to MLflow)."""
+    store knows, asked when the launcher needs it: whether a key is stored, the run's claims
+    on the keys it runs, and the MLflow run the stages' runs nest under, opened when the
+    launcher asks (None: no stage reports to MLflow)."""
 
     recipe: str
     config: EngineConfig
@@ -156,7 +168,7 @@ class Submission:
     run_dir: Path
     open_tracking_parent: Callable[[], str | None]
     stored: Callable[[str], bool]
-    training_elsewhere: Callable[[str], bool]
+    claims: Claims
 
 
 # CPUs a GPU process gets unless a launcher's key says otherwise (its data loading, its

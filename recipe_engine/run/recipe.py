@@ -22,7 +22,14 @@ from recipe_engine.run.disk_space import full_disk_is_one_message
 from recipe_engine.run.mlflow_tracking import TrackedRun
 from recipe_engine.run.submission import job_arguments, submit_recipe
 from recipe_engine.store.metric_text import eval_text
-from recipe_engine.store.records import Difference, Manifest, RunSummary, StageRow, relative_to
+from recipe_engine.store.records import (
+    SUMMARY_FILE,
+    Difference,
+    Manifest,
+    RunSummary,
+    StageRow,
+    relative_to,
+)
 from recipe_engine.store.store import Store
 
 log = logging.getLogger("recipe_engine")
@@ -61,18 +68,24 @@ def _run_on_cluster(
     plan: RecipePlan, names: list[str], store: Store, run_dir: Path
 ) -> list[StageResult]:
     """The plan's pending stages submitted to the launcher, which waits for them; then every
-    stage's result read from the store, as its own run on its node recorded it."""
+    stage's result read from the store, with the status its own run on its node recorded
+    (trained, evaluated; cached where it was not run, or another run committed it first)."""
     submit_recipe(plan, job_arguments(), run_dir)
     results = []
     for name in names:
-        stage = plan.stages[name]
-        entry = store.entry(stage.fingerprint)
-        manifest = Manifest.load(entry, stage=name)
-        status = "evaluated" if stage.evaluate_only else "trained"
-        results.append(
-            StageResult(name, status if name in plan.jobs else "cached", entry, manifest)
-        )
+        entry = store.entry(plan.stages[name].fingerprint)
+        status = _stage_run_status(run_dir / name, name)
+        results.append(StageResult(name, status, entry, Manifest.load(entry, stage=name)))
     return results
+
+
+def _stage_run_status(stage_dir: Path, name: str) -> str:
+    """The status a stage's own run (in `<run folder>/<stage>/`) gave it; "cached" when no
+    run of it was needed."""
+    if not (stage_dir / SUMMARY_FILE).is_file():
+        return "cached"
+    rows = RunSummary.load(stage_dir).stages
+    return next((row.status.split()[0] for row in rows if row.stage == name), "cached")
 
 
 def _run_here(plan: RecipePlan, names: list[str], store: Store, run_dir: Path) -> list[StageResult]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from filelock import Timeout
+from filelock import FileLock, Timeout
 
 from recipe_engine.errors import StageFailed
 from recipe_engine.launchers.kinds import JobPhase, JobState, StageCode, Submission
@@ -34,7 +34,7 @@ def submit_recipe(plan: RecipePlan, args: Sequence[str], run_dir: Path) -> list[
         run_dir=run_dir,
         open_tracking_parent=lambda: _mlflow_parent(plan, run_dir, opened),
         stored=store.is_complete,
-        training_elsewhere=lambda key: _locked(store, key),
+        claims=StageClaims(store),
     )
     kind = launcher_kind(plan.config.launcher)
     try:
@@ -89,9 +89,33 @@ def _failures(
     )
 
 
-def _locked(store: Store, key: str) -> bool:
-    """Whether another process holds the key's lock (training it now)."""
-    lock = store.lock(key)
+class StageClaims:
+    """The stages this run has on a cluster (`launchers.kinds.Claims`), each claimed in the
+    store while its task runs (`Store.claim`)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.held: dict[str, FileLock] = {}
+
+    def claim(self, key: str) -> bool:
+        if _locked(self.store.lock(key)):  # training now: a local run, a SLURM job
+            return False
+        claim = self.store.claim(key)
+        try:
+            claim.acquire()
+        except Timeout:  # another run has it on a cluster
+            return False
+        self.held[key] = claim
+        return True
+
+    def release(self, key: str) -> None:
+        claim = self.held.pop(key, None)
+        if claim is not None:
+            claim.release()
+
+
+def _locked(lock: FileLock) -> bool:
+    """Whether another process holds `lock`."""
     try:
         lock.acquire(timeout=0)
     except Timeout:

@@ -84,6 +84,12 @@ class Store:
         """Exclusive per-fingerprint lock: concurrent jobs needing one stage train it once."""
         return file_lock(self.root / "locks" / f"{fingerprint[:KEY_LENGTH]}.lock")
 
+    def claim(self, fingerprint: str) -> FileLock:
+        """A run's claim on the stage it has sent to a cluster, held by its driver while the
+        stage's task runs: a concurrent run waits off the cluster (the task itself takes
+        `lock` only once it starts on its node)."""
+        return file_lock(self.root / "locks" / f"{fingerprint[:KEY_LENGTH]}.claim", timeout=0)
+
     def manifest(self, fingerprint: str) -> Manifest:
         return Manifest.load(self.entry(fingerprint))
 

@@ -15,8 +15,8 @@ Faults:
   descendants never start, and the run says which stage failed and why;
 - Ctrl-C or SIGTERM (`ray job stop`): every task is cancelled, its processes stopped; the
   store's commit is atomic, so nothing half-written is left, and the same command resumes;
-- a stage another run is training (its lock is held): it waits here, not on a node, and
-  reuses what that run commits.
+- a stage another run is training (its key's lock or a driver's claim on it is held): it
+  waits here, not on a node, and reuses what that run commits.
 
 The jobs are recorded in the run folder as they change (`jobs.json`, and their states in
 `ray-states.json`), so `runs jobs` and the web view read them while the run goes on and after.
@@ -162,7 +162,7 @@ class Driver:
                 self._record(name, JobPhase.COMPLETED, "COMPLETED", reason="in the store")
                 print(f"stage {name}: in the store (committed by another run)", flush=True)
                 continue
-            if self.submission.training_elsewhere(key):
+            if not self.submission.claims.claim(key):
                 self._record(
                     name, JobPhase.PENDING, "WAITING", reason="another run is training its key"
                 )
@@ -325,6 +325,7 @@ class Driver:
         if attempt is not None:
             self._stop(attempt)
         self.running.pop(name, None)
+        self.submission.claims.release(self.submission.keys[name])
         elapsed = _clock(time.time() - attempt.started) if attempt else "-"
         self._record(name, phase, said, exit_code, nodes, elapsed, reason)
         if phase is JobPhase.COMPLETED:

@@ -123,13 +123,17 @@ def run_stage(
                 kept.write(line)
                 kept.flush()
                 sys.stdout.write(line)
-                last_line = line.strip() or last_line
-                last_error = line.strip() if line.startswith("error:") else last_error
+                shown = line.rpartition("\r")[2].strip()  # a progress bar's last state
+                last_line = shown or last_line
+                last_error = shown if shown.startswith("error:") else last_error
             code = process.wait()
         except BaseException:  # cancelled by the driver: the stage's whole session stops
             _stop(process)
             raise
-    return NodeRun(code, (last_error or last_line)[:500], node)
+    said = last_error or last_line
+    if code < 0:  # stopped by a signal: what stopped it says more than its last output
+        said = f"killed by {signal.Signals(-code).name}; its last output: {last_line}"
+    return NodeRun(code, said[:500], node)
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
