@@ -238,5 +238,9 @@ class LauncherKind(Protocol):
         """A run's submitted jobs' states, by job id (asked of its scheduler, or read from
         what its driver recorded)."""
 
+    def recorded_states(self, run_dir: Path, jobs: list[SubmittedJob]) -> dict[str, JobState]:
+        """What it recorded of its jobs' states in the run folder, asking nobody (the web
+        view reads it); empty where only its scheduler knows them."""
+
     def down_nodes(self) -> dict[str, DownNode]:
         """Nodes its scheduler holds down, drained or failing."""

@@ -53,5 +53,8 @@ class Local:
     def job_states(self, run_dir: Path, jobs: list[SubmittedJob]) -> dict[str, JobState]:
         return {}  # it submits no jobs
 
+    def recorded_states(self, run_dir: Path, jobs: list[SubmittedJob]) -> dict[str, JobState]:
+        return {}  # it submits no jobs
+
     def down_nodes(self) -> dict[str, DownNode]:
         return {}

@@ -73,5 +73,8 @@ class Slurm:
     def job_states(self, run_dir: Path, jobs: list[SubmittedJob]) -> dict[str, JobState]:
         return slurm_cluster.job_states([job.job_id for job in jobs])
 
+    def recorded_states(self, run_dir: Path, jobs: list[SubmittedJob]) -> dict[str, JobState]:
+        return {}  # sacct knows them: `runs jobs` asks it
+
     def down_nodes(self) -> dict[str, DownNode]:
         return slurm_cluster.down_nodes()

@@ -28,7 +28,8 @@ def plan_from_config(
     partition: Partition | None = None,
 ) -> RecipePlan:
     """The plan; with a launcher that has a scheduler its stage jobs too, sized for
-    `partition` (default: what the scheduler offers, read from it), and its nodes checked."""
+    `partition` (default: what the scheduler offers, read from it, its nodes then asked
+    whether they can run the stages)."""
     config = cfg if isinstance(cfg, EngineConfig) else to_engine_config(cfg)
     graph = check_recipe(config)  # the recipe alone: nothing is read before it passes
     parents = {name: graph.parents[name] for name in graph.order}
@@ -40,9 +41,11 @@ def plan_from_config(
         check_with_libraries(list(plan.stages.values()))
     kind = launcher_kind(config.launcher)
     if kind.scheduled:
+        read_here = partition is None  # else a caller describes the nodes: none to ask
         partition = partition or kind.read_partition(config)
         plan = dataclasses.replace(plan, jobs=plan_jobs(plan, partition, _stored(plan)))
-        kind.check_nodes(config, stage_code(plan, list(plan.jobs)))
+        if read_here:
+            kind.check_nodes(config, stage_code(plan, list(plan.jobs)))
     return plan
 
 

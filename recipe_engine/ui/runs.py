@@ -17,7 +17,9 @@ import yaml
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
+from recipe_engine.launchers.kinds import JobPhase
 from recipe_engine.launchers.records import JOBS_FILE, load_jobs
+from recipe_engine.launchers.registry import launcher_kind
 from recipe_engine.store.gc import find_runs
 from recipe_engine.store.records import SUMMARY_FILE, Manifest, RunSummary, StageRow
 from recipe_engine.store.store import COMPLETE, ENGINE_MARKER, KEY_LENGTH
@@ -175,18 +177,29 @@ def _finished(view: RunView, run_dir: Path) -> None:
 
 
 def _submitted(view: RunView, run_dir: Path, store: Path) -> None:
-    """A cluster run: each stage job's key is recorded; the shared store says how far it is
-    (the jobs' SLURM states are `runs jobs`'s: asking the scheduler is not reading records)."""
+    """A cluster run: each stage job's key is recorded; the shared store says how far it is,
+    and the states its launcher recorded in the run folder say which failed and why (a
+    scheduler's own states are `runs jobs`'s: asking the scheduler is not reading records)."""
     view.state = "submitted"
-    for job in load_jobs(run_dir):
+    jobs = load_jobs(run_dir)
+    recorded = launcher_kind(jobs[0].launcher).recorded_states(run_dir, jobs) if jobs else {}
+    for job in jobs:
         stage = _stage(view, job.stage)
         stage.entry = job.key[:KEY_LENGTH]
         if (store / stage.entry / COMPLETE).is_file():
             stage.state = "committed"
         elif (store / f"{stage.entry}.partial").is_dir():
             _training(stage, store / f"{stage.entry}.partial")
+        state = recorded.get(job.job_id)
+        if stage.state != "committed" and state is not None and state.phase.ended:
+            not_run = state.phase is JobPhase.CANCELLED and state.reason.startswith("its parent")
+            stage.state = "planned" if not_run else "failed"
+            stage.detail = f"{'not run' if not_run else state.said}: {state.reason}"
         stage.detail = stage.detail or job.label
-    if view.stages and all(stage.state == "committed" for stage in view.stages):
+    failed = [stage for stage in view.stages if stage.state == "failed"]
+    if failed:
+        view.state, view.reason = "failed", f"stage {failed[0].name}: {failed[0].detail}"
+    elif view.stages and all(stage.state == "committed" for stage in view.stages):
         view.state = "finished"  # every job committed its stage
 
 

@@ -75,12 +75,15 @@ class RayCluster:
             self.start_worker(name)
         return self
 
-    def start_worker(self, name: str) -> None:
+    def start_worker(self, name: str, cpus: int = WORKER_CPUS, gpus: int = 0) -> None:
+        """A worker node; `gpus` declared to Ray (it assigns them to tasks by id, as it would
+        a real node's, whether or not the host has them)."""
         self._start_node(
             name,
             [
                 f"--address={self.address}",
-                f"--num-cpus={WORKER_CPUS}",
+                f"--num-cpus={cpus}",
+                f"--num-gpus={gpus}",
                 f"--memory={WORKER_MEMORY}",
             ],
         )

@@ -197,3 +197,30 @@ def test_an_address_no_cluster_answers_at_is_one_message_and_writes_nothing(
     [line] = done.stderr.strip().splitlines()
     assert said in line and "Traceback" not in done.stderr
     assert not out.exists()
+
+
+def test_a_node_with_several_gpus_gives_one_stage_task_all_of_them(ray_cluster, tmp_path):
+    """LLaMA-Factory #7084 (a device mismatch with several GPUs per worker): a node's one task
+    holds every GPU the stage's processes use there, each process its own by LOCAL_RANK. A CPU
+    host declares the GPUs to Ray; `plan` sizes the task for them (running it needs CUDA)."""
+    ray_cluster.start_worker("gpu-node", cpus=4, gpus=2)
+    try:
+        done = engine(
+            "plan", "recipe=text-lora", "hardware=2x-rtx6000-ada", "parallel=ddp",
+            "launcher=ray", on_ray(ray_cluster), "ray.num_cpus=4",
+            f"output_root={tmp_path / 'out'}", cwd=tmp_path,
+        )  # fmt: skip
+        refused = engine(
+            "plan", "recipe=text-lora", "hardware=8x-a100-80gb", "parallel=ddp",
+            "launcher=ray", on_ray(ray_cluster), "ray.num_cpus=4",
+            f"output_root={tmp_path / 'out'}", cwd=tmp_path,
+        )  # fmt: skip
+    finally:
+        ray_cluster.kill_node("gpu-node")
+    assert done.returncode == 0, done.stderr[-2000:]
+    [job] = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("job:")]
+    assert job.startswith("job: 1 node(s), 2 process(es) per node, 2 GPU(s) per node, 4 CPU(s)")
+    assert "2 torch thread(s) per process" in job
+    assert "device_map: {'': LOCAL_RANK} (each process its own GPU)" in done.stdout
+    assert refused.returncode == 2
+    assert "needs 4 CPU(s), 8 GPU(s)" in refused.stderr and "2 GPU(s))" in refused.stderr

@@ -147,3 +147,40 @@ def test_a_cluster_run_follows_its_jobs_keys_in_the_shared_store(tmp_path):
     assert (vision.state, vision.entry, vision.detail) == ("committed", KEY_V, "SLURM job 101")
     assert (llm.state, llm.entry) == ("training", KEY_L)
     assert llm.progress is not None and llm.progress.step == 30
+
+
+def test_a_ray_run_whose_stage_failed_says_which_and_why_and_what_it_left_unrun(tmp_path):
+    """`launcher=ray`: the driver records each task's state beside jobs.json; the view reads
+    them (nothing is asked of the cluster)."""
+    from recipe_engine.launchers.kinds import JobPhase, JobState
+    from recipe_engine.launchers.ray.driver import save_states
+
+    run_dir = going_run(tmp_path, time.time() - 60)
+    (run_dir / "app.log").unlink()
+    jobs = [
+        SubmittedJob("vision", "vision-1", KEY_V + "f" * 44, (), 1, "v.log", "rerun", "ray"),
+        SubmittedJob("llm", "llm-1", KEY_L + "f" * 44, ("vision",), 1, "l.log", "rerun", "ray"),
+    ]
+    save_jobs(run_dir, jobs)
+    why = "on 10.0.0.2 (6d3f0a1b): killed by SIGKILL; its last output: step 30"
+    save_states(
+        run_dir,
+        [
+            JobState("vision-1", JobPhase.FAILED, "FAILED", "-9", "-", (), "00:00:10", why),
+            JobState(
+                "llm-1",
+                JobPhase.CANCELLED,
+                "NOT_RUN",
+                "-",
+                "-",
+                (),
+                "-",
+                "its parent stage vision did not commit",
+            ),  # fmt: skip
+        ],
+    )
+    run = read_run(OutputFolder.at(tmp_path), run_dir, {})
+    assert (run.state, run.reason) == ("failed", f"stage vision: FAILED: {why}")
+    vision, llm = run.stages
+    assert (vision.state, vision.detail) == ("failed", f"FAILED: {why}")
+    assert (llm.state, llm.detail) == ("planned", "not run: its parent stage vision did not commit")

@@ -62,6 +62,9 @@ class Ray:
         return Driver(submission).drive()
 
     def job_states(self, run_dir: Path, jobs: list[SubmittedJob]) -> dict[str, JobState]:
+        return self.recorded_states(run_dir, jobs)  # the driver recorded them as they changed
+
+    def recorded_states(self, run_dir: Path, jobs: list[SubmittedJob]) -> dict[str, JobState]:
         from recipe_engine.launchers.ray.driver import read_states
 
         return read_states(run_dir, jobs)

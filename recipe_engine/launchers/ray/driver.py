@@ -30,7 +30,7 @@ import os
 import shlex
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -402,10 +402,12 @@ class Driver:
         self.states[name] = JobState(job.job_id, phase, said, exit_code, nodes, (), elapsed, reason)
         run_dir = self.submission.run_dir
         save_jobs(run_dir, list(self.jobs.values()))
-        atomic_write_json(
-            run_dir / STATES_FILE,
-            {state.job_id: _state_json(state) for state in self.states.values()},
-        )
+        save_states(run_dir, self.states.values())
+
+
+def save_states(run_dir: Path, states: Iterable[JobState]) -> None:
+    """The jobs' states as the driver knows them, beside `jobs.json`."""
+    atomic_write_json(run_dir / STATES_FILE, {state.job_id: _state_json(state) for state in states})
 
 
 def read_states(run_dir: Path, jobs: list[SubmittedJob]) -> dict[str, JobState]:
