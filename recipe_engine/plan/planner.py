@@ -2,17 +2,28 @@
 
 Pure: the inputs (`resolve.inputs.RecipeInputs`) hold everything read from the world, so
 this module reads no file, asks no hub and imports no torch. `check_recipe` refuses what the
-recipe alone gets wrong (before anything is read); `plan_recipe` reads as the list of
-decisions, stage by stage, in graph order: policy -> rows -> placement -> loss -> trainer
-settings -> memory, then the keys of all stages.
+recipe alone gets wrong (before anything is read); `plan_recipe` plans the stages in graph
+order, each through one pipeline of steps (`STEPS`, in order, each once: policy, rows,
+trainer, the rows against the trainer, what the kind's capabilities add, packing,
+checkpointing, placement, kernels, quantization as placed, the kind's own checks, loss,
+held-out rows, determinism, trainer settings, memory), then its key.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+from recipe_engine.capabilities import (
+    CapabilityPlan,
+    FrozenModel,
+    InputStage,
+    StageFacts,
+    Vocabulary,
+)
 from recipe_engine.config import library_keys
 from recipe_engine.config.bounds import check_engine_values
 from recipe_engine.config.library_objects import LibraryKwargs
@@ -42,22 +53,14 @@ from recipe_engine.plan.placement import (
 )
 from recipe_engine.plan.policy import decide_policy, evaluation_policy
 from recipe_engine.plan.precision import PrecisionPlan, decide_precision, k_bit_storage
-from recipe_engine.plan.preference import (
-    check_reference_settings,
-    check_rows_fit_trainer,
-    checked_by_its_kind,
-    choose_trainer,
-    trainer_notes,
-)
+from recipe_engine.plan.preference import check_rows_fit_trainer, choose_trainer, trainer_notes
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
-from recipe_engine.plan.rewards import plan_rewards, rewards_note
 from recipe_engine.plan.rows import check_held_out_rows, rows_through_template
 from recipe_engine.plan.stage_settings import (
     check_stage_name,
     check_stage_settings,
     resolved_stages,
 )
-from recipe_engine.plan.teacher import check_teacher_setting, teacher_params, teacher_plan
 from recipe_engine.plan.trainer_settings import (
     ZeroSettings,
     choose_loss,
@@ -67,11 +70,10 @@ from recipe_engine.plan.trainer_settings import (
     zero_stage,
 )
 from recipe_engine.resolve.formats import has_images, is_prompt_completion
-from recipe_engine.resolve.inputs import RecipeInputs, Rows, StageInputs
+from recipe_engine.resolve.inputs import ModelFiles, RecipeInputs, Rows, StageInputs
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.sources import InitSource, check_model_entry
-from recipe_engine.rewards import Reward
-from recipe_engine.trainers import TRAINERS
+from recipe_engine.trainers import TRAINERS, kinds_having, known_capabilities
 
 # Components only image tokens reach.
 VISION_SIDE = {"vision_tower", "projector"}
@@ -84,14 +86,16 @@ BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "float16": 2, "4bit": 0.5, "8bit
 
 @dataclass(frozen=True)
 class StageContext:
-    """One stage being planned: the recipe, the machine, the stage's settings and inputs."""
+    """One stage being planned: the recipe, the machine, the stage's settings and inputs,
+    and the other stages its capabilities load, planned before it (by role)."""
 
     cfg: EngineConfig
     machine: Machine
     name: str
     stage: StageConfig  # dtypes resolved
     inputs: StageInputs
-    teacher: StagePlan | None = None  # a distilling stage's teacher, planned before it
+    loaded: dict[str, StagePlan] = field(default_factory=dict)  # a teacher, by role
+    loaded_files: dict[str, ModelFiles | None] = field(default_factory=dict)  # their models'
 
     @property
     def init(self) -> InitSource:
@@ -110,7 +114,7 @@ def check_recipe(cfg: EngineConfig) -> dag.StageGraph:
     stages = resolved_stages(cfg)
     for name, stage in stages.items():
         check_stage_settings(name, stage)
-        check_teacher_setting(name, stage)
+        check_capability_settings(name, stage)
     graph = dag.build_graph(
         {n: dataclasses.asdict(s) for n, s in stages.items()}, cfg.recipe.targets
     )
@@ -125,80 +129,347 @@ def plan_recipe(cfg: EngineConfig, graph: dag.StageGraph, inputs: RecipeInputs) 
     planned: dict[str, StagePlan] = {}
     shared: dict[tuple[str, str], Rows] = {}  # rows read one way, shared by the stages
     for name in graph.order:
-        given = inputs.stages[name]
-        teacher = teacher_plan(name, graph.teachers.get(name), planned, inputs.stages)
-        context = StageContext(cfg, inputs.machine, name, stages[name], given, teacher)
+        extra = graph.extra.get(name, {})
+        loaded = {role: planned[stage] for role, stage in extra.items()}
+        files = {role: inputs.stages[stage].model.files for role, stage in extra.items()}
+        context = StageContext(
+            cfg, inputs.machine, name, stages[name], inputs.stages[name], loaded, files
+        )
         parent = planned[graph.parents[name]] if graph.parents[name] else None
-        planned[name] = _plan_stage(context, parent, graph.children(name), shared)
+        draft = Draft(context, parent, tuple(graph.children(name)), shared)
+        for step in STEPS:
+            draft = step(draft)
+        planned[name] = draft.planned()
     check_duplicates({name: stage.fingerprint for name, stage in planned.items()})
     return RecipePlan(cfg.recipe.name, cfg, graph, planned, inputs.machine, cfg.hardware.name)
 
 
-def _plan_stage(
-    context: StageContext,
-    parent: StagePlan | None,
-    children: list[str],
-    shared: dict[tuple[str, str], Rows],
-) -> StagePlan:
-    name, stage = context.name, context.stage
+# --------------------------------------------------------------------------- the pipeline
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One stage as the pipeline has decided it so far: each step (`STEPS`) takes it and
+    returns it with its own decision, and may refuse the stage (RecipeError)."""
+
+    context: StageContext  # its settings (`context.stage`) as decided so far
+    parent: StagePlan | None
+    children: tuple[str, ...]
+    shared: dict[tuple[str, str], Rows]  # rows read one way, shared by the recipe's stages
+    policy: PolicyPlan | None = None
+    rows: Rows | None = None
+    chosen_by: str = ""  # why `trainer: auto` chose the stage's kind ("" : named)
+    packing: PackingChoice | None = None
+    checkpointing: tuple[str, ...] = ()
+    placement: PlacementPlan | None = None
+    kernels: KernelChoice | None = None
+    added: tuple[CapabilityPlan, ...] = ()
+    kind_notes: tuple[str, ...] = ()
+    loss_notes: tuple[str, ...] = ()
+    held_out_notes: tuple[str, ...] = ()
+    determinism: Determinism | None = None
+    trainer: LibraryKwargs = field(default_factory=dict)
+    autocast: tuple[str, ...] = ()
+    memory: StageMemory | None = None
+
+    @property
+    def name(self) -> str:
+        return self.context.name
+
+    @property
+    def stage(self) -> StageConfig:
+        return self.context.stage
+
+    @property
+    def frozen(self) -> tuple[FrozenModel, ...]:
+        """The models the stage's capabilities hold frozen beside it (on the estimate)."""
+        return tuple(model for added in self.added for model in added.frozen)
+
+    def with_stage(self, stage: StageConfig, **decided: Any) -> Draft:
+        context = dataclasses.replace(self.context, stage=stage)
+        return dataclasses.replace(self, context=context, **decided)
+
+    def planned(self) -> StagePlan:
+        """The stage's plan, its key hashed from the rest (`plan.keys`)."""
+        assert self.policy and self.rows and self.placement and self.determinism
+        stage = self.stage
+        plan = StagePlan(
+            name=self.name,
+            fingerprint="",
+            parent=self.parent.name if self.parent else None,
+            config=stage,
+            init=self.context.init,
+            model=self.context.model,
+            data=self.rows,
+            policy=self.policy,
+            dtype=stage.dtype,
+            precision=_precision(stage, self.policy, self.placement, self.trainer),
+            placement=self.placement,
+            trainer={**self.trainer, "full_determinism": self.determinism.deterministic_kernels},
+            determinism=self.determinism,
+            notes=self._notes(),
+            memory=self.memory,
+            added=self.added,
+            inputs={role: loaded.name for role, loaded in self.context.loaded.items()},
+        )
+        return dataclasses.replace(plan, fingerprint=stage_key(self.context.cfg, plan, self.parent))
+
+    def _notes(self) -> list[str]:
+        assert self.policy and self.packing and self.kernels and self.placement
+        return [
+            *_notes(self.policy, self.context),
+            *trainer_notes(self.stage, self.chosen_by),
+            *(note for added in self.added for note in added.notes),
+            *self.kind_notes,
+            *self.loss_notes,
+            *self.packing.notes,
+            *self.packing.tokens_note(self.placement.world_size),
+            *self.kernels.notes,
+            *self.checkpointing,
+            *self.held_out_notes,
+            *self.autocast,
+        ]
+
+
+def decide_the_policy(draft: Draft) -> Draft:
+    """What the stage freezes, trains in full, adapts and quantizes (`plan.policy`); an
+    evaluation stage trains nothing."""
+    name, stage, context = draft.name, draft.stage, draft.context
     if stage.evaluate_only:
-        policy = evaluation_policy(name, stage, children)
-    else:
-        policy = decide_policy(name, stage, context.model, context.inputs.model.inventory)
-    rows = rows_through_template(context.inputs, shared)
-    stage, chosen_by = choose_trainer(name, stage, rows)
-    context, packing = _packed(dataclasses.replace(context, stage=stage), rows)
-    context, policy, checkpoint_notes = _checkpointed(context, policy, rows)
-    placement = _place(context, policy, rows)
-    _check_attention(context, placement)
-    context, kernels = _kernels(context, placement)
-    policy = _as_placed(policy, placement)
-    check_rows_fit_trainer(name, context.stage, rows)
-    context, rewards = _rewarded(context, rows)
-    stage = context.stage
-    check_reference_settings(name, stage, policy, rows)
-    kind_notes = checked_by_its_kind(name, stage, rows, placement)
-    stage, loss_notes = _loss_follows_data(context, rows)
-    held_out_notes = check_held_out_rows(name, stage, rows, context.cfg.eval.enabled)
-    _check_rows_reach_training(name, policy, rows)
-    determinism = _determinism(context.cfg, stage, placement)
-    trainer, autocast = _trainer(dataclasses.replace(context, stage=stage), placement, rows)
-    planned = StagePlan(
-        name=name,
-        fingerprint="",  # hashed from the rest, below
-        parent=parent.name if parent else None,
-        config=stage,
-        init=context.init,
-        model=context.model,
-        data=rows,
-        policy=policy,
-        dtype=stage.dtype,
-        precision=_precision(stage, policy, placement, trainer),
-        placement=placement,
-        trainer={**trainer, "full_determinism": determinism.deterministic_kernels},
-        determinism=determinism,
-        rewards=rewards,
-        notes=[
-            *_notes(policy, context),
-            *trainer_notes(name, stage, policy, chosen_by),
-            *kind_notes,
-            *rewards_note(rewards),
-            *loss_notes,
-            *packing.notes,
-            *packing.tokens_note(placement.world_size),
-            *kernels.notes,
-            *checkpoint_notes,
-            *held_out_notes,
-            *autocast,
-        ],
-        memory=_memory(context, policy, rows, placement, _zero(trainer)),
+        return dataclasses.replace(draft, policy=evaluation_policy(name, stage, draft.children))
+    inventory = context.inputs.model.inventory
+    return dataclasses.replace(draft, policy=decide_policy(name, stage, context.model, inventory))
+
+
+def read_the_rows(draft: Draft) -> Draft:
+    """The rows as the stage reads them: through the chat template where it applies."""
+    return dataclasses.replace(
+        draft, rows=rows_through_template(draft.context.inputs, draft.shared)
     )
-    return dataclasses.replace(planned, fingerprint=_stage_key(context, planned, parent))
 
 
-def _stage_key(context: StageContext, planned: StagePlan, parent: StagePlan | None) -> str:
-    """The stage's key (`plan.keys`): its parent's and its teacher's keys among its sources."""
-    return stage_key(context.cfg, planned, parent, context.teacher)
+def choose_the_trainer(draft: Draft) -> Draft:
+    """`trainer: auto` resolved from the rows (`plan.preference`)."""
+    assert draft.rows
+    stage, chosen_by = choose_trainer(draft.name, draft.stage, draft.rows)
+    return draft.with_stage(stage, chosen_by=chosen_by)
+
+
+def decide_packing_step(draft: Draft) -> Draft:
+    """Packing / padding-free as they can run (`plan.packing`)."""
+    assert draft.rows
+    config = _model_config(draft.context)
+    facts = PackingFacts(
+        name=draft.name,
+        trainer=TRAINERS[draft.stage.trainer],
+        model_type=(config or {}).get("model_type"),
+        attention=attention_implementation(config),
+        image_rows=has_images(draft.rows.format),
+    )
+    choice = decide_packing(draft.stage.train, facts)
+    return draft.with_stage(dataclasses.replace(draft.stage, train=choice.train), packing=choice)
+
+
+def decide_checkpointing(draft: Draft) -> Draft:
+    """Gradient checkpointing turned on where the estimate fits one GPU only with it (a stage
+    that places itself: `parallel` auto or single, not on the CPU)."""
+    cfg, policy, rows = draft.context.cfg, draft.policy, draft.rows
+    assert policy and rows
+    if draft.stage.evaluate_only or cfg.device == "cpu" or cfg.parallel not in AUTO_PLACED:
+        return draft
+    why = checkpointing_needed(_memory(draft.context, policy, rows, None, draft.frozen))
+    if why is None:
+        return draft
+    stage = dataclasses.replace(draft.stage, gradient_checkpointing=True)
+    policy = dataclasses.replace(policy, gradient_checkpointing=True)
+    return draft.with_stage(stage, policy=policy, checkpointing=(why,))
+
+
+def place(draft: Draft) -> Draft:
+    """Devices, processes and `n_gpu` (`plan.placement`), from the estimated peak; the
+    model's attention checked to train there."""
+    assert draft.policy and draft.rows
+    placement = _place(draft.context, draft.policy, draft.rows, draft.frozen)
+    _check_attention(draft.context, placement)
+    return dataclasses.replace(draft, placement=placement)
+
+
+def choose_kernels(draft: Draft) -> Draft:
+    """`use_liger_kernel` where Liger's kernels run (`plan.kernels`)."""
+    assert draft.placement
+    model_type = (_model_config(draft.context) or {}).get("model_type")
+    choice = decide_liger(draft.stage.train, draft.placement.device, model_type)
+    return draft.with_stage(dataclasses.replace(draft.stage, train=choice.train), kernels=choice)
+
+
+def quantize_as_placed(draft: Draft) -> Draft:
+    """The policy without quantization where the placement skips it (bitsandbytes cannot run
+    there: recorded as the placement's fallback)."""
+    assert draft.policy and draft.placement
+    if draft.placement.quantization == "none":
+        return dataclasses.replace(
+            draft, policy=dataclasses.replace(draft.policy, quantization=None)
+        )
+    return draft
+
+
+def check_the_rows_fit(draft: Draft) -> Draft:
+    """The stage's trainer takes its rows (`plan.preference`)."""
+    assert draft.rows
+    check_rows_fit_trainer(draft.name, draft.stage, draft.rows)
+    return draft
+
+
+def plan_the_capabilities(draft: Draft) -> Draft:
+    """What the stage's kind adds beyond its rows, each capability deciding its own part
+    (`capabilities`): its keys among `train`, its checks and notes, its key parts, the user's
+    code, frozen models, what `run` loads."""
+    if draft.stage.evaluate_only:
+        return draft
+    check_capability_settings(draft.name, draft.stage)
+    facts = _facts(draft)
+    added = tuple(
+        capability.plan(facts) for capability in TRAINERS[draft.stage.trainer].capabilities
+    )
+    train = {**draft.stage.train}
+    for planned in added:
+        train.update(planned.train)
+    return draft.with_stage(dataclasses.replace(draft.stage, train=train), added=added)
+
+
+def check_with_the_kind(draft: Draft) -> Draft:
+    """What the stage's trainer kind refuses of it, else what it says (`TrainerKind`)."""
+    if draft.stage.evaluate_only:
+        return draft
+    kind = TRAINERS[draft.stage.trainer]
+    facts = _facts(draft)
+    kind.check_plan(facts)
+    return dataclasses.replace(draft, kind_notes=tuple(kind.plan_notes(facts)))
+
+
+def choose_the_loss(draft: Draft) -> Draft:
+    """The loss flag the rows call for (`choose_loss`) among the `train` keys, so that it
+    enters the stage key, and the note `plan` prints about it."""
+    stage, rows = draft.stage, draft.rows
+    assert rows
+    if stage.evaluate_only or not TRAINERS[stage.trainer].demonstrations:  # no loss flags
+        return draft
+    support = (
+        "" if is_prompt_completion(rows.format) else draft.context.inputs.model.template.support
+    )
+    choice = choose_loss(draft.name, stage.train, rows.format, support)
+    train = {**stage.train, **choice.flags}
+    return draft.with_stage(dataclasses.replace(stage, train=train), loss_notes=(choice.note,))
+
+
+def check_the_held_out_rows(draft: Draft) -> Draft:
+    """Held-out rows where the stage is evaluated (`plan.rows`); every trained component
+    reached by the rows."""
+    assert draft.rows and draft.policy
+    evaluated = draft.context.cfg.eval.enabled
+    notes = check_held_out_rows(draft.name, draft.stage, draft.rows, evaluated)
+    _check_rows_reach_training(draft.name, draft.policy, draft.rows)
+    return dataclasses.replace(draft, held_out_notes=tuple(notes))
+
+
+def decide_determinism_step(draft: Draft) -> Draft:
+    """What the stage's weights can be trusted to repeat (`plan.determinism`)."""
+    assert draft.placement
+    determinism = _determinism(draft.context.cfg, draft.stage, draft.placement)
+    return dataclasses.replace(draft, determinism=determinism)
+
+
+def settle_the_trainer(draft: Draft) -> Draft:
+    """The trainer's settings (`plan.trainer_settings`), and bf16 autocast where a float32
+    stage trains under it."""
+    assert draft.placement and draft.rows
+    trainer, autocast = _trainer(draft.context, draft.placement, draft.rows)
+    return dataclasses.replace(draft, trainer=trainer, autocast=tuple(autocast))
+
+
+def estimate_the_memory(draft: Draft) -> Draft:
+    """The stage's estimated peak on the device it is placed on (`plan.memory`)."""
+    assert draft.policy and draft.rows and draft.placement
+    memory = _memory(draft.context, draft.policy, draft.rows, draft.placement, draft.frozen,
+                     _zero(draft.trainer))  # fmt: skip
+    return dataclasses.replace(draft, memory=memory)
+
+
+# The steps `plan_recipe` takes for every stage, in this order, each once.
+STEPS = (
+    decide_the_policy,
+    read_the_rows,
+    choose_the_trainer,
+    check_the_rows_fit,
+    plan_the_capabilities,
+    decide_packing_step,
+    decide_checkpointing,
+    place,
+    choose_kernels,
+    quantize_as_placed,
+    check_with_the_kind,
+    choose_the_loss,
+    check_the_held_out_rows,
+    decide_determinism_step,
+    settle_the_trainer,
+    estimate_the_memory,
+)
+
+
+def check_capability_settings(name: str, stage: StageConfig) -> None:
+    """Every capability's config sections checked against the stage's kind: set where the
+    kind has the capability, and only there."""
+    config = dataclasses.asdict(stage)
+    for capability in known_capabilities():
+        capability.check_config(name, config, stage.trainer, kinds_having(capability))
+
+
+def _facts(draft: Draft) -> StageFacts:
+    """The stage as planned so far, as plain data for its kind's checks and capabilities (a
+    capability is planned before placement: the models it holds decide where the stage
+    fits; the kind's checks after)."""
+    assert draft.rows and draft.policy
+    rows, placement, policy = draft.rows, draft.placement, draft.policy
+
+    def sample(count: int) -> tuple[Mapping[str, Any], ...]:
+        train = rows.splits().train
+        return tuple(train[i] for i in range(min(count, len(train))))
+
+    return StageFacts(
+        name=draft.name,
+        train=draft.stage.train,
+        train_rows=rows.train_rows,
+        world_size=placement.world_size if placement else 0,
+        rows=rows.describe(),
+        labels=rows.labels,
+        device=placement.device if placement else "",
+        config=dataclasses.asdict(draft.stage),
+        images=has_images(rows.format),
+        lora=policy.lora is not None,
+        params=sum((policy.param_counts or {}).values()),
+        sample=sample,
+        vocabulary=_vocabulary(draft.context.inputs.model.files),
+        inputs={
+            role: InputStage(
+                loaded.name,
+                loaded.fingerprint,
+                sum((loaded.policy.param_counts or {}).values()),
+                loaded.evaluate_only,
+                _vocabulary(draft.context.loaded_files.get(role)),
+            )
+            for role, loaded in draft.context.loaded.items()
+        },
+    )
+
+
+def _vocabulary(files: ModelFiles | None) -> Vocabulary | None:
+    """A model's tokenizer as `resolve` read it, without loading it (None: nothing read)."""
+    if files is None:
+        return None
+    config = files.config
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
+    size = config.get("vocab_size") or (text or {}).get("vocab_size")
+    return Vocabulary(size, dict(files.tokenizer.files) if files.tokenizer else {})
 
 
 def _check_attention(context: StageContext, placement: PlacementPlan) -> None:
@@ -206,20 +477,6 @@ def _check_attention(context: StageContext, placement: PlacementPlan) -> None:
     if not context.stage.evaluate_only:
         attention = attention_implementation(_model_config(context))
         check_attention_trains_on(context.name, attention, placement.device)
-
-
-def _as_placed(policy: PolicyPlan, placement: PlacementPlan) -> PolicyPlan:
-    """The policy without quantization where the placement skips it (bitsandbytes cannot run
-    there: recorded as the placement's fallback)."""
-    if placement.quantization == "none":
-        return dataclasses.replace(policy, quantization=None)
-    return policy
-
-
-def _rewarded(context: StageContext, rows: Rows) -> tuple[StageContext, tuple[Reward, ...]]:
-    """The stage with its rewards' weights among its `train` keys, and its rewards."""
-    stage, rewards = plan_rewards(context.name, context.stage, rows)
-    return dataclasses.replace(context, stage=stage), rewards
 
 
 def _trainer(
@@ -277,14 +534,16 @@ def _check_rows_reach_training(name: str, policy: PolicyPlan, rows: Rows) -> Non
 # --------------------------------------------------------------------------- placement
 
 
-def _place(context: StageContext, policy: PolicyPlan, rows: Rows) -> PlacementPlan:
+def _place(
+    context: StageContext, policy: PolicyPlan, rows: Rows, frozen: tuple[FrozenModel, ...]
+) -> PlacementPlan:
     name, stage = context.name, context.stage
     request = placement_request(
         context.cfg, context.machine, stage, _footprint_gib(context, policy)
     )
     # The estimated peak on one device decides fit / refuse (the rough footprint only
     # where no config is at hand to estimate from).
-    single = _memory(context, policy, rows, None)
+    single = _memory(context, policy, rows, None, frozen)
     if single is not None:
         request = dataclasses.replace(
             request, model_gib=single.estimate.peak, memory_advice=tuple(single.advice())
@@ -361,10 +620,12 @@ def _memory(
     policy: PolicyPlan,
     rows: Rows,
     placement: PlacementPlan | None,
+    frozen: tuple[FrozenModel, ...],
     zero: ZeroSettings | None = None,
 ) -> StageMemory | None:
     """The stage's estimated peak per device (`placement` None: on one GPU, before placing;
-    `zero`: a DeepSpeed stage's settings)."""
+    `frozen`: the models its capabilities hold beside it; `zero`: a DeepSpeed stage's
+    settings)."""
     stage = context.stage
     if stage.evaluate_only:
         return None
@@ -389,7 +650,7 @@ def _memory(
             name=context.name,
             longest_tokens=context.inputs.longest_tokens,
             adapter_dtype=_precision(stage, policy, placement, {}).adapters or "float32",
-            teacher_params=teacher_params(context.teacher),
+            frozen=frozen,
         )
     )
 
@@ -428,58 +689,7 @@ def _model_config(context: StageContext) -> JsonObject | None:
     return files.config if files else None
 
 
-def _packed(context: StageContext, rows: Rows) -> tuple[StageContext, PackingChoice]:
-    """The stage with packing / padding-free as they can run (`plan.packing`)."""
-    config = _model_config(context)
-    facts = PackingFacts(
-        name=context.name,
-        trainer=TRAINERS[context.stage.trainer],
-        model_type=(config or {}).get("model_type"),
-        attention=attention_implementation(config),
-        image_rows=has_images(rows.format),
-    )
-    choice = decide_packing(context.stage.train, facts)
-    stage = dataclasses.replace(context.stage, train=choice.train)
-    return dataclasses.replace(context, stage=stage), choice
-
-
-def _checkpointed(
-    context: StageContext, policy: PolicyPlan, rows: Rows
-) -> tuple[StageContext, PolicyPlan, list[str]]:
-    """Gradient checkpointing turned on where the estimate fits one GPU only with it (a stage
-    that places itself: `parallel` auto or single, not on the CPU)."""
-    cfg = context.cfg
-    if context.stage.evaluate_only or cfg.device == "cpu" or cfg.parallel not in AUTO_PLACED:
-        return context, policy, []
-    why = checkpointing_needed(_memory(context, policy, rows, None))
-    if why is None:
-        return context, policy, []
-    stage = dataclasses.replace(context.stage, gradient_checkpointing=True)
-    policy = dataclasses.replace(policy, gradient_checkpointing=True)
-    return dataclasses.replace(context, stage=stage), policy, [why]
-
-
-def _kernels(context: StageContext, placement: PlacementPlan) -> tuple[StageContext, KernelChoice]:
-    """The stage with `use_liger_kernel` where Liger's kernels run (`plan.kernels`)."""
-    model_type = (_model_config(context) or {}).get("model_type")
-    choice = decide_liger(context.stage.train, placement.device, model_type)
-    stage = dataclasses.replace(context.stage, train=choice.train)
-    return dataclasses.replace(context, stage=stage), choice
-
-
 # --------------------------------------------------------------------------- loss and notes
-
-
-def _loss_follows_data(context: StageContext, rows: Rows) -> tuple[StageConfig, list[str]]:
-    """The stage with the loss flag its rows call for (`choose_loss`) among its `train`
-    keys, so that the flag enters the stage key, and the note `plan` prints about it."""
-    stage = context.stage
-    if stage.evaluate_only or not TRAINERS[stage.trainer].demonstrations:  # no loss flags
-        return stage, []
-    support = "" if is_prompt_completion(rows.format) else context.inputs.model.template.support
-    choice = choose_loss(context.name, stage.train, rows.format, support)
-    train = {**stage.train, **choice.flags}
-    return dataclasses.replace(stage, train=train), [choice.note]
 
 
 def _notes(policy: PolicyPlan, context: StageContext) -> list[str]:

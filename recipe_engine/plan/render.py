@@ -24,7 +24,7 @@ def render_plan(plan: RecipePlan) -> str:
 
 def _stage_lines(index: int, stage: StagePlan, merge: list[str]) -> list[str]:
     parent = f"  parent: {stage.parent}" if stage.parent else ""
-    parent += f"  teacher: {stage.teacher}" if stage.teacher else ""
+    parent += "".join(f"  {role}: {source}" for role, source in stage.inputs.items())
     policy = stage.policy
     return [
         f"[{index}] stage {stage.name}  key {short(stage.fingerprint)}{parent}",

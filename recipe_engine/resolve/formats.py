@@ -304,10 +304,10 @@ REGISTRY: dict[str, DataFormat] = {
             rows=PROMPT_ROWS,
             aliases={"prompt": PROMPT_ALIASES},
             doc_columns="`prompt` (text, or messages ending with a user turn; also `query` / "
-            "`question`), optional `system`, `images`, and any columns the rewards read "
-            "(`completion` as `answer`)",
-            doc_trl="`prompt` and the other columns as written (TRL hands them to the reward "
-            "functions): see [Online stages](online.md)",
+            "`question`), optional `system`, `images`, and any other columns (`completion` as "
+            "`answer`)",
+            doc_trl="`prompt` and the other columns as written (TRL hands them on to the "
+            "functions that score the answers): see [Online stages](online.md)",
         ),
     )
 }

@@ -15,8 +15,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from recipe_engine import rewards
-from recipe_engine.config.components import report_layout
+from recipe_engine.capabilities import (
+    DisabledAdapter,
+    FromStage,
+    Functions,
+    NamedStart,
+    StartingWeights,
+)
+from recipe_engine.capabilities.judged import trl_metrics
+from recipe_engine.plan.components import report_layout
 from recipe_engine.plan.policy import decide_policy
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.trainer_settings import zero_stage
@@ -29,9 +36,9 @@ from recipe_engine.run.loading import (
     Weights,
     check_handoff,
     handoff_checksums,
+    load_input_stage,
     load_stage_model,
     load_stage_processor,
-    load_teacher,
     merge_parent,
     name_adapter_base,
     starting_folder,
@@ -74,7 +81,6 @@ from recipe_engine.store.stage_records import (
 )
 from recipe_engine.store.store import Store, relative_in_store
 from recipe_engine.trainers import TRAINERS
-from recipe_engine.trainers.kind import TrainerKind
 
 log = logging.getLogger("recipe_engine")
 
@@ -202,20 +208,9 @@ class StageRecipe:
             self.stage.data.splits(),
             self.processor,
             [self.metrics_log],
-            reference=self._reference_model(kind),
-            rewards=[rewards.load(reward) for reward in self.stage.rewards],
-            teacher=load_teacher(self.plan, self.stage, self.store),
+            added=self._capability_arguments(),
+            adapter_reference=any(isinstance(load, DisabledAdapter) for load in self.stage.loads),
         )
-        if (
-            kind.reloads_reference
-            and kind.keeps_reference(self.stage.trainer)
-            and not self.policy.lora
-        ):
-            # TRL reloads the reference by this name: the weights the stage started from, from
-            # the folder they were loaded from (a hub name would load whatever the hub has now).
-            self.model.config._name_or_path = starting_folder(
-                self.weights, self.stage.init.revision
-            )
         with tracking.tensorboard_logging_dir(events):
             self.trainer = make_trainer(kind, parts)
         # TRL's constructor casts a k-bit model's trainable weights to bfloat16, whatever the
@@ -314,7 +309,7 @@ class StageRecipe:
         held_out = evaluation.capped(splits.eval, settings.max_samples)
         evaluated = evaluate_held_out(self.trainer, TRAINERS[self.stage.config.trainer], held_out)
         self.metrics.eval_loss = evaluated["eval_loss"]
-        self.metrics.preference = preference_scores.trl_metrics(evaluated) or None
+        self.metrics.preference = trl_metrics(evaluated) or None
         self.metrics.eval_samples = len(held_out)
         # Exact match, where the rows ask something (language-modeling text asks nothing: its
         # held-out loss is its evaluation); alone: ZeRO-3 would sync generation with the ranks.
@@ -408,12 +403,32 @@ class StageRecipe:
             base = load_stage_model(self.stage, self.weights, bnb_config(quant) if quant else None)
             return PeftModel.from_pretrained(base, str(final))
 
-    def _reference_model(self, kind: TrainerKind) -> Any:
-        """A full fine-tune's DPO / KTO reference: the starting weights again, frozen. A LoRA's
-        is its adapter-disabled base, and precomputed log-probs need none (TRL: None)."""
-        precomputed = self.stage.trainer.get("precompute_ref_log_probs")
-        if not kind.reference or self.policy.lora is not None or precomputed:
-            return None
+    def _capability_arguments(self) -> dict[str, Any]:
+        """What the stage's capabilities load (`StagePlan.loads`), by the trainer's argument
+        names: another stage's weights frozen (a teacher), the starting weights again frozen
+        (a full fine-tune's reference), functions loaded by content (rewards)."""
+        added: dict[str, Any] = {}
+        for load in self.stage.loads:
+            if isinstance(load, FromStage):
+                source = self.plan.stages[load.stage]
+                added[load.argument] = load_input_stage(
+                    self.plan, self.stage, source, load.role, self.store
+                )
+            elif isinstance(load, StartingWeights):
+                added[load.argument] = self._frozen_start()
+            elif isinstance(load, Functions):
+                added[load.argument] = [function.load() for function in load.functions]
+            elif isinstance(load, NamedStart):
+                # The trainer reloads its reference by this name: the weights the stage started
+                # from, from the folder they were loaded from (a hub name would load whatever
+                # the hub has now).
+                self.model.config._name_or_path = starting_folder(
+                    self.weights, self.stage.init.revision
+                )
+        return added
+
+    def _frozen_start(self) -> Any:
+        """The stage's starting weights loaded again, frozen (a full fine-tune's reference)."""
         quant = self.policy.quantization
         seed_stage(self.stage)
         reference = load_stage_model(self.stage, self.weights, bnb_config(quant) if quant else None)

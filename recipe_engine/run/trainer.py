@@ -67,22 +67,21 @@ def build_args(settings: LibraryKwargs, *, output_dir: Path, kind: TrainerKind =
 
 @dataclass
 class TrainerParts:
-    """What a stage hands its TRL trainer; `reference` is the frozen reference model a
-    full-fine-tune stage of a kind with a reference compares with (None: the adapter-disabled
-    base, or none); `teacher` the frozen model a distilling stage learns from."""
+    """What a stage hands its TRL trainer; `added` what its kind's capabilities loaded, by the
+    trainer's argument names (a frozen reference, a teacher, reward functions); `adapter_reference`
+    whether its reference is the policy with its adapter disabled (checked once built)."""
 
     model: Any
     args: Any
     splits: Any  # DataSplits: train and eval datasets
     processor: Any
     callbacks: list[Any]
-    reference: Any = None
-    rewards: list[Any] = field(default_factory=list)  # an online kind's reward functions
-    teacher: Any = None  # a distilling kind's frozen teacher model
+    added: dict[str, Any] = field(default_factory=dict)
+    adapter_reference: bool = False
 
 
 def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
-    """TRL's trainer for `kind` built from the parts, with what the kind adds (its reference)."""
+    """TRL's trainer for `kind` built from the parts, with what its capabilities added."""
     import importlib
 
     trainer_class = getattr(importlib.import_module(kind.module), kind.trainer_class)
@@ -95,9 +94,9 @@ def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
         eval_dataset=parts.splits.eval,
         processing_class=parts.processor,
         callbacks=parts.callbacks,
-        **kind.trainer_arguments(parts.reference, parts.rewards, parts.teacher),
+        **parts.added,
     )
-    if kind.reference:
+    if parts.adapter_reference:
         reference_is_the_disabled_adapter(trainer.model)
     return trainer
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.capabilities.judged import summary
 from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.config.schema import ModelConfig
 from recipe_engine.errors import RecipeError
@@ -192,10 +193,8 @@ class StageMetrics:
     base_accuracy: float | None = None  # the untrained base, on the same rows (root stages)
     base_contains: float | None = None
     evaluation_error: str | None = None  # the evaluation failed; the weights are committed
-    # A preference stage's held-out rows: TRL's reward metrics against the stage's reference
-    # (pairs: reward_accuracy, reward_margin ...; unpaired: reward_chosen, reward_rejected,
-    # reward_margin, kl) and its greedy answers' (win_rate; desirable_match, undesirable_match):
-    # run.preference_scores.
+    # A preference stage's held-out rows: TRL's metrics against the stage's reference and its
+    # greedy answers' (capabilities.judged names them; run.preference_scores measures them).
     preference: dict[str, float] | None = None
     # Peak memory of training on one device, in GiB: the plan's estimate and what was measured
     # (run.memory_peak: CUDA allocator peak, or live tensor bytes on CPU), and how.
@@ -208,10 +207,9 @@ class StageMetrics:
         parts = ["evaluation failed"] if self.evaluation_error else []
         if self.eval_accuracy is not None:
             parts.append(f"acc {self.eval_accuracy:.0%}")
-        if self.preference and "reward_accuracy" in self.preference:
-            parts.append(f"reward acc {self.preference['reward_accuracy']:.0%}")
-        elif self.preference and "reward_margin" in self.preference:  # KTO's: no accuracy
-            parts.append(f"reward margin {self.preference['reward_margin']:+.2f}")
+        judged = summary(self.preference)
+        if judged:
+            parts.append(judged)
         if self.eval_loss is not None:
             parts.append(f"loss {self.eval_loss:.3f}")
         return ", ".join(parts) or "-"

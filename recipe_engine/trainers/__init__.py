@@ -12,6 +12,7 @@ import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
+from recipe_engine.capabilities import Capability
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.trainers.kind import ROWS_IN_WORDS, TrainerKind
 
@@ -33,6 +34,24 @@ TRAINERS: dict[str, TrainerKind] = _declared()
 # The kind every record written before trainers were a choice trained with, and the one whose
 # settings stand for an evaluation stage (it trains nothing): the first to take instructions.
 DEFAULT = next(kind for kind in TRAINERS.values() if kind.demonstrations)
+
+
+def known_capabilities() -> list[Capability]:
+    """Every capability a kind has, once each (by name), in the order the kinds list them."""
+    found: dict[str, Capability] = {}
+    for kind in TRAINERS.values():
+        for capability in kind.capabilities:
+            found.setdefault(capability.name, capability)
+    return list(found.values())
+
+
+def kinds_having(capability: Capability) -> list[str]:
+    """The kinds that have `capability` (by name), in the order they are listed."""
+    return [
+        kind.name
+        for kind in TRAINERS.values()
+        if any(own.name == capability.name for own in kind.capabilities)
+    ]
 
 
 def trainers_taking(rows: str) -> list[str]:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from recipe_engine.launchers.kinds import StageCode
+from recipe_engine.capabilities import StageCode
 from recipe_engine.launchers.stage_command import Rendezvous, node_command
 
 PR_SET_PDEATHSIG = 1
@@ -166,7 +166,7 @@ def _check_text(check: NodeCheck) -> str:
 def _problems(check: NodeCheck) -> list[str]:
     """Run in the stage's folder by `python -m`: what this node lacks, one line each."""
     from recipe_engine.errors import RecipeError
-    from recipe_engine.rewards import source_digest
+    from recipe_engine.user_code import source_digest
     from recipe_engine.versions import package_version
 
     problems = []
