@@ -87,7 +87,7 @@ def _executed(key: str, load: Callable[[], Any]) -> Any:
         ) from None
 
 
-def source_digest(key: str, target: str) -> str:
+def function_digest(key: str, target: str) -> str:
     """sha256 of the source of the module `target` names, found from here as `plan` finds it
     (a node that runs the stage must find the same)."""
     return module_digest(find_function(key, target))
@@ -96,5 +96,9 @@ def source_digest(key: str, target: str) -> str:
 def module_digest(function: Callable[..., Any]) -> str:
     """sha256 of the source of the module defining `function` (what it calls beside it)."""
     module = inspect.getmodule(function)
-    source = inspect.getsource(module) if module is not None else inspect.getsource(function)
-    return hashlib.sha256(source.encode()).hexdigest()
+    return source_digest(module if module is not None else function)
+
+
+def source_digest(code: Any) -> str:
+    """sha256 of the source of a module (or of a function without one)."""
+    return hashlib.sha256(inspect.getsource(code).encode()).hexdigest()

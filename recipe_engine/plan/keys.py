@@ -17,6 +17,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
 from recipe_engine.plan import dag
 from recipe_engine.plan.recipe_plan import StagePlan
+from recipe_engine.plugins import code_of
 from recipe_engine.trainers import known_capabilities
 
 
@@ -38,6 +39,7 @@ def stage_key(cfg: EngineConfig, stage: StagePlan, parent: StagePlan | None) -> 
         **_model_settings(stage.model),
         **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
         **{part: value for added in stage.added for part, value in added.key.items()},
+        **_plugin_code(stage),
     }
     return dag.fingerprint(
         settings,
@@ -46,6 +48,17 @@ def stage_key(cfg: EngineConfig, stage: StagePlan, parent: StagePlan | None) -> 
         parent=parent.fingerprint if parent else None,
         init=stage.init.identity,
     )
+
+
+def _plugin_code(stage: StagePlan) -> JsonObject:
+    """The source of the plug-ins the stage trains with (its trainer kind, its rows' format),
+    where it trains with any: an edited plug-in is a new key (`plugins`)."""
+    used = {
+        "trainers": code_of("trainers", stage.config.trainer),
+        "formats": code_of("formats", stage.data.source),
+    }
+    found = {group: digest for group, digest in used.items() if digest is not None}
+    return {"plugins": found} if found else {}
 
 
 def _model_settings(model: ModelConfig) -> JsonObject:

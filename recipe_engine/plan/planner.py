@@ -69,6 +69,7 @@ from recipe_engine.plan.trainer_settings import (
     zero_settings,
     zero_stage,
 )
+from recipe_engine.plugins import used_by
 from recipe_engine.resolve.formats import has_images, is_prompt_completion
 from recipe_engine.resolve.inputs import ModelFiles, RecipeInputs, Rows, StageInputs
 from recipe_engine.resolve.machine import Machine
@@ -228,6 +229,7 @@ class Draft:
             *self.checkpointing,
             *self.held_out_notes,
             *self.autocast,
+            *_plugin_notes(self.stage, self.rows),
         ]
 
 
@@ -690,6 +692,20 @@ def _model_config(context: StageContext) -> JsonObject | None:
 
 
 # --------------------------------------------------------------------------- loss and notes
+
+
+def _plugin_notes(stage: StageConfig, rows: Rows) -> list[str]:
+    """Where the stage trains with a plug-in's kind or reads a plug-in's format."""
+    used = [
+        ("trainer", used_by("trainers", stage.trainer)),
+        ("format", used_by("formats", rows.source)),
+    ]
+    return [
+        f"{what} `{plugin.name}` from plug-in {plugin.distribution} {plugin.version} "
+        f"({plugin.target}; its code enters the key)"
+        for what, plugin in used
+        if plugin is not None
+    ]
 
 
 def _notes(policy: PolicyPlan, context: StageContext) -> list[str]:

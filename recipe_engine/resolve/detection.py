@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.format_hints import half_there, undetectable
 from recipe_engine.resolve.formats import (
-    CANONICAL_COLUMNS,
     JUDGED_PROMPT_ALIASES,
     REGISTRY,
     DataFormat,
+    canonical_columns,
 )
 from recipe_engine.resolve.prompt_rows import PASSED_AS
 from recipe_engine.resolve.prompt_turns import CONVERSATION, IMPLICIT, INSTRUCTION, PROMPT
@@ -85,7 +85,7 @@ class Layout:
 
 def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> Layout:
     """The layout for `data.format` = `setting` (auto: detected) and `data.columns`."""
-    columns = {canon: mapping.get(canon, canon) for canon in CANONICAL_COLUMNS}
+    columns = {canon: mapping.get(canon, canon) for canon in canonical_columns()}
     _check_mapped_images(seen, mapping)
     conversation = _conversation_column(seen, mapping)
     given = _detect(seen, mapping, conversation) if setting == "auto" else REGISTRY[setting]

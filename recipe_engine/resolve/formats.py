@@ -35,7 +35,7 @@ Input formats (`data.format`; `auto` detects one from the columns):
 Any of them but ``tools`` and ``language_modeling`` takes an ``images`` column (paths relative
 to the data file, or image bytes) on a vision-language stage, or images named inside the
 content parts. A new format is one `DataFormat` in `REGISTRY` (its converter beside the
-others): its columns (`CANONICAL_COLUMNS`, what `data.columns` maps), how `auto` detects it,
+others): its columns (`canonical_columns`, what `data.columns` maps), how `auto` detects it,
 how refusals describe it and the docs' table row (`format_table`) are all in it; a new shape
 of rows one `RowShape` in `row_shapes.SHAPES`. Nothing heavy is imported here (the pure `plan`
 reads the registry): ``datasets`` and ``trl`` only inside the functions that need them.
@@ -43,10 +43,13 @@ reads the registry): ``datasets`` and ``trl`` only inside the functions that nee
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipe_engine.plugins import Registry
 from recipe_engine.resolve.converters import (
     Row,
     alpaca_messages,
@@ -78,6 +81,7 @@ from recipe_engine.trainers.kind import (
     INSTRUCTION_ROWS,
     PREFERENCE_ROWS,
     PROMPT_ROWS,
+    ROW_KINDS,
     UNPAIRED_ROWS,
 )
 
@@ -160,7 +164,7 @@ def looks_sharegpt(keys: frozenset[str] | None) -> bool:
 _CONVERSATION_COLUMNS = ("messages", "conversations")
 _JUDGED_CONVERSABLE = ("prompt", "chosen", "rejected", "completion", *_CONVERSATION_COLUMNS)
 
-REGISTRY: dict[str, DataFormat] = {
+OWN: dict[str, DataFormat] = {
     given.name: given
     for given in (
         DataFormat(
@@ -313,6 +317,34 @@ REGISTRY: dict[str, DataFormat] = {
 }
 
 
+def _broken(given: Any) -> str | None:
+    """What a format module's or a plug-in's format gets wrong of the protocol (None: none)."""
+    if not isinstance(given, DataFormat):
+        return f"is a {type(given).__name__}, not a DataFormat (recipe_engine.resolve.formats)"
+    if given.rows not in ROW_KINDS:
+        return f"holds rows `{given.rows}`, not one of {', '.join(ROW_KINDS)}"
+    return None
+
+
+def _modules() -> list[DataFormat]:
+    """The formats the engine carries as modules of `resolve/peer_formats` (each a `FORMAT`:
+    the shape a plug-in's takes), in module order."""
+    from recipe_engine.resolve import peer_formats
+
+    found = []
+    for module in pkgutil.iter_modules(peer_formats.__path__):
+        given = importlib.import_module(f"{peer_formats.__name__}.{module.name}").FORMAT
+        problem = _broken(given)
+        assert problem is None, f"resolve/peer_formats/{module.name}.py: {problem}"
+        found.append(given)
+    return found
+
+
+OWN.update({given.name: given for given in _modules()})
+# The engine's formats, then those of plug-ins (`plugins`: taken when first read).
+REGISTRY: Mapping[str, DataFormat] = Registry("formats", OWN, _broken)
+
+
 def format_taking(rows: str) -> str | None:
     """The format a stage reads when its trainer takes `rows` that `auto` never detects
     (prompts: a prompt beside an answer is an instruction row): the one format holding them."""
@@ -322,10 +354,16 @@ def format_taking(rows: str) -> str | None:
     return None
 
 
-INPUT_FORMATS = tuple(REGISTRY)
-CANONICAL_COLUMNS = tuple(
-    dict.fromkeys((*_COMMON_COLUMNS, *(c for given in REGISTRY.values() for c in given.columns)))
-)
+def input_formats() -> tuple[str, ...]:
+    """Every `data.format` (the engine's and its plug-ins')."""
+    return tuple(REGISTRY)
+
+
+def canonical_columns() -> tuple[str, ...]:
+    """The columns `data.columns` maps: every format's, besides the common ones."""
+    return tuple(
+        dict.fromkeys((*_COMMON_COLUMNS, *(c for f in REGISTRY.values() for c in f.columns)))
+    )
 
 
 # --------------------------------------------------------------------------- queries

@@ -232,7 +232,7 @@ class StageRecipe:
             log.info("stage %s: no preflight batch (%s shards in train)", *self._sharding)
             return
         started = time.time()
-        self.metrics.preflight_loss = preflight(self.trainer)
+        self.metrics.preflight_loss = preflight(self.trainer, TRAINERS[self.stage.config.trainer])
         self._preflight_generation()
         self.timings["preflight_s"] = time.time() - started
 
@@ -308,7 +308,7 @@ class StageRecipe:
         started = time.time()
         held_out = evaluation.capped(splits.eval, settings.max_samples)
         evaluated = evaluate_held_out(self.trainer, TRAINERS[self.stage.config.trainer], held_out)
-        self.metrics.eval_loss = evaluated["eval_loss"]
+        self.metrics.eval_loss = evaluated.get("eval_loss")
         self.metrics.preference = trl_metrics(evaluated) or None
         self.metrics.eval_samples = len(held_out)
         # Exact match, where the rows ask something (language-modeling text asks nothing: its

@@ -64,9 +64,6 @@ class TrainerKind:
     # (the lowest).
     rank: int
     experimental: bool = False  # TRL ships it under trl.experimental (its API may change)
-    # Its evaluate() reads only the rows it tokenized when it was built (ORPO's older
-    # trainer), not raw rows: the held-out rows are taken from those.
-    evaluates_tokenized: bool = False
     fused_head: bool = True  # TRL's fused LM head; False: it materializes the logits
     # Its loss is the next-token loss of demonstrations, with the loss flags that choose
     # which tokens count (completion_only_loss, assistant_only_loss); others name their loss.
@@ -103,6 +100,29 @@ class TrainerKind:
     def plan_notes(self, stage: StageFacts) -> list[str]:
         """What `plan` says of a stage of this kind beside its reference: nothing."""
         return []
+
+    def preflight_step(self, trainer: Any, model: Any, batch: Any) -> Any:
+        """One forward and backward on a training batch before step 0, as its trainer's
+        training step computes its loss: by default the trainer's `compute_loss`. A kind whose
+        trainer computes it in its own `training_step` (generating first) runs that."""
+        loss = trainer.compute_loss(model, batch)
+        loss.backward()
+        return loss
+
+    def evaluate(self, trainer: Any, held_out: Any) -> dict[str, float]:
+        """Its trainer's own evaluation of the held-out rows, after training (a loss, and for a
+        preference kind its implicit reward's metrics; {}: none)."""
+        if getattr(trainer.args, "precompute_ref_log_probs", False):
+            # The reference's log-probs of the held-out rows were computed when the trainer was
+            # built; a full fine-tune keeps no reference to score rows given after training,
+            # and TRL's DPO and KTO trainers refuse them. The same rows, as prepared then.
+            prepared = trainer.eval_dataset
+            trainer.eval_dataset = prepared.select(range(min(len(held_out), len(prepared))))
+            try:
+                return trainer.evaluate()
+            finally:
+                trainer.eval_dataset = prepared
+        return trainer.evaluate(held_out)
 
     def completion_tokens(self, train: Mapping[str, Any]) -> int:
         """Tokens a row's sequence gains beyond the row's own: an online kind's answers."""

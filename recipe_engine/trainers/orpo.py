@@ -7,6 +7,7 @@ only the rows it tokenized when it was built, and materializes the logits (no fu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from recipe_engine.capabilities.judged import JUDGED
 from recipe_engine.trainers.kind import PREFERENCE_ROWS, StageFacts, TrainerKind
@@ -19,6 +20,11 @@ class ORPOKind(TrainerKind):
     def plan_notes(self, stage: StageFacts) -> list[str]:
         return ["reference: none (reference-free loss)"]
 
+    def evaluate(self, trainer: Any, held_out: Any) -> dict[str, float]:
+        """Its evaluate() reads only the rows it tokenized when it was built, not raw rows:
+        the held-out rows are taken from those."""
+        return trainer.evaluate(trainer.eval_dataset.select(range(len(held_out))))
+
 
 KIND = ORPOKind(
     name="orpo",
@@ -29,7 +35,6 @@ KIND = ORPOKind(
     images=False,
     rank=2,
     experimental=True,
-    evaluates_tokenized=True,
     fused_head=False,
     capabilities=(JUDGED,),
 )

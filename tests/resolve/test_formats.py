@@ -17,7 +17,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.plan.trainer_settings import choose_loss
 from recipe_engine.resolve import formats
 from recipe_engine.resolve.detection import detection_order, resolve_layout
-from recipe_engine.resolve.formats import INPUT_FORMATS, REGISTRY
+from recipe_engine.resolve.formats import REGISTRY, input_formats
 from recipe_engine.resolve.row_shapes import (
     ASSISTANT_ONLY,
     COMPLETION_ONLY,
@@ -44,7 +44,7 @@ def seen(*present: str, keys: dict[str, set[str]] | None = None, images: tuple =
 
 
 def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
-    assert INPUT_FORMATS == (
+    assert input_formats() == (
         "messages",
         "prompt_completion",
         "alpaca",
@@ -87,7 +87,7 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         # A format has a form with images, or one form only (its layout refuses images).
         one_form = given.shapes.images is given.shapes.text is given.shapes.chat
         assert (given.shapes.images.images or one_form) and not given.shapes.text.images
-        assert set(given.columns) <= set(formats.CANONICAL_COLUMNS)
+        assert set(given.columns) <= set(formats.canonical_columns())
         text = given.shapes.text
         reads = given.messages is not None or text.prompt_completion or text.prompts
         assert reads or given.judged or one_form
@@ -96,7 +96,7 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
 
 
 def test_no_module_matches_a_format_by_its_name_outside_the_registry() -> None:
-    names = "|".join(n for n in {*INPUT_FORMATS, *OUTPUT_FORMATS, "conversation"} if n != "vlm")
+    names = "|".join(n for n in {*input_formats(), *OUTPUT_FORMATS, "conversation"} if n != "vlm")
     compared = re.compile(rf"""[=!]= ?["']({names})["']|["']({names}|prompt)["'] (not )?in """)
     found = [
         f"{path.relative_to(PACKAGE)}:{number}"

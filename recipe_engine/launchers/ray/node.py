@@ -166,7 +166,7 @@ def _check_text(check: NodeCheck) -> str:
 def _problems(check: NodeCheck) -> list[str]:
     """Run in the stage's folder by `python -m`: what this node lacks, one line each."""
     from recipe_engine.errors import RecipeError
-    from recipe_engine.user_code import source_digest
+    from recipe_engine.user_code import function_digest
     from recipe_engine.versions import package_version
 
     problems = []
@@ -175,7 +175,7 @@ def _problems(check: NodeCheck) -> list[str]:
         problems.append(f"recipe-engine {version} is installed, the driver has {check.version}")
     for code in check.code:
         try:
-            digest = source_digest(code.key, code.target)
+            digest = function_digest(code.key, code.target)
         except RecipeError as error:
             problems.append(f"`{code.key}` ({code.target}): {error}")
             continue
