@@ -57,9 +57,11 @@ from recipe_engine.plan.preference import check_rows_fit_trainer, choose_trainer
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.rows import check_held_out_rows, rows_through_template
 from recipe_engine.plan.stage_settings import (
+    asked_dtype,
     check_stage_name,
     check_stage_settings,
     resolved_stages,
+    with_dtype,
 )
 from recipe_engine.plan.trainer_settings import (
     ZeroSettings,
@@ -163,6 +165,7 @@ class Draft:
     packing: PackingChoice | None = None
     checkpointing: tuple[str, ...] = ()
     placement: PlacementPlan | None = None
+    dtype_notes: tuple[str, ...] = ()
     kernels: KernelChoice | None = None
     added: tuple[CapabilityPlan, ...] = ()
     kind_notes: tuple[str, ...] = ()
@@ -223,6 +226,7 @@ class Draft:
             *(note for added in self.added for note in added.notes),
             *self.kind_notes,
             *self.loss_notes,
+            *self.dtype_notes,
             *self.packing.notes,
             *self.packing.tokens_note(self.placement.world_size),
             *self.kernels.notes,
@@ -294,6 +298,48 @@ def place(draft: Draft) -> Draft:
     placement = _place(draft.context, draft.policy, draft.rows, draft.frozen)
     _check_attention(draft.context, placement)
     return dataclasses.replace(draft, placement=placement)
+
+
+def fit_the_dtype_to_the_cpu(draft: Draft) -> Draft:
+    """On a CPU that emulates bfloat16 (AVX2 only: no AVX512-BF16 or AMX), a stage whose
+    recipe names no dtype computes in float32 where float32 fits the machine's memory, and says
+    why; one that names bfloat16, or does not fit in float32, keeps it with a warning of the
+    slowdown measured here."""
+    context, placement, stage = draft.context, draft.placement, draft.stage
+    assert placement and draft.policy and draft.rows
+    cpu = context.machine.cpu
+    if placement.device != "cpu" or stage.dtype != "bfloat16" or not cpu.emulates_bfloat16:
+        return draft
+    asked = context.cfg.stage[draft.name]
+    slowdown = f"this CPU, {cpu.describe()}"
+    if asked_dtype(asked, context.cfg.model) == "auto":
+        as_float32 = with_dtype(stage, asked, "float32")
+        need = _peak_gib(dataclasses.replace(context, stage=as_float32), draft)
+        room = f"~{need:.1f} GiB of its {cpu.memory_gib:.0f} GiB"
+        if need <= cpu.memory_gib:
+            note = f"dtype: float32, not bfloat16 (dtype auto): {slowdown}; float32 fits ({room})"
+            return draft.with_stage(as_float32, dtype_notes=(note,))
+        warning = (
+            f"stage {draft.name} computes in bfloat16 on {slowdown}: float32 would need "
+            f"{room}. Expect its matmuls about that much slower than in float32, or train it "
+            "on a GPU or a CPU with AVX512-BF16 or AMX."
+        )
+    else:
+        where = f"stage.{draft.name}.dtype" if asked.dtype != "auto" else "model.dtype"
+        warning = (
+            f"`{where}=bfloat16` kept on {slowdown}; expect its matmuls about that much slower "
+            f"than in float32 (`{where}=auto` trains in float32 here where it fits)."
+        )
+    placement = dataclasses.replace(placement, warnings=(*placement.warnings, warning))
+    return dataclasses.replace(draft, placement=placement)
+
+
+def _peak_gib(context: StageContext, draft: Draft) -> float:
+    """The stage's estimated peak as `context.stage` asks, where an estimate can be made (the
+    rough footprint where no config is at hand)."""
+    assert draft.policy and draft.rows
+    memory = _memory(context, draft.policy, draft.rows, draft.placement, draft.frozen)
+    return memory.estimate.peak if memory else _footprint_gib(context, draft.policy)
 
 
 def choose_kernels(draft: Draft) -> Draft:
@@ -407,6 +453,7 @@ STEPS = (
     decide_packing_step,
     decide_checkpointing,
     place,
+    fit_the_dtype_to_the_cpu,
     choose_kernels,
     quantize_as_placed,
     check_with_the_kind,

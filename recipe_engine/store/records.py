@@ -81,6 +81,7 @@ class Platform:
     device: str  # cpu | cuda | mps: where the stage's weights were
     cpu: str  # the CPU's model name
     cpu_capability: str | None  # torch's CPU kernel set: DEFAULT, AVX2, AVX512, ...
+    cpu_bfloat16: str | None = None  # native (AVX512-BF16, AMX) or emulated on float32 units
     gpu: str | None = None  # the CUDA device's name (CUDA stages)
     gpu_capability: str | None = None  # its compute capability, "9.0"
     threads: int = 1  # torch's intra-op threads
@@ -90,7 +91,8 @@ class Platform:
 
     def describe(self) -> str:
         """One line: "CPU AMD EPYC (AVX2), 2 threads, torch 2.14.1, ..., not deterministic"."""
-        where = f"CPU {self.cpu} ({self.cpu_capability or 'capability unknown'})"
+        bfloat16 = f", bfloat16 {self.cpu_bfloat16}" if self.cpu_bfloat16 else ""
+        where = f"CPU {self.cpu} ({self.cpu_capability or 'capability unknown'}{bfloat16})"
         if self.gpu:
             where = f"GPU {self.gpu} (capability {self.gpu_capability}), {where}"
         elif self.device != "cpu":
@@ -110,6 +112,8 @@ class Platform:
             "device": self.device,
             "cpu model": self.cpu,
             "cpu capability": str(self.cpu_capability),
+            # recorded since engines tell it (an older record's reads "not recorded")
+            **({"cpu bfloat16": self.cpu_bfloat16} if self.cpu_bfloat16 else {}),
             "gpu": str(self.gpu),
             "gpu capability": str(self.gpu_capability),
             "threads": str(self.threads),
