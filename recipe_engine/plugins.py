@@ -1,5 +1,5 @@
 """Plug-ins from a user's own package: Python entry points (`importlib.metadata`), one group for
-each thing that varies (`GROUPS`):
+each thing that varies, `recipe_engine.<group>`:
 
 - `recipe_engine.trainers`: a `trainers.kind.TrainerKind` (its name a new `trainer:` value);
 - `recipe_engine.rewards`: a reward function, as TRL calls one (a new built-in name for
@@ -27,14 +27,14 @@ from typing import Any, Generic, TypeVar
 from recipe_engine.errors import RecipeError
 from recipe_engine.user_code import source_digest
 
-GROUPS = ("trainers", "rewards", "formats", "launchers")
+PREFIX = "recipe_engine."  # a group's entry points are `recipe_engine.<group>`
 
 
 @dataclass(frozen=True)
 class Plugin:
     """One entry point's object, where it came from and its code's content."""
 
-    group: str  # one of GROUPS
+    group: str  # trainers, rewards, formats or launchers
     name: str  # the entry point's name: the value recipes use
     target: str  # `package.module:attribute`
     distribution: str  # the installed package that declares it
@@ -49,11 +49,10 @@ class Plugin:
 @functools.cache
 def _loaded(group: str, check: Callable[[Any], str | None]) -> tuple[Plugin, ...]:
     found = []
-    for entry in metadata.entry_points(group=f"recipe_engine.{group}"):
-        dist = entry.dist.name if entry.dist else "an unnamed package"
-        version = entry.dist.version if entry.dist else "?"
+    for entry in metadata.entry_points(group=f"{PREFIX}{group}"):
+        dist, version = _package(entry)
         where = (
-            f"`{entry.value}` (entry point `{entry.name}` in group `recipe_engine.{group}` of "
+            f"`{entry.value}` (entry point `{entry.name}` in group `{entry.group}` of "
             f"{dist} {version})"
         )
         try:
@@ -84,23 +83,26 @@ def code_of(group: str, name: str) -> str | None:
 
 
 def listing() -> str:
-    """The installed plug-ins in one line per group, as `--help` and `plan` list them ("": none)."""
-    found = installed()
-    return "; ".join(
-        f"{group} {', '.join(p.describe() for p in found if p.group == group)}"
-        for group in GROUPS
-        if any(p.group == group for p in found)
-    )
+    """The installed plug-ins in one line per group, as `--help` and `plan` list them ("":
+    none), read from the packages' metadata: nothing is imported to list them."""
+    named: dict[str, list[str]] = {}
+    for dist in metadata.distributions():
+        for entry in dist.entry_points:
+            if entry.group.startswith(PREFIX):
+                named.setdefault(entry.group.removeprefix(PREFIX), []).append(
+                    f"{entry.name} ({dist.name} {dist.version})"
+                )
+    return "; ".join(f"{group} {', '.join(names)}" for group, names in sorted(named.items()))
+
+
+def _package(entry: metadata.EntryPoint) -> tuple[str, str]:
+    """The name and version of the installed package that declares `entry`."""
+    return (entry.dist.name, entry.dist.version) if entry.dist else ("an unnamed package", "?")
 
 
 def used_by(group: str, name: str) -> Plugin | None:
     """The plug-in that gives `name` in `group` (None: the engine's own)."""
     return next((plugin for plugin in _installed(group) if plugin.name == name), None)
-
-
-def installed() -> list[Plugin]:
-    """Every plug-in installed, as loaded by the registries that took them."""
-    return [plugin for group in GROUPS for plugin in _installed(group)]
 
 
 def _installed(group: str) -> tuple[Plugin, ...]:
@@ -114,7 +116,7 @@ _registered: dict[tuple[str, Callable[[Any], str | None]], tuple[Plugin, ...]] =
 def register(group: str, check: Callable[[Any], str | None]) -> list[Plugin]:
     """The group's plug-ins for its registry, each loaded and checked (`check`: what is wrong
     with the object, None when nothing is), once a process, in the order the packages declare
-    them; remembered for `installed`."""
+    them; remembered for `used_by`."""
     found = _loaded(group, check)
     _registered[group, check] = found
     return list(found)

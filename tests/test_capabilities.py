@@ -24,7 +24,7 @@ from code_words import code_words
 from plans import plan
 
 import recipe_engine
-from recipe_engine.plan import planner
+from recipe_engine.plan import pipeline, planner
 from recipe_engine.trainers.kind import TrainerKind
 
 PACKAGE = Path(recipe_engine.__file__).parent
@@ -91,7 +91,7 @@ def test_the_core_reaches_a_planning_capability_only_through_a_kind():
 
 
 def test_the_planner_takes_every_step_for_every_stage_in_order_each_once(monkeypatch):
-    steps = [step.__name__ for step in planner.STEPS]
+    steps = [step.__name__ for step in pipeline.STEPS]
     assert steps == [
         "decide_the_policy",
         "read_the_rows",
@@ -101,6 +101,7 @@ def test_the_planner_takes_every_step_for_every_stage_in_order_each_once(monkeyp
         "decide_packing_step",
         "decide_checkpointing",
         "place",
+        "fit_the_dtype_to_the_cpu",
         "choose_kernels",
         "quantize_as_placed",
         "check_with_the_kind",

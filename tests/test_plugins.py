@@ -75,7 +75,10 @@ def test_help_and_plan_list_the_installed_plug_ins(demo, tmp_path):
     quiz(tmp_path)
     planned = engine("plan", *RECIPES, cwd=tmp_path, env=demo)
     assert planned.returncode == 0, planned.stderr[-3000:]
-    assert "plug-ins: trainers online_dpo (recipe-plugin-demo 0.1.0)" in planned.stdout
+    assert "plug-ins: formats quiz (recipe-plugin-demo 0.1.0); launchers one_by_one" in (
+        planned.stdout
+    )  # by group, as --help lists them
+    assert "; trainers online_dpo (recipe-plugin-demo 0.1.0)" in planned.stdout
     assert "note: trainer `online_dpo` from plug-in recipe-plugin-demo 0.1.0" in planned.stdout
     assert "note: format `quiz` from plug-in recipe-plugin-demo 0.1.0" in planned.stdout
     assert "quiz (`quiz` as prompt) as prompts" in planned.stdout  # found by `auto`

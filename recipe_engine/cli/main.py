@@ -68,14 +68,8 @@ def usage() -> str:
 
 def _plugins_line() -> list[str]:
     """The plug-ins installed here, by group (none: no line): docs/plugins.md."""
-    from recipe_engine.launchers.registry import launchers
     from recipe_engine.plugins import listing
-    from recipe_engine.resolve.formats import REGISTRY
-    from recipe_engine.rewards.builtin import BUILTIN
-    from recipe_engine.trainers import TRAINERS
 
-    for registry in (TRAINERS, REGISTRY, BUILTIN, launchers()):  # each takes its plug-ins
-        len(registry)
     return [f"plug-ins: {listing()}"] if listing() else []
 
 

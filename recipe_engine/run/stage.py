@@ -15,13 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.capabilities import (
-    DisabledAdapter,
-    FromStage,
-    Functions,
-    NamedStart,
-    StartingWeights,
-)
+from recipe_engine.capabilities import DisabledAdapter
 from recipe_engine.capabilities.judged import trl_metrics
 from recipe_engine.plan.components import report_layout
 from recipe_engine.plan.policy import decide_policy
@@ -31,17 +25,16 @@ from recipe_engine.resolve.inventory import model_inventory
 from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.resolve.row_shapes import asks_question
 from recipe_engine.run import evaluation, measuring, precision, preference_scores, tracking
+from recipe_engine.run.capability_loads import CapabilityLoads
 from recipe_engine.run.census import census, format_report, trainable_report
 from recipe_engine.run.loading import (
     Weights,
     check_handoff,
     handoff_checksums,
-    load_input_stage,
     load_stage_model,
     load_stage_processor,
     merge_parent,
     name_adapter_base,
-    starting_folder,
 )
 from recipe_engine.run.memory_peak import PeakMemory, free_memory, peak_memory
 from recipe_engine.run.policies import Frozen, apply_freeze, apply_lora, bnb_config
@@ -208,7 +201,7 @@ class StageRecipe:
             self.stage.data.splits(),
             self.processor,
             [self.metrics_log],
-            added=self._capability_arguments(),
+            added=self._loads().arguments(self.model),
             adapter_reference=any(isinstance(load, DisabledAdapter) for load in self.stage.loads),
         )
         with tracking.tensorboard_logging_dir(events):
@@ -403,38 +396,10 @@ class StageRecipe:
             base = load_stage_model(self.stage, self.weights, bnb_config(quant) if quant else None)
             return PeftModel.from_pretrained(base, str(final))
 
-    def _capability_arguments(self) -> dict[str, Any]:
-        """What the stage's capabilities load (`StagePlan.loads`), by the trainer's argument
-        names: another stage's weights frozen (a teacher), the starting weights again frozen
-        (a full fine-tune's reference), functions loaded by content (rewards)."""
-        added: dict[str, Any] = {}
-        for load in self.stage.loads:
-            if isinstance(load, FromStage):
-                source = self.plan.stages[load.stage]
-                added[load.argument] = load_input_stage(
-                    self.plan, self.stage, source, load.role, self.store
-                )
-            elif isinstance(load, StartingWeights):
-                added[load.argument] = self._frozen_start()
-            elif isinstance(load, Functions):
-                added[load.argument] = [function.load() for function in load.functions]
-            elif isinstance(load, NamedStart):
-                # The trainer reloads its reference by this name: the weights the stage started
-                # from, from the folder they were loaded from (a hub name would load whatever
-                # the hub has now).
-                self.model.config._name_or_path = starting_folder(
-                    self.weights, self.stage.init.revision
-                )
-        return added
-
-    def _frozen_start(self) -> Any:
-        """The stage's starting weights loaded again, frozen (a full fine-tune's reference)."""
-        quant = self.policy.quantization
-        seed_stage(self.stage)
-        reference = load_stage_model(self.stage, self.weights, bnb_config(quant) if quant else None)
-        reference.eval()
-        reference.requires_grad_(False)
-        return reference
+    def _loads(self) -> CapabilityLoads:
+        return CapabilityLoads(
+            self.plan, self.stage, self.weights, self.store, self.policy.quantization
+        )
 
     def _complete_policy(self) -> PolicyPlan:
         """The planned policy; one deferred because the model's config was unreachable at

@@ -44,6 +44,19 @@ class NodeRun:
 
 
 @dataclass(frozen=True)
+class StageTask:
+    """What one node's task runs: the stage's command line, in its folder, where the run
+    started (None: the task's own folder, a shipped working_dir), with the driver's variables;
+    its output kept in `log`."""
+
+    arguments: tuple[str, ...]
+    stage_dir: str
+    cwd: str | None
+    env: dict[str, str]
+    log: str
+
+
+@dataclass(frozen=True)
 class NodeCheck:
     """What the driver asks every node to find before a stage is submitted."""
 
@@ -90,26 +103,20 @@ def check_node(check: NodeCheck, env: dict[str, str]) -> tuple[str, list[str]]:
     return node_name(), json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_stage(
-    arguments: Sequence[str],
-    stage_dir: str,
-    rendezvous: Rendezvous | None,
-    cwd: str | None,
-    env: dict[str, str],
-    log: str,
-) -> NodeRun:
-    """The stage's process on this node (torchrun on each of several), its output kept in
-    `log` and streamed to the driver; how it ended."""
-    command = node_command(arguments, stage_dir, rendezvous)
-    Path(log).parent.mkdir(parents=True, exist_ok=True)
+def run_stage(task: StageTask, rendezvous: Rendezvous | None) -> NodeRun:
+    """The stage's process on this node (torchrun on each of several, meeting at
+    `rendezvous`), its output kept in the task's log and streamed to the driver; how it
+    ended."""
+    command = node_command(task.arguments, task.stage_dir, rendezvous)
+    Path(task.log).parent.mkdir(parents=True, exist_ok=True)
     node = node_name()
     last_line = last_error = ""
-    with open(log, "a", encoding="utf-8", errors="replace") as kept:
+    with open(task.log, "a", encoding="utf-8", errors="replace") as kept:
         kept.write(f"--- on {node}: {' '.join(command)}\n")
         process = subprocess.Popen(
             command,
-            cwd=cwd or os.getcwd(),
-            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+            cwd=task.cwd or os.getcwd(),
+            env={**os.environ, **task.env, "PYTHONUNBUFFERED": "1"},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
