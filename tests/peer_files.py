@@ -415,6 +415,12 @@ def ms_image_rejected_response(folder: Path) -> Path:
     return json_lines(folder / "swift_image_dpo.jsonl", rows)
 
 
+def ms_pretrain(folder: Path) -> Path:
+    """Pretraining rows (ms-swift's Custom-dataset.md): one `response` text a row, alone."""
+    rows = [{"response": f"{q} {a}"} for q, a in sums()]
+    return json_lines(folder / "swift_pretrain.jsonl", rows)
+
+
 # --------------------------------------------------------------------------- TRL
 
 
@@ -586,6 +592,7 @@ PEER_FILES = {
     "ms-image-rejected-response": _peer(
         MS, MS_DOC, VLM, "dpo", "vlm_preference", ms_image_rejected_response
     ),
+    "ms-pretrain": _peer(MS, MS_DOC, TEXT, "sft", "language_modeling", ms_pretrain),
     "trl-implicit-text": _peer(TRL, TRL_DOC, TEXT, "dpo", "chat_preference", trl_implicit_text),
     "trl-unpaired": _peer(TRL, TRL_DOC, TEXT, "kto", "chat_unpaired", trl_unpaired),
     "trl-chat-unpaired": _peer(TRL, TRL_DOC, TEXT, "kto", "chat_unpaired", trl_chat_unpaired),

@@ -56,7 +56,8 @@ class DataFormat:
     # Canonical name -> the names other tools give that column, read when it is absent.
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # Detection: only where no column another format reads (under any of its names) is there
-    # (a column as common as `text` states nothing beside another format's).
+    # but the one it reads itself (a column as common as `text` states nothing beside another
+    # format's).
     alone: bool = False
     # The docs' table of formats (`format_table`): its columns, and what TRL gets of them.
     doc_columns: str = ""

@@ -218,8 +218,13 @@ def detection_order() -> list[DataFormat]:
     )
 
 
-def _others_there(given: DataFormat, seen: Survey, mapping: Mapping[str, str]) -> bool:
-    """Whether a column another format reads (as named, mapped, or under an alias) is there."""
+def _others_there(
+    given: DataFormat, seen: Survey, mapping: Mapping[str, str], aliased: Mapping[str, str]
+) -> bool:
+    """Whether a column another format reads (as named, mapped, or under an alias) is there,
+    but for those `given` reads itself (ms-swift's `response` alone is its pretraining text,
+    though `response` is also another tool's name for a completion)."""
+    own = {*given.columns, *(mapping.get(c, aliased.get(c, c)) for c in given.columns)}
     others = {
         name
         for other in REGISTRY.values()
@@ -227,7 +232,7 @@ def _others_there(given: DataFormat, seen: Survey, mapping: Mapping[str, str]) -
         for canon in other.columns
         for name in (canon, *other.aliases.get(canon, ()))
     }
-    return any(name in seen.present or name in mapping for name in others)
+    return any(name in seen.present or name in mapping for name in others - own)
 
 
 def _detect(seen: Survey, mapping: Mapping[str, str], conversation: str) -> DataFormat:
@@ -235,7 +240,7 @@ def _detect(seen: Survey, mapping: Mapping[str, str], conversation: str) -> Data
         aliased = _aliased(given, seen, mapping)
         if not all(any(_has(c, seen, mapping, aliased) for c in group) for group in given.needs):
             return False
-        if given.alone and _others_there(given, seen, mapping):
+        if given.alone and _others_there(given, seen, mapping, aliased):
             return False
         return not given.conversation or given.message_keys(seen.message_keys.get(conversation))
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from peer_files import PEER_FILES, model_with_template, trl_tool_calling
+from peer_files import PEER_FILES, model_with_template, ms_pretrain, trl_tool_calling
 
 from recipe_engine.cli.main import main
 from recipe_engine.store.records import Manifest, StageRow
@@ -75,3 +75,18 @@ def test_tool_rows_for_a_template_that_cannot_render_tools_are_refused(
     assert "the chat template of `tiny-qwen2` does not render them" in error
     assert "Use a model whose chat template supports tools" in error
     assert not (tmp_path / "out").exists()
+
+
+def test_ms_swift_pretraining_rows_are_planned_as_language_modeling(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A `response` alone (trained above as `ms-pretrain`): `plan` names the format it read."""
+    argv = [
+        "plan",
+        "recipe=text-lora",
+        "data.source=local",
+        f"data.path={ms_pretrain(tmp_path)}",
+        f"output_root={tmp_path / 'out'}",
+    ]
+    assert main(argv) == 0
+    assert "swift_pretrain (`response` as text) as language_modeling" in capsys.readouterr().out
