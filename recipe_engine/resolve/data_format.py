@@ -59,6 +59,11 @@ class DataFormat:
     # but the one it reads itself (a column as common as `text` states nothing beside another
     # format's).
     alone: bool = False
+    # Canonical columns whose text may name images with Qwen-VL's inline `<img>SOURCE</img>`
+    # tags (`parts.IMAGE_TAG`), which its `messages` converter reads as image parts: such a
+    # format is detected only where the survey finds a tag in one of them (and before any
+    # format that would read the tags as words), and its rows then carry images.
+    image_tags: tuple[str, ...] = ()
     # The docs' table of formats (`format_table`): its columns, and what TRL gets of them.
     doc_columns: str = ""
     doc_trl: str = ""

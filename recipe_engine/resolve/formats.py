@@ -34,12 +34,13 @@ Input formats (`data.format`; `auto` detects one from the columns):
 
 Beside them, the formats of `resolve/peer_formats` (each a module with one `FORMAT`, the shape a
 plug-in's format takes): ms-swift's pretraining rows (``swift_pretrain``: a ``response`` alone,
-read as language modeling).
+read as language modeling) and Qwen-VL's rows that name their images with inline
+``<img>PATH</img>`` tags (``qwen_vl``).
 
 Any of them but ``tools``, ``language_modeling`` and ``swift_pretrain`` takes an ``images``
 column (paths relative to the data file, or image bytes) on a vision-language stage, or images
-named inside the content parts. A new format is one module of `peer_formats` with its `FORMAT`, a
-`DataFormat` (`data_format`: the protocol, re-exported here), and its converter beside it: its
+named inside the content parts. A new format is one module of `peer_formats` with its `FORMAT`,
+a `DataFormat` (`data_format`: the protocol, re-exported here), and its converter beside it: its
 columns (`canonical_columns`, what `data.columns` maps), how `auto` detects it, how refusals
 describe it and the docs' table row (`format_table`) are all in it; a new shape of rows one
 `RowShape` in `row_shapes.SHAPES`. Nothing heavy is imported here (the pure `plan` reads the

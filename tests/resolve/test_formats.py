@@ -57,6 +57,7 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         "language_modeling",
         "prompts",
         # resolve/peer_formats, one module each, in module order
+        "qwen_vl",
         "swift_pretrain",
     )
     assert OUTPUT_FORMATS == (
@@ -162,7 +163,8 @@ def test_an_undetectable_split_lists_what_each_format_expects() -> None:
     assert info.value.key == "data.format"
     assert (
         "Expected `prompt`+`chosen`+`rejected` (preference pairs), `prompt`+`completion`+"
-        "`label` (unpaired feedback, KTO), `messages`+`tools` (tool calls), `messages` "
+        "`label` (unpaired feedback, KTO), `<img>` tags in `conversations` or `query`+"
+        "`response` text (Qwen-VL), `messages`+`tools` (tool calls), `messages` "
         "(role/content messages), `conversations` "
         "(ShareGPT from/value messages), `prompt`+`completion`, `instruction`+`output` "
         "(Alpaca), `conversation` ({human, assistant} exchanges, Firefly), `text` "
@@ -171,7 +173,7 @@ def test_an_undetectable_split_lists_what_each_format_expects() -> None:
     )
     assert (
         "data.format=<messages|prompt_completion|alpaca|preference|unpaired|sharegpt|firefly|vlm"
-        "|tools|language_modeling|prompts|swift_pretrain>" in str(info.value)
+        "|tools|language_modeling|prompts|qwen_vl|swift_pretrain>" in str(info.value)
     )
 
 
