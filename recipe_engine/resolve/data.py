@@ -61,7 +61,8 @@ SOURCES = values(DataSource)  # a stage's `data` is an open section: checked her
 # How a user's rows are read, versioned: bump it when the same file would become other TRL rows
 # (its stage keys then name other weights). 2: a `system` column, Alpaca's `history` and
 # `<image>` marks in role/content turns are read (they were ignored), text parts are joined.
-READER = 2
+# 3: Qwen-VL's `<img>PATH</img>` tags are images (they were words: `peer_formats.qwen_vl`).
+READER = 3
 KINDS = values(ModelKind)
 # `data.chat_template`: whether plain prompt/completion rows (and plain-text preference pairs)
 # go through the model's chat template (as one user and one assistant turn). The planner
@@ -411,8 +412,8 @@ def _layout(cfg: DataConfig, train: Split, kind: str) -> Layout:
     layout = dataclasses.replace(layout, chat=cfg.chat_template == "true")
     if layout.images and kind == "causal_lm":
         raise RecipeError(
-            f"{train.label} holds vision-language rows (images / image parts) but "
-            "this stage trains a text-only model. Use a vision-language model or a text "
+            f"{train.label} holds vision-language rows (images, image parts or `<img>` tags) "
+            "but this stage trains a text-only model. Use a vision-language model or a text "
             "dataset.",
             key="data.format",
         )

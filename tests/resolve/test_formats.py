@@ -56,6 +56,9 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         "tools",
         "language_modeling",
         "prompts",
+        # resolve/peer_formats, one module each, in module order
+        "qwen_vl",
+        "swift_pretrain",
     )
     assert OUTPUT_FORMATS == (
         "messages",
@@ -160,15 +163,17 @@ def test_an_undetectable_split_lists_what_each_format_expects() -> None:
     assert info.value.key == "data.format"
     assert (
         "Expected `prompt`+`chosen`+`rejected` (preference pairs), `prompt`+`completion`+"
-        "`label` (unpaired feedback, KTO), `messages`+`tools` (tool calls), `messages` "
+        "`label` (unpaired feedback, KTO), `<img>` tags in `conversations` or `query`+"
+        "`response` text (Qwen-VL), `messages`+`tools` (tool calls), `messages` "
         "(role/content messages), `conversations` "
         "(ShareGPT from/value messages), `prompt`+`completion`, `instruction`+`output` "
-        "(Alpaca), `conversation` ({human, assistant} exchanges, Firefly), or `text` "
-        "(language modeling); an `images` column adds images." in str(info.value)
+        "(Alpaca), `conversation` ({human, assistant} exchanges, Firefly), `text` "
+        "(language modeling), or `response` alone (ms-swift's pretraining text); an `images` "
+        "column adds images." in str(info.value)
     )
     assert (
         "data.format=<messages|prompt_completion|alpaca|preference|unpaired|sharegpt|firefly|vlm"
-        "|tools|language_modeling|prompts>" in str(info.value)
+        "|tools|language_modeling|prompts|qwen_vl|swift_pretrain>" in str(info.value)
     )
 
 
