@@ -24,7 +24,6 @@ from recipe_engine.plan.memory_fit import StageMemory
 from recipe_engine.plan.packing import (
     PackingChoice,
     PackingFacts,
-    attention_implementation,
     check_attention_trains_on,
     decide_packing,
 )
@@ -39,14 +38,12 @@ from recipe_engine.plan.stage_context import (
     Decided,
     StageContext,
     footprint_gib,
-    model_config,
     place_stage,
     plugin_notes,
     stage_estimate,
     stage_facts,
     stage_notes,
     stage_precision,
-    zero_of,
 )
 from recipe_engine.plan.stage_settings import (
     asked_dtype,
@@ -111,7 +108,7 @@ class Draft:
     @property
     def decided(self) -> Decided:
         assert self.policy and self.rows
-        return Decided(self.policy, self.rows, self.frozen)
+        return Decided(self.policy, self.rows, self.frozen, self.trainer)
 
     def with_stage(self, stage: StageConfig, **decided: Any) -> Draft:
         context = dataclasses.replace(self.context, stage=stage)
@@ -131,7 +128,7 @@ class Draft:
             data=self.rows,
             policy=self.policy,
             dtype=stage.dtype,
-            precision=stage_precision(stage, self.policy, self.placement, self.trainer),
+            precision=stage_precision(stage, self.decided, self.placement),
             placement=self.placement,
             trainer={**self.trainer, "full_determinism": self.determinism.deterministic_kernels},
             determinism=self.determinism,
@@ -188,12 +185,11 @@ def choose_the_trainer(draft: Draft) -> Draft:
 def decide_packing_step(draft: Draft) -> Draft:
     """Packing / padding-free as they can run (`plan.packing`)."""
     assert draft.rows
-    config = model_config(draft.context)
     facts = PackingFacts(
         name=draft.name,
         trainer=TRAINERS[draft.stage.trainer],
-        model_type=(config or {}).get("model_type"),
-        attention=attention_implementation(config),
+        model_type=draft.context.model_type,
+        attention=draft.context.attention,
         image_rows=has_images(draft.rows.format),
     )
     choice = decide_packing(draft.stage.train, facts)
@@ -269,7 +265,7 @@ def _peak_gib(context: StageContext, draft: Draft) -> float:
 def choose_kernels(draft: Draft) -> Draft:
     """`use_liger_kernel` where Liger's kernels run (`plan.kernels`)."""
     assert draft.placement
-    model_type = (model_config(draft.context) or {}).get("model_type")
+    model_type = draft.context.model_type
     choice = decide_liger(draft.stage.train, draft.placement.device, model_type)
     return draft.with_stage(dataclasses.replace(draft.stage, train=choice.train), kernels=choice)
 
@@ -362,7 +358,7 @@ def settle_the_trainer(draft: Draft) -> Draft:
 def estimate_the_memory(draft: Draft) -> Draft:
     """The stage's estimated peak on the device it is placed on (`plan.memory`)."""
     assert draft.policy and draft.rows and draft.placement
-    memory = stage_estimate(draft.context, draft.decided, draft.placement, zero_of(draft.trainer))
+    memory = stage_estimate(draft.context, draft.decided, draft.placement)
     return dataclasses.replace(draft, memory=memory)
 
 
@@ -399,7 +395,7 @@ def check_capability_settings(name: str, stage: StageConfig) -> None:
 def _check_attention(context: StageContext, placement: PlacementPlan) -> None:
     """The model's attention has a backward pass where the stage trains."""
     if not context.stage.evaluate_only:
-        attention = attention_implementation(model_config(context))
+        attention = context.attention
         check_attention_trains_on(context.name, attention, placement.device)
 
 

@@ -26,6 +26,7 @@ from recipe_engine.launchers.registry import launcher_kind
 from recipe_engine.plan.hardware import parse_gpus, profile_gpus
 from recipe_engine.plan.memory_fit import StageMemory
 from recipe_engine.plan.memory_inputs import MemoryInputs, stage_memory
+from recipe_engine.plan.packing import attention_implementation
 from recipe_engine.plan.placement import (
     PlacementPlan,
     PlacementRefused,
@@ -73,6 +74,16 @@ class StageContext:
     def model(self) -> ModelConfig:
         return self.inputs.model.entry
 
+    @property
+    def model_type(self) -> str | None:
+        """Its model config's `model_type` (None: no config read)."""
+        return (_model_config(self) or {}).get("model_type")
+
+    @property
+    def attention(self) -> str:
+        """The attention implementation its model config names (`plan.packing`)."""
+        return attention_implementation(_model_config(self))
+
 
 @dataclass(frozen=True)
 class Decided:
@@ -81,6 +92,8 @@ class Decided:
     policy: PolicyPlan
     rows: Rows
     frozen: tuple[FrozenModel, ...] = ()  # the models its capabilities hold beside it
+    # Its trainer's settings once settled ({} before): a DeepSpeed config, the autocast flags.
+    trainer: LibraryKwargs = field(default_factory=dict)
 
 
 def place_stage(context: StageContext, decided: Decided) -> PlacementPlan:
@@ -154,7 +167,7 @@ def footprint_gib(context: StageContext, policy: PolicyPlan) -> float:
     return total * 1.2 / 2**30  # activations and allocator slack
 
 
-def zero_of(trainer: LibraryKwargs) -> ZeroSettings | None:
+def _zero(trainer: LibraryKwargs) -> ZeroSettings | None:
     """What the estimate reads of the DeepSpeed config the stage trains with (none without
     DeepSpeed), at the precision the trainer's settings give it."""
     config = trainer.get("deepspeed")
@@ -163,13 +176,10 @@ def zero_of(trainer: LibraryKwargs) -> ZeroSettings | None:
 
 
 def stage_estimate(
-    context: StageContext,
-    decided: Decided,
-    placement: PlacementPlan | None = None,
-    zero: ZeroSettings | None = None,
+    context: StageContext, decided: Decided, placement: PlacementPlan | None = None
 ) -> StageMemory | None:
     """The stage's estimated peak per device (`placement` None: on one GPU, before placing;
-    `zero`: a DeepSpeed stage's settings)."""
+    a DeepSpeed stage's ZeRO settings from its trainer's, once settled)."""
     policy, rows, frozen = decided.policy, decided.rows, decided.frozen
     stage = context.stage
     if stage.evaluate_only:
@@ -191,22 +201,24 @@ def stage_estimate(
             longest=rows.longest,
             placement=placement,
             capacity_gib=capacity or None,
-            zero=zero,
+            zero=_zero(decided.trainer),
             name=context.name,
             longest_tokens=context.inputs.longest_tokens,
-            adapter_dtype=stage_precision(stage, policy, placement, {}).adapters or "float32",
+            adapter_dtype=stage_precision(stage, Decided(policy, rows), placement).adapters
+            or "float32",
             frozen=frozen,
         )
     )
 
 
 def stage_precision(
-    stage: StageConfig, policy: PolicyPlan, placement: PlacementPlan | None, trainer: LibraryKwargs
+    stage: StageConfig, decided: Decided, placement: PlacementPlan | None
 ) -> PrecisionPlan:
     """The stage's dtypes (`plan.precision`): quantized as placed (`placement` None: as asked,
     before placing), also where the quantized modules wait for the model to load (a deferred
     policy). The weights' dtypes do not depend on the trainer settings, so the memory estimate
     reads them before those are decided."""
+    policy, trainer = decided.policy, decided.trainer
     bits = placement.quantization if placement else library_keys.quant_bits(stage.quantization)
     config = policy.quantization.config if policy.quantization else stage.quantization or {}
     quantized = k_bit_storage(bits, config) if bits != "none" else None
@@ -226,7 +238,7 @@ def _snapshot_policy(context: StageContext) -> PolicyPlan | None:
         return None
 
 
-def model_config(context: StageContext) -> JsonObject | None:
+def _model_config(context: StageContext) -> JsonObject | None:
     files = context.inputs.model.files
     return files.config if files else None
 

@@ -76,20 +76,20 @@ def read_part(part: Any) -> Part:
     )
 
 
-def tagged_parts(text: str) -> list[dict[str, Any]] | None:
+def tagged_parts(text: str) -> list[Part] | None:
     """`text` with Qwen-VL's `<img>SOURCE</img>` tags as content parts, in order: the text
     between tags as text parts (stripped; blank ones dropped, as around `<image>` marks), each
-    tag as an image part naming its source (`{"type": "image", "image": SOURCE}`, as written
-    but for the spaces around it; "" for an empty tag). None where the text has no tag."""
+    tag as an image part naming its source (as written but for the spaces around it; "" for an
+    empty tag). None where the text has no tag."""
     pieces = re.split(IMAGE_TAG, text)
     if len(pieces) == 1:
         return None
-    parts: list[dict[str, Any]] = []
+    parts: list[Part] = []
     for k, piece in enumerate(pieces):
         if k % 2:  # re.split puts each tag's source between the texts around it
-            parts.append({"type": IMAGE, "image": piece.strip()})
+            parts.append(Part(IMAGE, source=piece.strip()))
         elif piece.strip():
-            parts.append({"type": TEXT, "text": piece.strip()})
+            parts.append(Part(TEXT, text=piece.strip()))
     return parts
 
 

@@ -5,14 +5,22 @@ trainer reloads its reference by."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from recipe_engine.capabilities import FromStage, Functions, NamedStart, StartingWeights
+from recipe_engine.capabilities import (
+    DisabledAdapter,
+    FromStage,
+    Functions,
+    NamedStart,
+    StartingWeights,
+)
 from recipe_engine.plan.recipe_plan import QuantPlan, RecipePlan, StagePlan
 from recipe_engine.run.loading import Weights, load_input_stage, load_stage_model, starting_folder
 from recipe_engine.run.policies import bnb_config
 from recipe_engine.run.seeding import seed_stage
+from recipe_engine.run.trainer import TrainerParts
 from recipe_engine.store.store import Store
 
 
@@ -26,8 +34,17 @@ class CapabilityLoads:
     store: Store
     quantization: QuantPlan | None  # the stage's, as its policy was completed at load time
 
-    def arguments(self, model: Any) -> dict[str, Any]:
-        """The trainer's extra arguments; `model` (the stage's own) is named as the trainer
+    def into(self, parts: TrainerParts) -> TrainerParts:
+        """The trainer's parts with what the loads add: the trainer's extra arguments, and
+        whether its reference is the policy with its adapter disabled (checked once built)."""
+        return dataclasses.replace(
+            parts,
+            added=self._arguments(parts.model),
+            adapter_reference=any(isinstance(load, DisabledAdapter) for load in self.stage.loads),
+        )
+
+    def _arguments(self, model: Any) -> dict[str, Any]:
+        """By the trainer's argument names; `model` (the stage's own) is named as the trainer
         reloads its reference where a load says so."""
         added: dict[str, Any] = {}
         for load in self.stage.loads:

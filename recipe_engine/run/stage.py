@@ -15,7 +15,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from recipe_engine.capabilities import DisabledAdapter
 from recipe_engine.capabilities.judged import trl_metrics
 from recipe_engine.plan.components import report_layout
 from recipe_engine.plan.policy import decide_policy
@@ -196,14 +195,9 @@ class StageRecipe:
         self.metrics_log = MetricsLogger(self.work / "metrics.jsonl", name)
         events = tracking.tensorboard_dir(self.run_dir, name, self.stage.config.train)
         parts = TrainerParts(
-            self.model,
-            self.args,
-            self.stage.data.splits(),
-            self.processor,
-            [self.metrics_log],
-            added=self._loads().arguments(self.model),
-            adapter_reference=any(isinstance(load, DisabledAdapter) for load in self.stage.loads),
+            self.model, self.args, self.stage.data.splits(), self.processor, [self.metrics_log]
         )
+        parts = self._loads().into(parts)
         with tracking.tensorboard_logging_dir(events):
             self.trainer = make_trainer(kind, parts)
         # TRL's constructor casts a k-bit model's trainable weights to bfloat16, whatever the

@@ -423,6 +423,30 @@ LAYOUTS = {
     "tiny-qwen2": {**TEXT_RECIPES, **SAME_TOKENIZER_RECIPES},
     "tiny-llama": TEXT_RECIPES,
 }
+# The bfloat16 runs: every recipe once, on a layout it runs on, and every layout, rather than
+# every pair (35 runs): r3's QLoRA stage with a frozen vision tower (the stage whose tower was
+# upcast to float32, FIELD-NOTES.md section 10) on each VLM layout, the other recipes spread over
+# them (a recipe's stages that r3 trained are reused from the layout's store, as a user's are;
+# a run whose stages are all reused compares nothing, so none comes after the run that trained
+# them all).
+# Float32 runs every recipe elsewhere (tests/run/test_recipe.py, the matrices above).
+BFLOAT16_RUNS = {
+    "tiny-qwen2-vl": ["r3-two-stage", "r1-llm-only", "r9-vlm-grpo"],
+    "tiny-qwen2.5-vl": ["r2-vision-only", "r3-two-stage"],  # r2 first: its stage is r3's first
+    "tiny-llava": ["r3-two-stage", "r4-joint"],
+    "tiny-idefics3": ["r3-two-stage", "r5-sft-dpo"],
+    "tiny-qwen2": ["r5-sft-dpo-text", "r6-sft-kto-text", "r8-distill-text"],
+    "tiny-llama": ["text-lora", "r5-sft-dpo-smollm2", "r7-sft-grpo"],
+}
+
+
+def test_the_bfloat16_runs_cover_every_recipe_and_layout_and_r3_on_every_vlm() -> None:
+    ran = [(model, recipe) for model, recipes in BFLOAT16_RUNS.items() for recipe in recipes]
+    assert {recipe for _, recipe in ran} == {r for recipes in LAYOUTS.values() for r in recipes}
+    assert set(BFLOAT16_RUNS) == set(LAYOUTS)
+    assert all(recipe in LAYOUTS[model] for model, recipe in ran)  # each on a layout it runs on
+    vlms = {model for model, recipes in LAYOUTS.items() if recipes is VLM_RECIPES}
+    assert {model for model, recipe in ran if recipe == "r3-two-stage"} == vlms
 
 
 def test_the_shipped_recipes_cover_every_recipe_file() -> None:
@@ -430,14 +454,15 @@ def test_the_shipped_recipes_cover_every_recipe_file() -> None:
     assert shipped == set(VLM_RECIPES) | set(TEXT_RECIPES) | set(SAME_TOKENIZER_RECIPES)
 
 
-@pytest.mark.parametrize("model", list(LAYOUTS))
+@pytest.mark.parametrize("model", list(BFLOAT16_RUNS))
 def test_every_shipped_recipe_trains_evaluates_and_compares_a_bfloat16_model(model, tmp_path):
     """Real checkpoints are bfloat16: each recipe runs to exit 0 with its evaluation and
     compare, and exports its last stage, on a bfloat16 model of every built-in layout (one
     store, as a user's: stages the recipes share train once), and no stage holds a frozen
     weight in another dtype (a QLoRA stage's frozen vision tower was upcast to float32; its
     evaluation then died on the dtype: FIELD-NOTES.md, section 10)."""
-    for recipe, stages in LAYOUTS[model].items():
+    for recipe in BFLOAT16_RUNS[model]:
+        stages = LAYOUTS[model][recipe]
         steps = [f"stage.{stage}.train.max_steps=1" for stage in stages]
         run_dir = run_engine(
             tmp_path / "out",

@@ -26,7 +26,7 @@ from recipe_engine.resolve.converters import (
     sharegpt_as_chatml,
 )
 from recipe_engine.resolve.data_format import PROMPT_ALIASES, DataFormat
-from recipe_engine.resolve.parts import IMAGE_TAG_EXAMPLE, tagged_parts
+from recipe_engine.resolve.parts import IMAGE, IMAGE_TAG_EXAMPLE, TEXT, Part, tagged_parts
 from recipe_engine.resolve.row_shapes import CONVERSATIONS
 
 _TAGGED = ("messages", "conversations", "prompt", "completion", "history")
@@ -69,12 +69,19 @@ def _shown(row: Row, turn: Mapping[str, Any], where: str) -> Message:
             "Move the image to the user's turn, or set data.format to the format the rows "
             "are written in (sharegpt, prompt_completion) to read the tags as words.",
         )
-    if any(part.get("image") == "" for part in found):
+    if any(part.kind == IMAGE and not part.source for part in found):
         raise row.fail(
             f"{where} has an empty `<img></img>` tag",
             f"Put the image's path between the tags, like {IMAGE_TAG_EXAMPLE}.",
         )
-    return {**turn, "content": found}
+    return {**turn, "content": [_written(part) for part in found]}
+
+
+def _written(part: Part) -> dict[str, Any]:
+    """A part as a role/content message holds it (`{"type": "image", "image": SOURCE}`)."""
+    if part.kind == IMAGE:
+        return {"type": IMAGE, "image": part.source}
+    return {"type": TEXT, "text": part.text}
 
 
 FORMAT = DataFormat(
