@@ -16,9 +16,12 @@ import math
 from pathlib import Path
 
 import pytest
+from machines import CPU_ONLY
 from PIL import Image, ImageDraw
 
 from recipe_engine.cli.main import main
+from recipe_engine.config.compose import compose_config
+from recipe_engine.run.planning import plan_from_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -452,6 +455,21 @@ def test_the_bfloat16_runs_cover_every_recipe_and_layout_and_r3_on_every_vlm() -
 def test_the_shipped_recipes_cover_every_recipe_file() -> None:
     shipped = {path.stem for path in (ROOT / "recipes" / "recipe").glob("*.yaml")}
     assert shipped == set(VLM_RECIPES) | set(TEXT_RECIPES) | set(SAME_TOKENIZER_RECIPES)
+
+
+@pytest.mark.parametrize("model", list(LAYOUTS))
+def test_every_recipe_plans_a_bfloat16_model_of_every_layout(model):
+    """The pairs the bfloat16 runs leave out, as `plan` decides them (no weight loads): every
+    recipe's stages on every layout it runs on, each holding its unquantized weights and
+    computing in bfloat16."""
+    for recipe, stages in LAYOUTS[model].items():
+        overrides = [f"recipe={recipe}", f"model={model}", "model.dtype=bfloat16"]
+        result = plan_from_config(compose_config([*overrides, *ON_FEW_ROWS.get(recipe, [])]),
+                                  CPU_ONLY)  # fmt: skip
+        assert list(result.graph.order) == stages, recipe
+        for stage in result.stages.values():
+            precision = stage.precision
+            assert (stage.dtype, precision.weights, precision.activations) == ("bfloat16",) * 3
 
 
 @pytest.mark.parametrize("model", list(BFLOAT16_RUNS))
