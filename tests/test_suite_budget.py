@@ -41,5 +41,8 @@ def test_every_test_file_is_in_the_record():
         for path in (ROOT / "tests").rglob("test_*.py")
         if not path.relative_to(ROOT).as_posix().startswith(OTHER_TARGETS)
     )
-    missing = [path for path in files if path not in recorded]
+    # This file passes only once the record holds the others: the run that records them
+    # records it too only from then on, so it is the one file that may be missing.
+    this_file = Path(__file__).resolve().relative_to(ROOT).as_posix()
+    missing = [path for path in files if path not in recorded and path != this_file]
     assert not missing, f"not in {DURATIONS.name} (run `make test-durations`): {missing}"
