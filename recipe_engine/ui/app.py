@@ -53,13 +53,16 @@ from recipe_engine.ui.workbench import BadRequest, Settings, Workbench, refusal
 HERE = Path(__file__).parent
 # Scripts, styles and images only from this server; nothing inline runs, nothing is framed;
 # forms post only to it (a picture chosen for the chat is previewed from the browser's memory).
+# `same-origin`, not `no-referrer`: with no-referrer a browser sends `Origin: null` on a form's
+# POST, and the guard could not tell this server's pages from a sandboxed one's; no address
+# leaves for another site either way.
 HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; "
         "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 LIVE_POLL_MS = 2000
@@ -129,8 +132,10 @@ def create_app(
 
 
 async def _headers(request: Request, call_next: RequestResponseEndpoint) -> Response:
+    """Every response's security headers (a route's own Cache-Control kept: the chat's)."""
     response = await call_next(request)
-    response.headers.update(HEADERS)
+    own = "cache-control" in response.headers
+    response.headers.update({k: v for k, v in HEADERS.items() if k != "Cache-Control" or not own})
     return response
 
 
@@ -305,7 +310,12 @@ class _Pages:
         job = self.bench.jobs.get(request.path_params["id"])
         jobs = self.bench.jobs
         return self._page(
-            request, "job.html", job=job, output=jobs.output(job), runs=jobs.run_folders(job)
+            request,
+            "job.html",
+            job=job,
+            output=jobs.output(job),
+            runs=jobs.run_folders(job),
+            events=jobs.events(job),
         )
 
     async def job_json(self, request: Request) -> Response:
@@ -316,6 +326,7 @@ class _Pages:
             "state": job.state,
             "returncode": job.returncode,
             "runs": jobs.run_folders(job),
+            "events": jobs.events(job),
             "output": jobs.output(job)[-8000:],
         }
         return JSONResponse(body)

@@ -34,6 +34,12 @@ STOP_GRACE_S = 30
 TAIL_BYTES = 64 * 1024
 _ID = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}_[0-9]{2}-[0-9]{2}-[0-9]{2}-[0-9a-f]{4}")
 _RUN_FOLDER = re.compile(r"^recipe [\w.-]+: run folder (?P<path>.+)$", re.M)
+# The engine's own lines about its stages (what `ui.live` reads of a run's log), and its
+# one-line refusals and failures: what the job page lists above the output's tail.
+_EVENT = re.compile(
+    rb"(\[recipe_engine\]\[\w+\] - (stage [\w.-]+: (loading|cached at|committed|resuming from)"
+    rb" .*)|^error: .*)"
+)
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,7 @@ class Jobs:
         self.python = python
         self._processes: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
+        self._events: dict[str, tuple[int, list[str]]] = {}  # job -> (bytes read, events)
 
     # ------------------------------------------------------------------ starting, stopping
 
@@ -176,7 +183,8 @@ class Jobs:
         return jobs
 
     def output(self, job: Job) -> str:
-        """The end of the job's output (progress bars' carriage returns as new lines)."""
+        """The end of the job's output as a terminal shows it: of a line a progress bar
+        rewrote (carriage returns), its last state."""
         path = self.folder / job.id / OUTPUT_FILE
         if not path.is_file():
             return ""
@@ -184,7 +192,30 @@ class Jobs:
             size = handle.seek(0, os.SEEK_END)
             handle.seek(max(0, size - TAIL_BYTES))
             text = handle.read().decode(errors="replace")
-        return text.replace("\r", "\n")
+        lines = (line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n"))
+        return "\n".join(lines)
+
+    def events(self, job: Job) -> list[str]:
+        """The engine's lines about the job's stages (loading, resuming from a checkpoint,
+        committed, cached) and its error lines, from the whole output: the tail shown below
+        them scrolls past. Read on from where the last call stopped."""
+        path = self.folder / job.id / OUTPUT_FILE
+        with self._lock:
+            done, found = self._events.get(job.id, (0, []))
+        if not path.is_file():
+            return found
+        with path.open("rb") as handle:
+            handle.seek(done)
+            text = handle.read()
+        whole = text[: text.rfind(b"\n") + 1]  # a line still being written waits
+        found = found + [
+            match[2].decode(errors="replace") if match[2] else match[0].decode(errors="replace")
+            for line in re.split(rb"[\r\n]", whole)
+            if (match := _EVENT.search(line))
+        ]
+        with self._lock:
+            self._events[job.id] = (done + len(whole), found)
+        return found
 
     def run_folders(self, job: Job) -> list[str]:
         """The run folders (relative to output_root) the job made: those its output names

@@ -68,6 +68,14 @@ class OverlayChart:
         )
 
 
+    def marker(self, line: Line) -> tuple[str, str] | None:
+        """A line of one point, drawn as a dot at its place on the shared axes."""
+        if len(line.curve.points) != 1:
+            return None
+        x, y = self.points(line).split(",")
+        return x, y
+
+
 @dataclass(frozen=True)
 class RunChoice:
     """A run offered to tick: where it is, what it is called, and whether it is ticked."""

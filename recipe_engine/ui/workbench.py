@@ -146,7 +146,11 @@ class Workbench:
             raise BadRequest(f"refused: a question of 1 to {MAX_PROMPT_CHARS} characters")
         image = self.uploads.path(str(data["image"])) if data.get("image") else None
         events = self.workers.ask(target, prompt, image)
-        return StreamingResponse(_sse(events), media_type="text/event-stream")
+        # no-cache, not the pages' no-store (a POST's answer is never cached either way):
+        # Chromium reports a no-store body read as a stream, to its end, as aborted
+        # (microsoft/playwright#42742), which the browser tests would count as a failure.
+        headers = {"Cache-Control": "no-cache"}
+        return StreamingResponse(_sse(events), media_type="text/event-stream", headers=headers)
 
     async def upload(self, request: Request) -> Response:
         """A picture as the request's body, size-checked before and while it is read; kept

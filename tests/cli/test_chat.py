@@ -1,4 +1,4 @@
-"""`chat` as a user runs it: a VLM stage (r2's vision stage, full weights) and a text stage
+"""`chat`: a VLM stage (r2's vision stage, full weights) and a text stage
 (text-lora's LoRA adapter on its base) answer their run's probes as the run's comparison
 records them, with the same settings: once for a script (`prompt=`), streamed in the terminal,
 and as the web view's worker (`jsonl=true`); the run's base too, and a stage named by its store
@@ -21,10 +21,9 @@ from recipe_engine.errors import EXIT_USER_ERROR
 SHORT = SHORT_STAGES[:-1]  # text-lora: one `llm` stage
 
 
-def ok(*args: str, cwd: Path) -> str:
+def ok(*args: str, cwd: Path) -> None:
     done = engine(*args, cwd=cwd, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +55,12 @@ def files(root: Path) -> dict[str, float]:
 
 def test_a_vlm_stage_and_its_base_answer_each_probe_as_compare_records_it(cwd, capsys):
     run = run_of(cwd, "r2-vision-only")
-    first, second = probes(run)[:2]
-    said = ok(
-        "chat", f"{run}/vision", f"prompt={first['input']}", f"image={first['image']}", cwd=cwd
-    )
-    assert said == first["outputs"]["vision"] + "\n"  # the answer alone: for a script
-    # the base, in this process (the forked command above pays the libraries' imports)
-    assert (
-        main(["chat", f"{run}/base", f"prompt={second['input']}", f"image={second['image']}"]) == 0
-    )
-    assert capsys.readouterr().out == second["outputs"]["base"] + "\n"
+    for probe in probes(run)[:2]:
+        for model in ("vision", "base"):
+            asked = [f"prompt={probe['input']}", f"image={probe['image']}"]
+            assert main(["chat", f"{run}/{model}", *asked]) == 0
+            # the answer alone on stdout, for a script
+            assert capsys.readouterr().out == probe["outputs"][model] + "\n", (model, probe)
 
 
 def test_a_text_stage_answers_as_compare_records_it_by_store_key_or_run_stage(
@@ -176,7 +171,8 @@ def test_what_is_not_committed_and_every_bad_input_is_one_message_and_exit_2(
     before = files(cwd / "out")
     for args, message in cases.items():
         assert message in refused(args, capsys), args
-    # and as a user runs it: a process of its own, the same message, exit 2
+    # and as a user runs it: a process of its own, the same message, exit 2 (the web view's
+    # worker answers as a process of its own in tests/ui/test_workbench.py)
     done = engine("chat", f"{stopped}/llm", "prompt=hi", cwd=cwd)
     assert done.returncode == EXIT_USER_ERROR and done.stdout == ""
     assert done.stderr.startswith("error: Stage `llm` of") and "Traceback" not in done.stderr

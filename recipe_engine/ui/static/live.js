@@ -118,7 +118,18 @@ function startJobLive() {
         const job = await answer.json();
         if (job.state !== body.dataset.state) { location.reload(); return; }
         const output = document.querySelector("[data-job-output]");
-        if (output) output.textContent = job.output;
+        if (output) {
+          output.textContent = job.output;
+          output.scrollTop = output.scrollHeight; // its end, as a terminal shows it
+        }
+        const events = document.querySelector("[data-job-events]");
+        if (events && job.events.length) {
+          events.replaceChildren(...job.events.map((line) => {
+            const item = document.createElement("li");
+            item.textContent = line;
+            return item;
+          }));
+        }
         const runs = document.querySelector("[data-job-runs]");
         if (runs && job.runs.length && runs.querySelectorAll("a").length !== job.runs.length) {
           runs.replaceChildren(...job.runs.map((run) => {
@@ -299,6 +310,7 @@ function chatBox(box) {
 document.addEventListener("DOMContentLoaded", () => {
   startLive();
   startJobLive();
+  document.querySelectorAll("[data-job-output]").forEach((el) => { el.scrollTop = el.scrollHeight; });
   document.querySelectorAll("table.sortable").forEach(sortable);
   document.querySelectorAll("[data-chat-box]").forEach(chatBox);
 });
