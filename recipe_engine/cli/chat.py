@@ -79,7 +79,15 @@ def _question(options: ChatOptions, prompt: str, image: Path | None = None) -> Q
 
 def converse(found: ChatModel, options: ChatOptions) -> int:
     """Questions from the terminal, each answer streamed; /image PATH changes the picture,
-    /quit or end of input stops."""
+    /quit, end of input or Ctrl-C stops."""
+    try:
+        return _converse(found, options)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 0
+
+
+def _converse(found: ChatModel, options: ChatOptions) -> int:
     print(f"chatting with {found.label} ({found.kind}); loading ...", file=sys.stderr)
     chat = Chat(found)
     image = options.image

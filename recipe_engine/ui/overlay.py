@@ -67,7 +67,6 @@ class OverlayChart:
             for x, y in line.curve.points
         )
 
-
     def marker(self, line: Line) -> tuple[str, str] | None:
         """A line of one point, drawn as a dot at its place on the shared axes."""
         if len(line.curve.points) != 1:

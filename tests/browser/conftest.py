@@ -125,6 +125,8 @@ def screenshot(request) -> Iterator:
 
     def take(page, name: str) -> None:  # noqa: ANN001 (a Playwright page)
         if SCREENSHOTS:
+            # its styles and pictures too: a locator can find the page's text before them
+            page.wait_for_load_state("load")
             Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
 

@@ -199,6 +199,7 @@ def test_a_comparison_started_from_the_browser_groups_its_runs_and_overlays_two_
     for seed in (0, 1):
         page.get_by_label(f"overlay r3-two-stage seed {seed}").check()
     page.get_by_role("button", name="Overlay the ticked runs' curves").click()
+    page.wait_for_load_state("load")
     chart = page.locator('figure[data-chart="stage llm: training loss"]')
     expect(chart.locator("polyline.series")).to_have_count(2)
     expect(chart.locator(".legend li")).to_have_text(["r3-two-stage seed 0", "r3-two-stage seed 1"])

@@ -9,6 +9,7 @@ started, nothing written."""
 from __future__ import annotations
 
 import html
+import io
 import json
 import re
 import sys
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from PIL import Image
 from starlette.testclient import TestClient
 
 from recipe_engine.ui.app import create_app
@@ -230,4 +232,12 @@ def test_paths_outside_output_root_and_oversized_or_false_pictures_are_refused(c
     fake = client.post("/api/upload", content=b"#!/bin/sh\necho not a picture\n", headers=headers)
     assert fake.status_code == 400 and "not a PNG, JPEG" in fake.json()["refused"]
     assert snapshot(cwd) == before
-    assert not (cwd / "out" / "workbench" / "uploads").exists()
+    uploads = cwd / "out" / "workbench" / "uploads"
+    assert not uploads.exists()
+    # a picture is kept under output_root by its content's hash, once
+    picture = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(picture, format="PNG")
+    kept = [client.post("/api/upload", content=picture.getvalue(), headers=headers) for _ in "ab"]
+    assert kept[0].status_code == 200 and kept[0].json() == kept[1].json()
+    (path,) = uploads.iterdir()
+    assert path.name == kept[0].json()["image"] and path.read_bytes() == picture.getvalue()
