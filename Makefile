@@ -35,7 +35,7 @@ PIP_SOURCES = $(foreach url,$(call pip_setting,extra-index-url) $(PIP_EXTRA_INDE
 UV_INSTALL ?= $(VENV)/bin/uv pip install --quiet --python $(PY) --native-tls --compile-bytecode \
 	--index-strategy unsafe-best-match $(PIP_SOURCES)
 
-.PHONY: install run study-table test test-cluster test-ray test-browser ui ui-screenshots fuzz bench bench-scale bench-memory bench-trl gpu-check gpu-report gpu-wheels bench-startup field-tables lint docs clean floor-test constraints
+.PHONY: install run study-table test test-durations test-cluster test-ray test-browser ui ui-screenshots fuzz bench bench-scale bench-memory bench-trl gpu-check gpu-report gpu-wheels bench-startup field-tables lint docs clean floor-test constraints
 
 install: $(STAMP)
 
@@ -63,11 +63,19 @@ run: install
 study-table: run
 	$(PY) -m tools.study_table
 
-# Two worker processes, one test file each (a file's tests share its fixtures), the longest
-# files first (tests/conftest.py: LONGEST_FIRST, not xdist's order by test count); the fuzzer's
+# A worker per core, as many as the memory holds (tools/test_workers.py), one test file each (a
+# file's tests share its fixtures), the longest files first by their recorded durations
+# (tests/durations.json, tests/conftest.py), not xdist's order by test count; the fuzzer's
 # seeded, bounded run is part of it (tests/fuzz/test_fuzz.py).
+PYTEST_SUITE = $(PY) -m pytest -q -n $$($(PY) -m tools.test_workers) --dist loadfile --no-loadscope-reorder
 test: install
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(PYTEST_SUITE)
+
+# The suite run as `make test` runs it, each file's seconds written to tests/durations.json (the
+# order `make test` starts files in, and the total tests/test_suite_budget.py holds to the budget
+# docs/development.md states): after adding or changing a test file, commit the new record.
+test-durations: install
+	$(PYTEST_SUITE) --record-durations
 
 # Debian packages a test target needs (a system service: SLURM, a browser), installed as root
 # when missing; never skipped.

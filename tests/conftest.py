@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from logging_state import logging_as_it_was
+from suite_durations import recorded_durations, write_durations
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -14,14 +15,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # threads that spin while they wait would take the cores from the other worker (measured: a
 # SmolLM2 QLoRA test 534 s instead of 72 s). Waiting passively changes no result.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# Under `make test`'s workers (one per core), each torch process takes one thread rather than
-# one per core: two workers' threads no longer contend for both cores (measured: two r2 + r3
-# runs side by side, wall 0.78x). Every assertion on threads reads torch's own count.
-if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) >= (os.cpu_count() or 1):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Under `make test`'s workers, each torch process takes its share of the cores rather than all
+# of them (one thread where there is a worker per core): the workers' threads no longer contend
+# for the same cores (measured: two r2 + r3 runs side by side, wall 0.78x). Every assertion on
+# threads reads torch's own count.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
 
-def pytest_configure(config) -> None:
+def _markers(config) -> None:
     # The install tests (tests/test_wheel.py) are marked, so `pytest -m install` runs only them
     # and `pytest -m "not install"` skips them for a quick loop.
     config.addinivalue_line(
@@ -49,39 +52,55 @@ def _logging_restored() -> Iterator[None]:
         yield
 
 
-# The files that take longest (minutes each, measured with --durations), longest first. `make
-# test` hands whole files to its two workers in collection order (--dist loadfile
-# --no-loadscope-reorder), so these start first and the short files fill in around them: no
-# worker is left running one long file alone at the end. Only the order changes, never a test.
-LONGEST_FIRST = (
-    "tests/cli/test_hub.py",
-    "tests/run/test_recipe.py",
-    "tests/test_tiny.py",
-    "tests/cli/test_run_sharded.py",
-    "tests/run/test_faults.py",
-    "tests/report/test_sweep.py",
-    "tests/cli/test_mlflow_server.py",
-    "tests/cli/test_compare_recipes.py",
-    "tests/cli/test_run_distributed.py",
-    "tests/run/test_seeding.py",
-    "tests/run/test_seed_failures.py",
-    "tests/fuzz/test_fuzz.py",
-    "tests/cli/test_product_matrix.py",
-    "tests/cli/test_export.py",
-    "tests/test_default_recipe.py",
-    "tests/cli/test_smollm2.py",
-    "tests/cli/test_compare_run.py",
-    "tests/cli/test_peer_format_runs.py",
-    "tests/run/test_preference_resume.py",
-    "tests/ui/test_app.py",
-)
+# Each test file's recorded seconds (tests/suite_durations.py), written by `make test-durations`
+# (`--record-durations`). `make test` hands whole files to its workers in collection order
+# (--dist loadfile --no-loadscope-reorder), so the longest start first and the short ones fill
+# in around them: no worker runs one long file alone at the end. A file not in the record (new
+# since) starts first: its length is unknown. Only the order changes, never a test.
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help="write each test file's seconds to tests/durations.json (make test-durations)",
+    )
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    seconds = recorded_durations()
     root = config.rootpath
 
-    def position(item) -> int:
-        return rank.get(item.path.relative_to(root).as_posix(), len(rank))
+    def position(item) -> float:
+        return -seconds.get(item.path.relative_to(root).as_posix(), float("inf"))
 
-    items.sort(key=position)  # stable: within a file, and among the rest, the collected order
+    items.sort(key=position)  # stable: within a file, and among equals, the collected order
+
+
+class DurationRecorder:
+    """Sums each file's test phases as the controller receives them (from every worker)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, float] = {}
+        self.failed: set[str] = set()
+
+    def pytest_runtest_logreport(self, report) -> None:
+        path = report.nodeid.split("::")[0]
+        self.files[path] = self.files.get(path, 0.0) + report.duration
+        if report.failed:
+            self.failed.add(path)
+
+    def pytest_sessionfinish(self, session) -> None:
+        """The files this run measured replace their record, but a file with a failed test
+        (its time is not its passing time); files gone from tests/ leave it."""
+        root = session.config.rootpath
+        measured = {p: t for p, t in self.files.items() if p not in self.failed}
+        kept = {p: t for p, t in recorded_durations().items() if (root / p).is_file()}
+        files = {**kept, **measured}
+        write_durations(files)
+
+
+def pytest_configure(config) -> None:
+    _markers(config)
+    if config.getoption("--record-durations") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(DurationRecorder(), "duration-recorder")

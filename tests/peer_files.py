@@ -1,6 +1,7 @@
 """Data files written the way the tools users come from document them: one writer per format
 of LLaMA-Factory (data/README.md and its demo files), Axolotl (docs/rlhf.qmd, the dataset
-formats pages), ms-swift (Customization/Custom-dataset.md) and TRL (dataset_formats.md). The
+formats pages), ms-swift (Customization/Custom-dataset.md), Qwen-VL (README.md, Finetuning) and
+TRL (dataset_formats.md). The
 structure is each document's; the rows are small arithmetic questions (and coloured squares
 for images) so that a few steps train on them. Shared by the data tests (tests/resolve) and
 the command-line runs (tests/cli): `PEER_FILES` lists them all.
@@ -415,6 +416,39 @@ def ms_image_rejected_response(folder: Path) -> Path:
     return json_lines(folder / "swift_image_dpo.jsonl", rows)
 
 
+def ms_pretrain(folder: Path) -> Path:
+    """Pretraining rows (ms-swift's Custom-dataset.md): one `response` text a row, alone."""
+    rows = [{"response": f"{q} {a}"} for q, a in sums()]
+    return json_lines(folder / "swift_pretrain.jsonl", rows)
+
+
+def ms_qwen_vl_query_response(folder: Path) -> Path:
+    """ms-swift's Qwen-VL rows: `query` text naming its picture with an inline `<img>` tag."""
+    rows = [
+        {"query": f"Picture 1: <img>{image}</img>\n{QUESTION}", "response": colour}
+        for image, colour in squares(folder)
+    ]
+    return json_lines(folder / "qwen_vl_query_response.jsonl", rows)
+
+
+# --------------------------------------------------------------------------- Qwen-VL
+
+
+def qwen_vl_conversations(folder: Path) -> Path:
+    """Qwen-VL's own fine-tuning file (its README, "Finetuning"): a JSON list of `id` +
+    `conversations` of `from` user / assistant turns, pictures named by `<img>` tags."""
+    rows = [
+        {
+            "id": f"identity_{i}",
+            "conversations": sharegpt(
+                ("user", f"Picture 1: <img>{image}</img>\n{QUESTION}"), ("assistant", colour)
+            ),
+        }
+        for i, (image, colour) in enumerate(squares(folder))
+    ]
+    return json_list(folder / "qwen_vl_finetune.json", rows)
+
+
 # --------------------------------------------------------------------------- TRL
 
 
@@ -586,6 +620,8 @@ PEER_FILES = {
     "ms-image-rejected-response": _peer(
         MS, MS_DOC, VLM, "dpo", "vlm_preference", ms_image_rejected_response
     ),
+    "ms-pretrain": _peer(MS, MS_DOC, TEXT, "sft", "language_modeling", ms_pretrain),
+    "qwen-vl": _peer("Qwen-VL", "README.md", VLM, "sft", "vlm", qwen_vl_conversations),
     "trl-implicit-text": _peer(TRL, TRL_DOC, TEXT, "dpo", "chat_preference", trl_implicit_text),
     "trl-unpaired": _peer(TRL, TRL_DOC, TEXT, "kto", "chat_unpaired", trl_unpaired),
     "trl-chat-unpaired": _peer(TRL, TRL_DOC, TEXT, "kto", "chat_unpaired", trl_chat_unpaired),

@@ -75,6 +75,9 @@ class Settings:
     eval_samples: int = 8
     extra: tuple[str, ...] = ()  # more overrides for every run (`--set`), e.g. packing
     hardware: str | None = None  # a hardware profile to plan for (a dry run off the machine)
+    # The built model's `model.dtype`: auto is the engine's choice (bfloat16, or float32 for a
+    # CPU stage on a CPU that emulates bfloat16, where it fits), what a user gets by default.
+    dtype: str = "auto"
 
 
 @dataclass
@@ -148,7 +151,7 @@ def overrides(run: Run, settings: Settings, model_dir: Path | None, root: Path) 
         chosen = [f"model={run.model}"]
     else:
         chosen = [f"model.name={run.model}", "model.source=local", f"model.id={model_dir}",
-                  f"model.kind={model.kind}", "model.dtype=bfloat16"]  # fmt: skip
+                  f"model.kind={model.kind}", f"model.dtype={settings.dtype}"]  # fmt: skip
     data = []
     if model.kind == "vlm":
         path = scale_shapes(settings.image_px) / "train.jsonl"
@@ -354,6 +357,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="an override for every run (repeatable)")  # fmt: skip
     parser.add_argument("--hardware", help="a hardware profile (e.g. a dry run for a GPU)")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "bfloat16", "float32"),
+        help="the model's dtype (auto: the engine's choice for the device)",
+    )
     parser.add_argument("--out", type=Path, help="the table as JSON")
     parser.add_argument("--work", type=Path, help="where the runs write (default: a temp dir)")
     parser.add_argument("--dry-run", action="store_true", help="plan every run; build no model")
@@ -361,7 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = [Run.parse(text) for text in options.runs.split(",")]
     variant = Variant(options.depth, options.attention, options.device)
     settings = Settings(options.steps, options.batch, options.image_px, options.device, variant,
-                        options.eval_samples, tuple(options.set), options.hardware)  # fmt: skip
+                        options.eval_samples, tuple(options.set), options.hardware,
+                        options.dtype)  # fmt: skip
     work = options.work or Path(default_cache_dir()) / "scale" / "runs"
     results = []
     for run in runs:

@@ -45,6 +45,7 @@ def usage() -> str:
         f"models:   {', '.join(available('model'))}",
         f"data:     {', '.join(available('data'))}",
         f"hardware: {', '.join(available('hardware'))} (profiles describe GPUs for `plan`)",
+        *_plugins_line(),
         "",
         "key options (Hydra override syntax):",
         "  recipe=NAME            which recipe (default r3-two-stage)",
@@ -63,6 +64,13 @@ def usage() -> str:
         "  python -m recipe_engine compare recipes=[r1-llm-only,r3-two-stage]   # recipe vs recipe",
     ]
     return "\n".join(lines)
+
+
+def _plugins_line() -> list[str]:
+    """The plug-ins installed here, by group (none: no line): docs/plugins.md."""
+    from recipe_engine.plugins import listing
+
+    return [f"plug-ins: {listing()}"] if listing() else []
 
 
 def verb_usage(verb: str) -> str:

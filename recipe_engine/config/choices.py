@@ -29,15 +29,16 @@ class Parallel(StrEnum):
 
 
 class Dtype(StrEnum):
-    """A model entry's compute dtype."""
+    """A stage's compute dtype."""
 
     float32 = "float32"
     bfloat16 = "bfloat16"
     float16 = "float16"
 
 
-# A stage's dtype: one of the model entry's, or auto (the entry's own).
-StageDtype = StrEnum("StageDtype", {"auto": "auto", **{d.name: d.value for d in Dtype}})
+# A dtype as a recipe asks for it: one of `Dtype`, or auto (a stage's: its model entry's; a
+# model entry's: bfloat16, or float32 on a CPU that emulates bfloat16 where float32 fits).
+DtypeChoice = StrEnum("DtypeChoice", {"auto": "auto", **{d.name: d.value for d in Dtype}})
 
 
 class ModelSource(StrEnum):

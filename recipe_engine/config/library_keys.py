@@ -36,13 +36,19 @@ from recipe_engine.files import JsonObject, atomic_write_json
 from recipe_engine.trainers import TRAINERS
 from recipe_engine.versions import package_version
 
+
 # (module, class, distribution that versions it); dataclasses list their fields,
 # BitsAndBytesConfig its __init__ arguments.
-LIBRARY_CLASSES = {
-    **{k.settings_class: (k.module, k.settings_class, "trl") for k in TRAINERS.values()},
-    "LoraConfig": ("peft", "LoraConfig", "peft"),
-    "BitsAndBytesConfig": ("transformers", "BitsAndBytesConfig", "transformers"),
-}
+def library_classes() -> dict[str, tuple[str, str, str]]:
+    """Every settings class a recipe's keys belong to: the trainer kinds' (a plug-in's too),
+    PEFT's LoraConfig, transformers' BitsAndBytesConfig."""
+    return {
+        **{k.settings_class: (k.module, k.settings_class, "trl") for k in TRAINERS.values()},
+        "LoraConfig": ("peft", "LoraConfig", "peft"),
+        "BitsAndBytesConfig": ("transformers", "BitsAndBytesConfig", "transformers"),
+    }
+
+
 INIT_SIGNATURE_CLASSES = {"BitsAndBytesConfig"}
 
 # Trainer settings the engine owns; the value says where the user sets them instead.
@@ -105,7 +111,7 @@ def library_fields(class_name: str) -> dict[str, LibraryField]:
     """Field name -> `LibraryField` of one library settings class: the user's cache, else the
     table shipped for the pinned versions (`field_tables`), else read from the class (an
     import of seconds) and cached per version."""
-    _module, _attr, dist = LIBRARY_CLASSES[class_name]
+    _module, _attr, dist = library_classes()[class_name]
     version = package_version(dist)  # None: not installed (the import below says so)
     cached = cache_dir() / "fields" / f"{class_name}-{dist}-{version}-{FIELDS_FORMAT}.json"
     if version and cached.is_file():
@@ -122,7 +128,7 @@ def library_fields(class_name: str) -> dict[str, LibraryField]:
 
 def read_library_fields(class_name: str) -> JsonObject:
     """One class's fields read from the installed library, as the cache records them."""
-    module, attr, _dist = LIBRARY_CLASSES[class_name]
+    module, attr, _dist = library_classes()[class_name]
     if module.startswith("trl.experimental"):  # its import warns of what `plan` notes already
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     fields = _read_fields(getattr(importlib.import_module(module), attr), class_name)

@@ -20,10 +20,14 @@ LibraryKwargs = dict[str, Any]
 
 # bitsandbytes arguments that name a torch dtype: plans keep the name, the library wants it.
 DTYPE_KEYS = ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage")
-# What a child process checks: the class name -> how to build it from plain arguments.
-TRAINER_CLASSES = tuple(kind.settings_class for kind in TRAINERS.values())
 DEFAULT_CLASS = DEFAULT.settings_class
-CLASSES = (*TRAINER_CLASSES, "LoraConfig", "BitsAndBytesConfig")
+
+
+def trainer_classes() -> tuple[str, ...]:
+    """The trainer kinds' settings classes (a plug-in's too)."""
+    return tuple(dict.fromkeys(kind.settings_class for kind in TRAINERS.values()))
+
+
 # `report_to` integrations the engine offers as extras: pip install 'recipe-engine[<name>]'.
 ENGINE_EXTRAS = ("tensorboard", "wandb", "mlflow")
 # The other integrations transformers knows -> what to pip install for them (transformers'
@@ -77,13 +81,13 @@ def judge(stages: list[Mapping[str, Any]]) -> dict[str, str]:
     build = {
         **{
             name: lambda a, n=name: trainer_config(n, a, Path("unused-output-dir"))
-            for name in TRAINER_CLASSES
+            for name in trainer_classes()
         },
         "LoraConfig": lora_config,
         "BitsAndBytesConfig": bnb_config,
     }
     for stage in stages:
-        for class_name in CLASSES:
+        for class_name in (*trainer_classes(), "LoraConfig", "BitsAndBytesConfig"):
             arguments = stage.get(class_name)
             if arguments is None:
                 continue
@@ -100,7 +104,7 @@ def judge(stages: list[Mapping[str, Any]]) -> dict[str, str]:
 def reporting_refusal(stage: Mapping[str, Any]) -> dict[str, str]:
     """`report_to` names integrations SFTConfig accepts but the Trainer fails on when their
     package is missing (after the model has loaded): refuse those here, saying what to install."""
-    trainer_class = next((c for c in TRAINER_CLASSES if stage.get(c) is not None), DEFAULT_CLASS)
+    trainer_class = next((c for c in trainer_classes() if stage.get(c) is not None), DEFAULT_CLASS)
     report_to = (stage.get(trainer_class) or {}).get("report_to") or "none"
     names = [report_to] if isinstance(report_to, str) else list(report_to)
     available = available_integrations()

@@ -20,11 +20,10 @@ from omegaconf import MISSING
 from recipe_engine.config.choices import (
     DataSource,
     Device,
-    Dtype,
+    DtypeChoice,
     ModelKind,
     ModelSource,
     Parallel,
-    StageDtype,
 )
 from recipe_engine.config.library_objects import LibraryKwargs
 
@@ -117,7 +116,7 @@ class StageConfig:
     # e.g. stage.vision.lora.r=8 on a template without LoRA.
     lora: LibraryKwargs | None = field(default_factory=dict)  # LoraConfig keys + `components`
     quantization: LibraryKwargs | None = field(default_factory=dict)  # BitsAndBytesConfig keys
-    dtype: StageDtype = StageDtype.auto  # auto: the model entry's
+    dtype: DtypeChoice = DtypeChoice.auto  # auto: the model entry's
     gradient_checkpointing: bool = False
     # `data` keys that replace the recipe's for this stage (empty: the recipe's data), so
     # stage.<name>.data.path=... changes one key, like any other override.
@@ -146,7 +145,10 @@ class ModelConfig:
     id: str = MISSING  # hub repo id, tiny builder name or local folder
     revision: str | None = None
     kind: ModelKind = ModelKind.vlm
-    dtype: Dtype = Dtype.bfloat16  # compute dtype for stages with dtype=auto
+    # The compute dtype of its stages left at dtype=auto. auto: bfloat16, as the families
+    # publish their weights and GPUs compute them, but float32 for a stage on a CPU that only
+    # emulates bfloat16 (AVX2: no AVX512-BF16 or AMX) where float32 fits its memory (plan says).
+    dtype: DtypeChoice = DtypeChoice.auto
     trust_remote_code: bool = False
     allow_pickle: bool = False  # load .bin/.pt weights (arbitrary code on unpickling)
     params_billion: float | None = None  # size estimate when the config cannot be read

@@ -85,7 +85,7 @@ class PreferenceJudge:
         judged = {}
         for name, logps in self.logps.items():
             reference = None if name == base else self.logps[base]
-            values = rule.rewards(logps, reference, rows) | self.greedy[name]
+            values = rule.against_reference(logps, reference, rows) | self.greedy[name]
             judged[name] = JudgedScores(rule.rows, values, len(logps), rule.count)
         return judged
 

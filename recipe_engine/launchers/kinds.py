@@ -18,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
+from recipe_engine.capabilities import StageCode
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.launchers.records import SubmittedJob
 
@@ -128,16 +129,6 @@ class DownNode:
 
     reason: str
     back: str  # the command that returns it to service
-
-
-@dataclass(frozen=True)
-class StageCode:
-    """Code of the user's that a stage runs, keyed by its content (a reward's module): a node
-    that runs the stage must find the same."""
-
-    key: str  # `stage.<name>.rewards[i]`
-    target: str  # `package.module:function` or `file.py:function`
-    digest: str  # sha256 of its module's source, as planned
 
 
 class Claims(Protocol):

@@ -5,6 +5,7 @@ of this package, beside `local`, `slurm` and `ray`, and one line here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,12 +15,31 @@ from recipe_engine.launchers.kinds import LauncherKind
 from recipe_engine.launchers.local import Local
 from recipe_engine.launchers.ray import Ray
 from recipe_engine.launchers.slurm import Slurm
+from recipe_engine.plugins import register
 
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
 
 
+# What a launcher is asked (`kinds.LauncherKind`): a plug-in's must have every one.
+METHODS = tuple(n for n, v in vars(LauncherKind).items() if callable(v) and n[0] != "_")
+PROTOCOL = ("name", "scheduled", "waits", "node_starter", *METHODS)
+
+
 def launchers() -> dict[str, LauncherKind]:
-    return {kind.name: kind for kind in (Local(), Slurm(), Ray())}
+    """The engine's launchers, then those of plug-ins (`plugins`)."""
+    own = {kind.name: kind for kind in (Local(), Slurm(), Ray())}
+    checked = functools.partial(_broken, frozenset(own))
+    return {**own, **{plugin.name: plugin.value for plugin in register("launchers", checked)}}
+
+
+def _broken(own: frozenset[str], kind: Any) -> str | None:
+    """What a plug-in's launcher gets wrong of the protocol (None: nothing)."""
+    missing = [name for name in PROTOCOL if not hasattr(kind, name)]
+    if missing:
+        return f"is not a launcher: it lacks {', '.join(missing)} (recipe_engine.launchers.kinds)"
+    if kind.name in own:
+        return f"is called `{kind.name}`, which is a launcher the engine has: give it another name"
+    return None
 
 
 def launcher_kind(name: str) -> LauncherKind:

@@ -9,13 +9,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.capabilities import StageCode
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.launchers import slurm_cluster
 from recipe_engine.launchers.kinds import (
     DownNode,
     JobState,
     Partition,
-    StageCode,
     StageJob,
     StageNeeds,
     Submission,

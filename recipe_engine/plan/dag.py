@@ -11,8 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipe_engine.capabilities import InputRef
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.hashing import canonical_hash
+from recipe_engine.trainers import known_capabilities
 
 # Enters every key. Raised when what a stage trains to changes for the same settings (how
 # policies, random draws or kernels apply), so that no key made before names another result:
@@ -74,8 +76,9 @@ NON_WEIGHT_STAGE_KEYS = frozenset({"template", "description"})
 class StageGraph:
     order: tuple[str, ...]  # topological: every stage after the stages it loads
     parents: Mapping[str, str | None]
-    # A distilling stage's teacher: a second stage whose weights it loads (not its start).
-    teachers: Mapping[str, str | None] = field(default_factory=dict)
+    # Other stages whose weights a stage loads besides its start, by the role its kind's
+    # capability gives them (`capabilities.Capability.inputs`): stage -> role -> stage.
+    extra: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def children(self, name: str) -> list[str]:
         return [s for s in self.order if self.parents[s] == name]
@@ -93,11 +96,12 @@ class StageGraph:
         return chain[-1] if chain else name
 
     def inputs(self, name: str) -> list[str]:
-        """The stages whose weights `name` loads: its parent, then its teacher."""
-        return [s for s in (self.parents[name], self.teachers.get(name)) if s is not None]
+        """The stages whose weights `name` loads: its parent, then its other inputs."""
+        parent = [self.parents[name]] if self.parents[name] is not None else []
+        return [*parent, *self.extra.get(name, {}).values()]
 
     def loaded_by(self, name: str) -> list[str]:
-        """The stages that load `name`'s weights: its children and the stages it teaches."""
+        """The stages that load `name`'s weights: its children and those it is an input of."""
         return [s for s in self.order if name in self.inputs(s)]
 
     def needs(self, name: str) -> list[str]:
@@ -113,7 +117,8 @@ class StageGraph:
 
 def build_graph(stages: Mapping[str, Mapping[str, Any]], targets: Sequence[str] = ()) -> StageGraph:
     """Validate the stage edges and order them. Fan-out (one parent, many children) is allowed;
-    a stage's teacher (`teacher.from_stage`) is an input too, ordered before it."""
+    the other stages a stage's capabilities load (a teacher) are inputs too, ordered before
+    it."""
     if not stages:
         raise RecipeError(
             "The recipe has no stages. Add at least one under `stage:` "
@@ -121,7 +126,7 @@ def build_graph(stages: Mapping[str, Mapping[str, Any]], targets: Sequence[str] 
             key="stage",
         )
     parents: dict[str, str | None] = {}
-    teachers: dict[str, str | None] = {}
+    extra: dict[str, dict[str, InputRef]] = {}
     for name, stage in stages.items():
         init = stage.get("init") or {}
         sources = [k for k in ("from_stage", "model", "path") if init.get(k)]
@@ -142,31 +147,38 @@ def build_graph(stages: Mapping[str, Mapping[str, Any]], targets: Sequence[str] 
                 key=f"stage.{name}.init.from_stage",
             )
         parents[name] = parent
-        teachers[name] = _teacher(name, stage, stages)
-    order = _topological_order(parents, teachers)
-    graph = StageGraph(order=tuple(order), parents=parents, teachers=teachers)
+        extra[name] = _extra_inputs(name, stage, stages)
+    order = _topological_order(parents, extra)
+    roles = {name: {role: ref.stage for role, ref in refs.items()} for name, refs in extra.items()}
+    graph = StageGraph(order=tuple(order), parents=parents, extra=roles)
     _check_reachable(graph, targets)
     return graph
 
 
-def _teacher(name: str, stage: Mapping[str, Any], stages: Mapping[str, Any]) -> str | None:
-    """The stage `stage.<name>.teacher.from_stage` names (None: no teacher)."""
-    teacher = (stage.get("teacher") or {}).get("from_stage")
-    if teacher is not None and teacher not in stages:
-        key = f"stage.{name}.teacher.from_stage"
-        raise RecipeError(
-            f"`{key}` names `{teacher}`, which is not a stage of this recipe."
-            f"{did_you_mean(teacher, stages)} Stages: {', '.join(stages)}. Name the stage whose "
-            f"weights `{name}` learns from ({key}=<stage>), or add that stage.",
-            key=key,
-        )
-    return teacher
+def _extra_inputs(
+    name: str, stage: Mapping[str, Any], stages: Mapping[str, Any]
+) -> dict[str, InputRef]:
+    """The other stages the stage's capabilities load (its teacher), each a stage of this
+    recipe."""
+    refs = {
+        role: ref for cap in known_capabilities() for role, ref in cap.inputs(name, stage).items()
+    }
+    for role, ref in refs.items():
+        if ref.stage not in stages:
+            raise RecipeError(
+                f"`{ref.key}` names `{ref.stage}`, which is not a stage of this recipe."
+                f"{did_you_mean(ref.stage, stages)} Stages: {', '.join(stages)}. Name the stage "
+                f"whose weights `{name}` loads as its {role} ({ref.key}=<stage>), or add that "
+                "stage.",
+                key=ref.key,
+            )
+    return refs
 
 
 def _topological_order(
-    parents: Mapping[str, str | None], teachers: Mapping[str, str | None]
+    parents: Mapping[str, str | None], extra: Mapping[str, Mapping[str, InputRef]]
 ) -> list[str]:
-    """Every stage after its parent and its teacher; otherwise in declaration order (a
+    """Every stage after its parent and its other inputs; otherwise in declaration order (a
     stage's inputs first), which keeps the output stable."""
     order: list[str] = []
     state: dict[str, str] = {}  # "visiting" | "done"
@@ -175,9 +187,9 @@ def _topological_order(
         if state.get(node) == "done":
             return
         if state.get(node) == "visiting":
-            raise _cycle([*path[path.index(node) :], node], teachers)
+            raise _cycle([*path[path.index(node) :], node], extra)
         state[node] = "visiting"
-        for needed in (parents[node], teachers.get(node)):
+        for needed in (parents[node], *(ref.stage for ref in extra[node].values())):
             if needed is not None:
                 visit(needed, [*path, node])
         state[node] = "done"
@@ -188,14 +200,14 @@ def _topological_order(
     return order
 
 
-def _cycle(cycle: list[str], teachers: Mapping[str, str | None]) -> RecipeError:
+def _cycle(cycle: list[str], extra: Mapping[str, Mapping[str, InputRef]]) -> RecipeError:
     """A cycle of stages (each loading the next): the first one's edge is the one to cut."""
     node, loaded = cycle[0], cycle[1]
-    via_teacher = teachers.get(node) == loaded
-    key = f"stage.{node}.teacher.from_stage" if via_teacher else f"stage.{node}.init.from_stage"
+    via = next((ref for ref in extra[node].values() if ref.stage == loaded), None)
+    key = via.key if via else f"stage.{node}.init.from_stage"
     fix = (
-        f"Point `stage.{node}.teacher` at a stage that does not learn from `{node}`."
-        if via_teacher
+        f"Point `{via.key}` at a stage that does not load `{node}`."
+        if via
         else f"Point `stage.{node}.init` at a model or path instead of a stage."
     )
     return RecipeError(f"The stages form a cycle: {' -> '.join(reversed(cycle))}. {fix}", key=key)

@@ -33,7 +33,7 @@ def stage_needs(plan: RecipePlan, stored: set[str]) -> list[StageNeeds]:
         stage = plan.stages[name]
         placement = stage.placement
         per_node = max(placement.nproc if placement.starter != "none" else 1, 1)
-        pending = {n.stage for n in needs}  # its parent's and its teacher's jobs, if any
+        pending = {n.stage for n in needs}  # the jobs of the stages it loads, if any
         after = tuple(s for s in plan.graph.inputs(name) if s in pending)
         on_gpu = placement.device == "cuda"
         needs.append(StageNeeds(name, per_node, on_gpu, _host_gib(stage, per_node), after))

@@ -17,18 +17,19 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
 from recipe_engine.plan import dag
 from recipe_engine.plan.recipe_plan import StagePlan
-from recipe_engine.rewards import Reward
+from recipe_engine.plugins import code_of
+from recipe_engine.trainers import known_capabilities
 
 
-def stage_key(
-    cfg: EngineConfig, stage: StagePlan, parent: StagePlan | None, teacher: StagePlan | None = None
-) -> str:
+def stage_key(cfg: EngineConfig, stage: StagePlan, parent: StagePlan | None) -> str:
     """The stage's key, from its plan once its placement is known (a child's source is its
-    parent's key; a distilling stage's teacher is hashed by its key). What is hashed is JSON:
-    its keys are the keys of every stage key."""
+    parent's key). What its kind's capabilities add is hashed as they planned it (its rewards
+    with their code, its teacher by its key), not as their config sections name it. What is
+    hashed is JSON: its keys are the keys of every stage key."""
     config = dataclasses.asdict(stage.config)
-    del config["rewards"]  # hashed as planned (with their code) where a stage has any
-    del config["teacher"]  # hashed by the teacher's key where a stage has one
+    for capability in known_capabilities():
+        for section in capability.sections:
+            del config[section]
     settings: JsonObject = {
         **config,
         "world_size": stage.placement.world_size,
@@ -37,8 +38,8 @@ def stage_key(
         "precision": dataclasses.asdict(stage.precision),
         **_model_settings(stage.model),
         **({"eval": dataclasses.asdict(cfg.eval)} if stage.evaluate_only else {}),
-        **({"rewards": [_reward_settings(r) for r in stage.rewards]} if stage.rewards else {}),
-        **({"teacher": teacher.fingerprint} if teacher else {}),
+        **{part: value for added in stage.added for part, value in added.key.items()},
+        **_plugin_code(stage),
     }
     return dag.fingerprint(
         settings,
@@ -49,15 +50,15 @@ def stage_key(
     )
 
 
-def _reward_settings(reward: Reward) -> JsonObject:
-    """What decides a reward's scores: what it calls (its module's source too), its weight and
-    options; not its name in the logs."""
-    return {
-        "target": reward.target,
-        "weight": reward.weight,
-        "options": dict(reward.options),
-        "source": reward.source_digest,
+def _plugin_code(stage: StagePlan) -> JsonObject:
+    """The source of the plug-ins the stage trains with (its trainer kind, its rows' format),
+    where it trains with any: an edited plug-in is a new key (`plugins`)."""
+    used = {
+        "trainers": code_of("trainers", stage.config.trainer),
+        "formats": code_of("formats", stage.data.source),
     }
+    found = {group: digest for group, digest in used.items() if digest is not None}
+    return {"plugins": found} if found else {}
 
 
 def _model_settings(model: ModelConfig) -> JsonObject:

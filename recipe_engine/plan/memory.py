@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from recipe_engine.capabilities import FrozenModel
 from recipe_engine.plan.model_shape import ModelShape
 
 GIB = 2**30
@@ -141,14 +142,15 @@ class MemoryRequest:
     sharding: Sharding = field(default_factory=Sharding)
     overhead_gib: float = 0.0
     sequences_per_row: int = 1  # 2 for preference pairs: prompt + chosen, prompt + rejected
-    reference_copy: bool = False  # DPO's frozen copy of the starting weights (full fine-tune)
+    # Models held frozen beside the policy (its capabilities': a full fine-tune's reference
+    # copy, stored as the policy's weights and sharded alike; a teacher, at the stage's dtype
+    # on each device). No gradients, no optimizer state; their no-grad forwards' activations
+    # are not counted.
+    frozen: tuple[FrozenModel, ...] = ()
     fused_head: bool = True  # TRL's fused LM head; False: ORPO's materialized logits
     # An online kind's generation: completions generated at once on this device (0: none),
     # each of `text_tokens` (the prompt and its longest completion), keeping a KV cache.
     generated_sequences: int = 0
-    # A distilling stage's teacher: its weights, frozen, at the stage's dtype (no gradients,
-    # no optimizer state; its no-grad forward's activations are not counted).
-    teacher_params: int = 0
     stage: str = ""  # the stage's name, for the advice
 
 
@@ -165,10 +167,13 @@ class MemoryEstimate:
     overhead: float
     phase: str  # backward | optimizer step: the moment the peak falls in
     devices: int = 1
-    reference: float = 0.0  # DPO's frozen copy of the starting weights
     buckets: float = 0.0  # DeepSpeed's gradient-reduction buckets, held through the step
     generation: float = 0.0  # an online kind's KV cache while it generates a batch
-    teacher: float = 0.0  # a distilling stage's frozen teacher weights
+    frozen: tuple[tuple[str, float], ...] = ()  # each frozen model beside the policy, by label
+
+    def of(self, label: str) -> float:
+        """A frozen model's share (0: none of that label)."""
+        return sum(value for name, value in self.frozen if name == label)
 
     @property
     def peak(self) -> float:
@@ -180,8 +185,7 @@ class MemoryEstimate:
     def _named(self) -> list[tuple[str, float]]:
         return [
             ("weights", self.weights),
-            ("reference model", self.reference),
-            ("teacher model", self.teacher),
+            *self.frozen,
             ("lora", self.lora),
             ("gradients", self.gradients),
             ("optimizer", self.optimizer),
@@ -206,8 +210,8 @@ def estimate_memory(req: MemoryRequest) -> MemoryEstimate:
     activations = _activations(sequences)
     logits = _logits(sequences)
     full = {"weights": weights, "lora": lora, "gradients": grads, "optimizer": optimizer}
-    full["reference"] = _reference(req)
     shared = _shares(req.sharding, full)
+    frozen = tuple((model.label, _frozen(req, model)) for model in req.frozen)
     model_parallel = req.sharding.mode == "model_parallel"
     act_share = activations / req.sharding.devices if model_parallel else activations
     backward = act_share + logits  # logits live on the device holding lm_head
@@ -228,9 +232,8 @@ def estimate_memory(req: MemoryRequest) -> MemoryEstimate:
         overhead=req.overhead_gib,
         phase=phase,
         devices=req.sharding.devices,
-        reference=shared["reference"] / GIB,
         buckets=req.sharding.bucket_bytes / GIB,
-        teacher=req.teacher_params * WIDTH[req.dtype] / GIB,
+        frozen=frozen,
     )
 
 
@@ -241,10 +244,17 @@ def _kv_cache(req: MemoryRequest) -> float:
     return float(req.generated_sequences * req.text_tokens * per_token)
 
 
-def _reference(req: MemoryRequest) -> float:
-    """DPO's frozen copy of the starting weights: stored as the stage loads them (its dtype,
-    quantized weights as quantized), no gradients, no optimizer state."""
-    return _stored(req, WIDTH[req.dtype], copies=False) if req.reference_copy else 0.0
+def _frozen(req: MemoryRequest, model: FrozenModel) -> float:
+    """A frozen model in GiB: a copy of the starting weights is stored as the stage loads them
+    (its dtype, quantized weights as quantized) and sharded as the policy's weights are (TRL
+    prepares the reference like the policy); another model is its parameters at the stage's
+    dtype, whole on each device."""
+    if not model.same_storage:
+        return model.params * WIDTH[req.dtype] / GIB
+    shared = "weights" in _sharded(req.sharding)
+    return (
+        _stored(req, WIDTH[req.dtype], copies=False) / (req.sharding.devices if shared else 1) / GIB
+    )
 
 
 def _weights(req: MemoryRequest) -> float:
@@ -327,21 +337,23 @@ def _shares(sharding: Sharding, full: Mapping[str, float]) -> dict[str, float]:
     else) evenly; ddp: a full replica each; fsdp: all three sharded; DeepSpeed ZeRO-1
     shards the optimizer state, ZeRO-2 also the gradients, ZeRO-3 also the weights.
     """
-    n = max(sharding.devices, 1)
-    sharded: set[str] = set()
+    n, sharded = max(sharding.devices, 1), _sharded(sharding)
+    return {k: v / n if k in sharded else v for k, v in full.items()}
+
+
+def _sharded(sharding: Sharding) -> set[str]:
+    """What a mode splits over its devices (the rest is whole on each)."""
     if sharding.mode in ("model_parallel", "fsdp"):
-        sharded = {"weights", "lora", "gradients", "optimizer"}
-    elif sharding.mode == "deepspeed":
+        return {"weights", "lora", "gradients", "optimizer"}
+    if sharding.mode == "deepspeed":
         stage = 2 if sharding.zero_stage is None else sharding.zero_stage
-        sharded = {
+        return {
             0: set(),
             1: {"optimizer"},
             2: {"optimizer", "gradients"},
             3: {"optimizer", "gradients", "weights", "lora"},
         }[stage]
-    if "weights" in sharded:  # TRL prepares the reference like the policy
-        sharded.add("reference")
-    return {k: v / n if k in sharded else v for k, v in full.items()}
+    return set()
 
 
 def _tokens(req: MemoryRequest) -> int:

@@ -90,13 +90,18 @@ def fit_advice(req: MemoryRequest, capacity_gib: float) -> list[str]:
 
 
 def _reference_advice(req: MemoryRequest, capacity_gib: float) -> list[str]:
-    """DPO's or KTO's frozen reference copy: LoRA makes the reference the adapter-disabled base;
-    text rows can have the reference's log-probs computed once before training instead."""
-    if not req.reference_copy:
+    """A frozen copy of the starting weights (DPO's or KTO's reference for a full fine-tune):
+    LoRA makes the reference the adapter-disabled base; text rows can have the reference's
+    log-probs computed once before training instead."""
+    copies = [model for model in req.frozen if model.same_storage]
+    if not copies:
         return []
-    copy, name, advice = f"{estimate_memory(req).reference:.1f} GiB", req.stage or "<name>", []
+    estimate = estimate_memory(req)
+    copy = f"{sum(estimate.of(model.label) for model in copies):.1f} GiB"
+    name, advice = req.stage or "<name>", []
+    without = replace(req, frozen=tuple(m for m in req.frozen if not m.same_storage))
     language = req.param_counts.get("language_model", 0)
-    lora = replace(req, reference_copy=False, trained=(), lora_components=("language_model",))
+    lora = replace(without, trained=(), lora_components=("language_model",))
     if estimate_memory(replace(lora, lora_params=language // LORA_SHARE)).peak <= capacity_gib:
         rest = ",".join(c for c in req.param_counts if c != "language_model")
         advice.append(
@@ -104,8 +109,7 @@ def _reference_advice(req: MemoryRequest, capacity_gib: float) -> list[str]:
             f"[language_model], stage.{name}.freeze.components=[{rest}]): the reference is "
             f"then the adapter-disabled base, not a {copy} frozen copy"
         )
-    precomputed = replace(req, reference_copy=False)
-    if not req.images_per_row and estimate_memory(precomputed).peak <= capacity_gib:
+    if not req.images_per_row and estimate_memory(without).peak <= capacity_gib:
         advice.append(
             f"stage.{name}.train.precompute_ref_log_probs=true (TRL scores the reference "
             f"once before training and keeps no {copy} copy; text rows only)"

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from recipe_engine.capabilities import FrozenModel
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.plan.memory import (
     CUDA_CONTEXT_GIB,
@@ -57,8 +58,9 @@ class MemoryInputs:
     # LoRA's dtype as the stage's precision plan decides it (plan.precision); the other
     # weights are in the stage's dtype.
     adapter_dtype: str = "float32"
-    # A distilling stage's teacher: its parameters, held frozen beside the policy (0: none).
-    teacher_params: int = 0
+    # Models the stage's capabilities hold frozen beside the policy (a reference copy, a
+    # teacher).
+    frozen: tuple[FrozenModel, ...] = ()
 
 
 # --------------------------------------------------------------------------- the stage
@@ -92,9 +94,9 @@ def stage_memory(given: MemoryInputs) -> StageMemory | None:
         sharding=_sharding(placement, given.zero, shape),
         overhead_gib=CUDA_WORKSPACE_GIB if device == "cuda" else 0.0,
         stage=given.name,
-        teacher_params=given.teacher_params,
+        frozen=given.frozen,
     )
-    request = _with_trainer(_with_policy(request, given.policy, stage), given.policy, stage)
+    request = _with_trainer(_with_policy(request, given.policy, stage), stage)
     where = "cuda:0" if device == "cuda" else device
     capacity = given.capacity_gib
     if capacity is not None and device == "cuda":
@@ -117,24 +119,17 @@ def _with_policy(request: MemoryRequest, policy: PolicyPlan, stage: StageConfig)
     )
 
 
-def _with_trainer(request: MemoryRequest, policy: PolicyPlan, stage: StageConfig) -> MemoryRequest:
+def _with_trainer(request: MemoryRequest, stage: StageConfig) -> MemoryRequest:
     """What the trainer puts on the estimate (its kind says): the sequences a row puts through
-    the model with gradients (a pair's two; KL sequences run without: `plan.memory`); a
-    reference is a frozen copy of the starting weights for a full fine-tune (LoRA's is the
-    adapter-disabled base), none when TRL precomputes its log-probs (no `ref_model`: the
-    policy before training scores the rows); a kind without TRL's fused head materializes the
-    logits; an online kind's sequences are the prompt and its completion, and it generates a
-    batch of them with a KV cache. An evaluation stage (`auto`, never chosen) counts as the
-    default kind."""
+    the model with gradients (a pair's two; KL sequences run without: `plan.memory`); a kind
+    without TRL's fused head materializes the logits; an online kind's sequences are the
+    prompt and its completion, and it generates a batch of them with a KV cache. An evaluation
+    stage (`auto`, never chosen) counts as the default kind."""
     kind = trainer_named(None if stage.trainer == AUTO else stage.trainer)
-    precomputed = bool(stage.train.get("precompute_ref_log_probs"))
     world_size = request.sharding.devices if request.sharding.mode != "model_parallel" else 1
     return replace(
         request,
         sequences_per_row=kind.sequences_per_row,
-        reference_copy=kind.keeps_reference(stage.train)
-        and policy.lora is None
-        and not precomputed,
         fused_head=kind.fused_head,
         text_tokens=request.text_tokens + kind.completion_tokens(stage.train),
         generated_sequences=kind.generated_at_once(stage.train, world_size),

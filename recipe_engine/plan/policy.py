@@ -12,9 +12,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from recipe_engine.config.components import COMPONENTS, Layout, component_of, layout_for
+from recipe_engine.config.components import COMPONENTS, Layout
 from recipe_engine.config.schema import ModelConfig, StageConfig
 from recipe_engine.errors import RecipeError
+from recipe_engine.plan.components import component_of, layout_for
 from recipe_engine.plan.policies.freeze import (
     check_freeze,
     compile_patterns,

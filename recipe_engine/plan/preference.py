@@ -1,10 +1,9 @@
-"""A stage's trainer against its rows, and what `plan` says about its reference model.
+"""A stage's trainer against its rows, and what `plan` says of a preference stage's trainer.
 
 Pure: the rows' format (`resolve` surveyed it) decides whether the trainer can take them, so a
 trainer given another kind of rows than it learns from (instruction rows, preference pairs,
 unpaired feedback: `trainers`), or image rows for a text-only trainer, is refused before
-any weight loads, with the trainer that does take them. A trainer with a reference model has
-its reference settings checked as TRL would check them once the model is loaded.
+any weight loads, with the trainer that does take them.
 """
 
 from __future__ import annotations
@@ -14,8 +13,6 @@ import dataclasses
 from recipe_engine.config import library_keys
 from recipe_engine.config.schema import StageConfig
 from recipe_engine.errors import RecipeError
-from recipe_engine.plan.placement import PlacementPlan
-from recipe_engine.plan.recipe_plan import PolicyPlan
 from recipe_engine.resolve.formats import has_images, rows_kind
 from recipe_engine.resolve.inputs import Rows
 from recipe_engine.trainers import AUTO, TRAINERS, trainer_for, trainers_taking
@@ -24,7 +21,6 @@ from recipe_engine.trainers.kind import (
     PREFERENCE_ROWS,
     ROWS_IN_WORDS,
     UNPAIRED_ROWS,
-    StageFacts,
     TrainerKind,
 )
 
@@ -100,82 +96,17 @@ def _either(names: list[str]) -> str:
     return f"{first} (or {', '.join(others)})" if others else first
 
 
-def check_reference_settings(name: str, stage: StageConfig, policy: PolicyPlan, rows: Rows) -> None:
-    """What TRL's reference trainers (DPO, KTO) refuse of their reference settings once the
-    model is loaded, refused here: a synced reference needs a reference model of its own (a
-    LoRA policy has none: its reference is the adapter-disabled base) and live log-probs;
-    precomputed log-probs need text rows (vision rows are processed batch by batch)."""
-    kind = TRAINERS.get(stage.trainer)
-    if stage.evaluate_only or kind is None or not kind.reference:
-        return
-    train, key = stage.train, f"stage.{name}.train"
-    synced, precomputed = train.get("sync_ref_model"), train.get("precompute_ref_log_probs")
-    if synced and policy.lora is not None:
-        raise RecipeError(
-            f"`{key}.sync_ref_model=true` updates a reference model during training, but stage "
-            f"`{name}` trains LoRA, whose reference is the adapter-disabled base: TRL's "
-            f"{kind.trainer_class} has no reference model to sync. Drop the key, or train the "
-            f"stage in full (stage.{name}.lora=null).",
-            key=f"{key}.sync_ref_model",
-        )
-    if synced and precomputed:
-        raise RecipeError(
-            f"`{key}.sync_ref_model=true` updates the reference during training, so log-probs "
-            f"precomputed before it (`{key}.precompute_ref_log_probs=true`) would go stale. "
-            "Set one of them to false.",
-            key=f"{key}.precompute_ref_log_probs",
-        )
-    if precomputed and has_images(rows.format):
-        raise RecipeError(
-            f"`{key}.precompute_ref_log_probs=true` needs text rows: TRL's "
-            f"{kind.trainer_class} processes image rows batch by batch, never all up front. "
-            "Drop the key (the reference then scores each batch as it comes).",
-            key=f"{key}.precompute_ref_log_probs",
-        )
-
-
-def trainer_notes(name: str, stage: StageConfig, policy: PolicyPlan, chosen: str = "") -> list[str]:
-    """What `plan` says of a preference stage: its trainer (`chosen`: why, where its rows
-    chose it) and its reference model."""
+def trainer_notes(stage: StageConfig, chosen: str = "") -> list[str]:
+    """What `plan` says of a preference stage's trainer (`chosen`: why, where its rows chose
+    it); its reference is its capability's to say."""
     if stage.evaluate_only or stage.trainer not in TRAINERS:
         return []
     kind = TRAINERS[stage.trainer]
     if not kind.judged:
         return []
-    notes = [f"trainer: {kind.name} ({kind.module}.{kind.trainer_class})"]
+    line = f"trainer: {kind.name} ({kind.module}.{kind.trainer_class})"
     if chosen:
-        notes[0] += f", {chosen}"
+        line += f", {chosen}"
     if kind.experimental:
-        notes[0] += ": TRL ships it as experimental, its settings may change between releases"
-    if not kind.reference:
-        notes.append("reference: none (reference-free loss)")
-    elif policy.lora is not None:
-        notes.append("reference: the adapter-disabled base (the stage's starting weights, no copy)")
-    elif stage.train.get("precompute_ref_log_probs"):
-        notes.append("reference: log-probs precomputed from the starting weights before training")
-    else:
-        notes.append(
-            f"reference: a frozen copy of the starting weights (in memory beside the policy; "
-            f"LoRA on stage `{name}` would use the adapter-disabled base instead)"
-        )
-    return notes
-
-
-def checked_by_its_kind(
-    name: str, stage: StageConfig, rows: Rows, placement: PlacementPlan
-) -> list[str]:
-    """What the stage's trainer kind refuses of it (RecipeError), else what `plan` says."""
-    if stage.evaluate_only:
-        return []
-    kind = TRAINERS[stage.trainer]
-    facts = StageFacts(
-        name,
-        stage.train,
-        rows.train_rows,
-        placement.world_size,
-        rows.describe(),
-        rows.labels,
-        placement.device,
-    )
-    kind.check_plan(facts)
-    return kind.plan_notes(facts)
+        line += ": TRL ships it as experimental, its settings may change between releases"
+    return [line]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from recipe_engine.capabilities import CapabilityPlan, FrozenModel, Load, StageCode
 from recipe_engine.config.components import Layout
 from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.config.schema import EngineConfig, ModelConfig, StageConfig
@@ -22,7 +23,6 @@ from recipe_engine.plan.precision import PrecisionPlan
 from recipe_engine.resolve.inputs import Rows
 from recipe_engine.resolve.machine import Machine
 from recipe_engine.resolve.sources import InitSource
-from recipe_engine.rewards import Reward
 
 
 @dataclass
@@ -102,16 +102,29 @@ class StagePlan:
     determinism: Determinism
     notes: list[str] = field(default_factory=list)
     memory: StageMemory | None = None  # the estimated peak; None: no config to estimate from
-    rewards: tuple[Reward, ...] = ()  # an online stage's: what scores its completions
+    # What its kind's capabilities decided (`capabilities.CapabilityPlan`), and the other
+    # stages they load, by role (a distilling stage's teacher).
+    added: tuple[CapabilityPlan, ...] = ()
+    inputs: dict[str, str] = field(default_factory=dict)
 
     @property
     def evaluate_only(self) -> bool:
         return self.config.evaluate_only
 
     @property
-    def teacher(self) -> str | None:
-        """The stage whose weights this one learns from (a distilling stage's; else None)."""
-        return self.config.teacher.from_stage
+    def loads(self) -> tuple[Load, ...]:
+        """What `run` loads for its capabilities and hands its trainer."""
+        return tuple(load for added in self.added for load in added.loads)
+
+    @property
+    def code(self) -> tuple[StageCode, ...]:
+        """The user's code it runs, by content (a node of a cluster must find the same)."""
+        return tuple(code for added in self.added for code in added.code)
+
+    @property
+    def frozen(self) -> tuple[FrozenModel, ...]:
+        """Models held frozen beside the policy while it trains."""
+        return tuple(model for added in self.added for model in added.frozen)
 
 
 @dataclass(frozen=True)
@@ -140,5 +153,6 @@ class RecipePlan:
     def parent_of(self, stage: StagePlan) -> StagePlan | None:
         return self.stages[stage.parent] if stage.parent else None
 
-    def teacher_of(self, stage: StagePlan) -> StagePlan | None:
-        return self.stages[stage.teacher] if stage.teacher else None
+    def inputs_of(self, stage: StagePlan) -> dict[str, StagePlan]:
+        """The other stages `stage` loads, by role."""
+        return {role: self.stages[name] for role, name in stage.inputs.items()}

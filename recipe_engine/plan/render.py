@@ -7,10 +7,13 @@ from recipe_engine.launchers.registry import launcher_kind
 from recipe_engine.plan.dag import short
 from recipe_engine.plan.placement import describe
 from recipe_engine.plan.recipe_plan import RecipePlan, StagePlan
+from recipe_engine.plugins import listing
 
 
 def render_plan(plan: RecipePlan) -> str:
     lines = [f"recipe {plan.recipe}  ({len(plan.stages)} stage(s), hardware: {plan.hardware})"]
+    if listing():
+        lines.append(f"plug-ins: {listing()}")
     for index, name in enumerate(plan.graph.order, 1):
         stage = plan.stages[name]
         lines += ["", *_stage_lines(index, stage, _merge_lines(plan, stage))]
@@ -24,7 +27,7 @@ def render_plan(plan: RecipePlan) -> str:
 
 def _stage_lines(index: int, stage: StagePlan, merge: list[str]) -> list[str]:
     parent = f"  parent: {stage.parent}" if stage.parent else ""
-    parent += f"  teacher: {stage.teacher}" if stage.teacher else ""
+    parent += "".join(f"  {role}: {source}" for role, source in stage.inputs.items())
     policy = stage.policy
     return [
         f"[{index}] stage {stage.name}  key {short(stage.fingerprint)}{parent}",

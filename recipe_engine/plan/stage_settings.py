@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from recipe_engine.config import library_keys
+from recipe_engine.config.choices import Dtype
 from recipe_engine.config.components import validate_components
 from recipe_engine.config.schema import (
     EngineConfig,
@@ -19,22 +20,38 @@ from recipe_engine.config.schema import (
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.trainers import trainer_kinds
 
+# What a model entry's `dtype: auto` computes in where nothing turns it to float32.
+PREFERRED = Dtype.bfloat16
+
 
 def resolved_stages(cfg: EngineConfig) -> dict[str, StageConfig]:
     return {name: resolve_dtypes(stage, cfg.model) for name, stage in cfg.stage.items()}
 
 
 def resolve_dtypes(stage: StageConfig, model: ModelConfig) -> StageConfig:
-    """`dtype: auto` means the model entry's dtype, `bnb_4bit_compute_dtype: auto` the stage's.
+    """`dtype: auto` means the model entry's dtype (an entry's own auto: `PREFERRED`, which
+    `plan` may turn to float32 on a CPU that emulates it), `bnb_4bit_compute_dtype: auto` the
+    stage's.
 
     Resolved before fingerprinting, so changing the model entry's dtype retrains the stage.
     """
-    dtype = model.dtype if stage.dtype == "auto" else stage.dtype
-    sections = without_empty_sections(stage)  # empty: not used, same key
-    quant = sections.quantization
-    if quant and quant.get("bnb_4bit_compute_dtype") == "auto":
+    asked = asked_dtype(stage, model)
+    return with_dtype(without_empty_sections(stage), stage, PREFERRED if asked == "auto" else asked)
+
+
+def asked_dtype(stage: StageConfig, model: ModelConfig) -> str:
+    """The dtype the recipe asks of a stage: its own, else its model entry's (auto: neither
+    names one)."""
+    return str(model.dtype if stage.dtype == "auto" else stage.dtype)
+
+
+def with_dtype(stage: StageConfig, asked: StageConfig, dtype: str) -> StageConfig:
+    """`stage` computing in `dtype`, and its quantized modules too where `asked` (the stage as
+    the recipe gives it) leaves their compute dtype at auto; empty sections as they are."""
+    quant = stage.quantization
+    if quant and (asked.quantization or {}).get("bnb_4bit_compute_dtype") == "auto":
         quant = {**quant, "bnb_4bit_compute_dtype": dtype}
-    return dataclasses.replace(sections, dtype=dtype, quantization=quant)
+    return dataclasses.replace(stage, dtype=dtype, quantization=quant)
 
 
 def check_stage_settings(name: str, stage: StageConfig) -> None:

@@ -322,7 +322,7 @@ def _placement(report: Report, cfg: EngineConfig, machine: Machine, overrides: l
         describe,
         plan_placement,
     )
-    from recipe_engine.plan.planner import placement_request  # the planner's own
+    from recipe_engine.plan.stage_context import placement_request  # the planner's own
 
     hardware = cfg.hardware
     where = f"hardware profile `{hardware.name}`" if not hardware.detect else "this machine"

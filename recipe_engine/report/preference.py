@@ -1,8 +1,7 @@
 """What preference training is judged by, rendered: every model's metrics on the held-out judged
 rows, in a run's comparison and in a recipe-vs-recipe experiment, with one answer line on the
-headline metric. Judged rows are preference pairs (DPO, ORPO: reward accuracy against the base,
-pair accuracy, win rate) or unpaired feedback (KTO: label accuracy against the base, the log-ratio
-of each label, the greedy answers' matches); `TABLES` says how each is shown.
+headline metric. Judged rows are preference pairs (DPO, ORPO) or unpaired feedback (KTO);
+`capabilities.judged` names each one's metrics and says how they are shown.
 
 Two recipes differ beyond the noise when the 95% interval of the difference of the headline
 metric excludes zero (`report.significance`, the rows as the samples).
@@ -10,10 +9,9 @@ metric excludes zero (`report.significance`, the rows as the samples).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
 
+from recipe_engine.capabilities.judged import PAIRS, UNPAIRED, JudgedView
 from recipe_engine.report.experiment import JudgedMetrics, RecipeRun
 from recipe_engine.report.significance import Accuracies, difference
 from recipe_engine.tables import markdown_table, text_table
@@ -22,88 +20,10 @@ from recipe_engine.trainers.kind import PREFERENCE_ROWS, UNPAIRED_ROWS
 Judged = Mapping[str, JudgedMetrics | None]  # model -> its metrics on the judged rows (or None)
 
 
-@dataclass(frozen=True)
-class JudgedTable:
-    """How one kind of judged rows is shown: its section, columns, rule and answer line."""
-
-    title: str  # the section's name: "preference pairs"
-    columns: tuple[str, ...]
-    cells: Callable[[JudgedMetrics], list[str]]  # one model's metrics -> its cells
-    rule: str  # how the metrics are computed, in words
-    headline: str  # the metric the answer line compares recipes by
-    headline_words: str  # ... as the answer line names it
-    count: str  # the key holding how many rows were judged
-    unit: str  # what those rows are called
+TABLES = {PREFERENCE_ROWS: PAIRS, UNPAIRED_ROWS: UNPAIRED}
 
 
-def _percent(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.0%}"
-
-
-def _number(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.2f}"
-
-
-TABLES = {
-    PREFERENCE_ROWS: JudgedTable(
-        title="preference pairs",
-        columns=(
-            "model",
-            "pairs",
-            "reward acc (vs base)",
-            "log-ratio margin",
-            "pair acc",
-            "win rate",
-        ),
-        cells=lambda v: [
-            str(v.get("pairs", "-")),
-            _percent(v.get("reward_accuracy")),
-            _number(v.get("logratio_margin")),
-            _percent(v.get("pair_accuracy")),
-            _percent(v.get("win_rate")),
-        ],
-        rule="reward: log p(answer | prompt) - log p_base(answer | prompt); reward acc: share of "
-        "pairs where the chosen answer's reward beats the rejected one's; pair acc: chosen more "
-        "likely than rejected; win rate: greedy answer = chosen (1), = rejected (0), neither (1/2)",
-        headline="reward_accuracy",
-        headline_words="held-out reward accuracy",
-        count="pairs",
-        unit="pairs",
-    ),
-    UNPAIRED_ROWS: JudgedTable(
-        title="unpaired feedback",
-        columns=(
-            "model",
-            "rows",
-            "label acc (vs base)",
-            "rank acc (vs base)",
-            "log-ratio margin",
-            "desirable exact",
-            "undesirable given",
-        ),
-        cells=lambda v: [
-            str(v.get("rows", "-")),
-            _percent(v.get("label_accuracy")),
-            _percent(v.get("ranking_accuracy")),
-            _number(v.get("logratio_margin")),
-            _percent(v.get("desirable_match")),
-            _percent(v.get("undesirable_match")),
-        ],
-        rule="log-ratio: log p(completion | prompt) - log p_base(completion | prompt); label acc: "
-        "share of rows whose log-ratio has the label's sign (desirable above 0, undesirable "
-        "below); rank acc: share of (desirable, undesirable) row pairs where the desirable "
-        "log-ratio is higher; log-ratio margin: mean desirable minus mean undesirable; "
-        "desirable exact: greedy answer = the desirable completion, over those rows; "
-        "undesirable given: greedy answer = the undesirable completion, over those rows",
-        headline="label_accuracy",
-        headline_words="held-out label accuracy",
-        count="rows",
-        unit="rows",
-    ),
-}
-
-
-def table_for(judged: Judged) -> JudgedTable | None:
+def table_for(judged: Judged) -> JudgedView | None:
     """The table of the judged rows' kind (records older than KTO hold pairs), None if none."""
     found = next((values for values in judged.values() if values), None)
     return TABLES[found.get("judged", PREFERENCE_ROWS)] if found else None
@@ -137,8 +57,8 @@ def experiment_judged(runs: Sequence[RecipeRun]) -> Judged:
 
 def preference_answer(runs: Sequence[RecipeRun]) -> str | None:
     """One line: which recipe's final stage has the higher headline metric on the judged rows
-    (reward accuracy on pairs, label accuracy on unpaired feedback), and whether the difference
-    is beyond the noise; None when fewer than two recipes were judged."""
+    (`capabilities.judged`), and whether the difference is beyond the noise; None when fewer
+    than two recipes were judged."""
     table = table_for({run.recipe: run.preference for run in runs})
     if table is None:
         return None
@@ -162,7 +82,7 @@ def preference_answer(runs: Sequence[RecipeRun]) -> str | None:
     )
 
 
-def _accuracies(runs: Sequence[RecipeRun], table: JudgedTable) -> Accuracies:
+def _accuracies(runs: Sequence[RecipeRun], table: JudgedView) -> Accuracies:
     values = tuple(float(run.preference[table.headline]) for run in runs if run.preference)
     count = int(next(run.preference[table.count] for run in runs if run.preference))
     return Accuracies(values, count)

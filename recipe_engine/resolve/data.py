@@ -37,7 +37,7 @@ from recipe_engine.resolve import formats
 from recipe_engine.resolve.data_files import Split, quietly, read_local
 from recipe_engine.resolve.data_hub import read_hub
 from recipe_engine.resolve.detection import Layout, resolve_layout
-from recipe_engine.resolve.formats import CANONICAL_COLUMNS, INPUT_FORMATS
+from recipe_engine.resolve.formats import canonical_columns, input_formats
 from recipe_engine.resolve.held_out import HeldOut, rows_identity, split_off
 from recipe_engine.resolve.rows import RowConverter
 from recipe_engine.resolve.survey import survey
@@ -61,8 +61,8 @@ SOURCES = values(DataSource)  # a stage's `data` is an open section: checked her
 # How a user's rows are read, versioned: bump it when the same file would become other TRL rows
 # (its stage keys then name other weights). 2: a `system` column, Alpaca's `history` and
 # `<image>` marks in role/content turns are read (they were ignored), text parts are joined.
-READER = 2
-FORMAT_SETTINGS = ("auto", *INPUT_FORMATS)
+# 3: Qwen-VL's `<img>PATH</img>` tags are images (they were words: `peer_formats.qwen_vl`).
+READER = 3
 KINDS = values(ModelKind)
 # `data.chat_template`: whether plain prompt/completion rows (and plain-text preference pairs)
 # go through the model's chat template (as one user and one assistant turn). The planner
@@ -136,10 +136,11 @@ def _source(value: Any) -> str:
 
 def _format(value: Any) -> str:
     fmt = value or "auto"
-    if fmt not in FORMAT_SETTINGS:
+    settings = ("auto", *input_formats())
+    if fmt not in settings:
         raise RecipeError(
-            f"data.format `{fmt}` is not supported.{did_you_mean(str(fmt), FORMAT_SETTINGS)} "
-            f"Use one of: {', '.join(FORMAT_SETTINGS)}.",
+            f"data.format `{fmt}` is not supported.{did_you_mean(str(fmt), settings)} "
+            f"Use one of: {', '.join(settings)}.",
             key="data.format",
         )
     return fmt
@@ -154,10 +155,11 @@ def _columns(value: Any) -> dict[str, str]:
             key="data.columns",
         )
     for canon, name in columns.items():
-        if canon not in CANONICAL_COLUMNS:
+        known = canonical_columns()
+        if canon not in known:
             raise RecipeError(
                 f"data.columns.{canon} is not a known column."
-                f"{did_you_mean(canon, CANONICAL_COLUMNS)} Known: {', '.join(CANONICAL_COLUMNS)}.",
+                f"{did_you_mean(canon, known)} Known: {', '.join(known)}.",
                 key=f"data.columns.{canon}",
             )
         if not isinstance(name, str) or not name:
@@ -410,8 +412,8 @@ def _layout(cfg: DataConfig, train: Split, kind: str) -> Layout:
     layout = dataclasses.replace(layout, chat=cfg.chat_template == "true")
     if layout.images and kind == "causal_lm":
         raise RecipeError(
-            f"{train.label} holds vision-language rows (images / image parts) but "
-            "this stage trains a text-only model. Use a vision-language model or a text "
+            f"{train.label} holds vision-language rows (images, image parts or `<img>` tags) "
+            "but this stage trains a text-only model. Use a vision-language model or a text "
             "dataset.",
             key="data.format",
         )

@@ -6,7 +6,9 @@ Columns that state what rows are judged (chosen / rejected, a label) decide firs
 them is preference rows or unpaired feedback whatever else it has, so a DPO stage never reads
 a conversation of pairs as SFT conversations. Then a conversation column states the format,
 then the other columns. Where a split names a column the way another tool does (ms-swift's
-`query`, LLaMA-Factory's `kto_tag`, `chosen_messages`), the format's aliases read it.
+`query`, LLaMA-Factory's `kto_tag`, `chosen_messages`), the format's aliases read it. A format
+that reads images named inline (Qwen-VL's `<img>` tags: `DataFormat.image_tags`) is found where
+the survey saw a tag in its columns, before any format that would read the tags as words.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from dataclasses import dataclass
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.format_hints import half_there, undetectable
 from recipe_engine.resolve.formats import (
-    CANONICAL_COLUMNS,
     JUDGED_PROMPT_ALIASES,
     REGISTRY,
     DataFormat,
+    canonical_columns,
 )
 from recipe_engine.resolve.prompt_rows import PASSED_AS
 from recipe_engine.resolve.prompt_turns import CONVERSATION, IMPLICIT, INSTRUCTION, PROMPT
@@ -85,16 +87,12 @@ class Layout:
 
 def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> Layout:
     """The layout for `data.format` = `setting` (auto: detected) and `data.columns`."""
-    columns = {canon: mapping.get(canon, canon) for canon in CANONICAL_COLUMNS}
     _check_mapped_images(seen, mapping)
     conversation = _conversation_column(seen, mapping)
     given = _detect(seen, mapping, conversation) if setting == "auto" else REGISTRY[setting]
     aliased = _aliased(given, seen, mapping)
     prompt_from = _prompt_source(given, seen, mapping, aliased) if given.judged else PROMPT
-    columns.update(aliased)
-    if given.conversation or given.judged:
-        # Conversation formats read one column: the mapped one, `messages` or `conversations`.
-        columns["messages"] = columns["conversations"] = conversation
+    columns = _columns_read(given, mapping, aliased, conversation)
     answer_first = given.answers[0] if given.answers else ""
     in_conversation = prompt_from == CONVERSATION and not _has(answer_first, seen, mapping, aliased)
     conversable = [columns[canon] for canon in given.conversable]
@@ -103,6 +101,7 @@ def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> La
         given.images
         or columns["images"] in seen.present
         or any(column in seen.image_parts for column in (*conversable, *messages))
+        or _tagged(given, seen, columns)
     )
     if images and not given.shapes.images.images:
         raise RecipeError(
@@ -123,6 +122,24 @@ def resolve_layout(setting: str, seen: Survey, mapping: Mapping[str, str]) -> La
         aliased=tuple(aliased.items()),
         passed=_passed(given, seen, columns),
     )
+
+
+def _columns_read(
+    given: DataFormat, mapping: Mapping[str, str], aliased: Mapping[str, str], conversation: str
+) -> dict[str, str]:
+    """The split's column behind every canonical name as `given` reads it: mapped, under
+    another tool's name (`aliased`), or as named; conversation formats (and judged rows) read
+    one conversation column: the mapped one, `messages` or `conversations`."""
+    columns = {canon: mapping.get(canon, canon) for canon in canonical_columns()}
+    columns.update(aliased)
+    if given.conversation or given.judged:
+        columns["messages"] = columns["conversations"] = conversation
+    return columns
+
+
+def _tagged(given: DataFormat, seen: Survey, columns: Mapping[str, str]) -> bool:
+    """Whether a column `given` reads inline `<img>` tags from holds one (`image_tags`)."""
+    return any(columns[canon] in seen.image_tags for canon in given.image_tags)
 
 
 def _passed(
@@ -214,12 +231,22 @@ def detection_order() -> list[DataFormat]:
     detected = [given for given in REGISTRY.values() if given.detected]
     return sorted(
         detected,
-        key=lambda given: (not given.judged, not given.conversation, -len(given.needs)),
+        key=lambda given: (
+            not given.judged,
+            not given.image_tags,  # found only where tags are, which the others read as words
+            not given.conversation,
+            -len(given.needs),
+        ),
     )
 
 
-def _others_there(given: DataFormat, seen: Survey, mapping: Mapping[str, str]) -> bool:
-    """Whether a column another format reads (as named, mapped, or under an alias) is there."""
+def _others_there(
+    given: DataFormat, seen: Survey, mapping: Mapping[str, str], aliased: Mapping[str, str]
+) -> bool:
+    """Whether a column another format reads (as named, mapped, or under an alias) is there,
+    but for those `given` reads itself (ms-swift's `response` alone is its pretraining text,
+    though `response` is also another tool's name for a completion)."""
+    own = {*given.columns, *(mapping.get(c, aliased.get(c, c)) for c in given.columns)}
     others = {
         name
         for other in REGISTRY.values()
@@ -227,7 +254,7 @@ def _others_there(given: DataFormat, seen: Survey, mapping: Mapping[str, str]) -
         for canon in other.columns
         for name in (canon, *other.aliases.get(canon, ()))
     }
-    return any(name in seen.present or name in mapping for name in others)
+    return any(name in seen.present or name in mapping for name in others - own)
 
 
 def _detect(seen: Survey, mapping: Mapping[str, str], conversation: str) -> DataFormat:
@@ -235,7 +262,11 @@ def _detect(seen: Survey, mapping: Mapping[str, str], conversation: str) -> Data
         aliased = _aliased(given, seen, mapping)
         if not all(any(_has(c, seen, mapping, aliased) for c in group) for group in given.needs):
             return False
-        if given.alone and _others_there(given, seen, mapping):
+        if given.alone and _others_there(given, seen, mapping, aliased):
+            return False
+        if given.image_tags and not _tagged(
+            given, seen, _columns_read(given, mapping, aliased, conversation)
+        ):
             return False
         return not given.conversation or given.message_keys(seen.message_keys.get(conversation))
 

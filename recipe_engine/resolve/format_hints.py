@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 
 from recipe_engine.errors import RecipeError
 from recipe_engine.resolve.formats import (
-    CANONICAL_COLUMNS,
-    INPUT_FORMATS,
     REGISTRY,
     DataFormat,
+    canonical_columns,
+    input_formats,
     looks_sharegpt,
 )
 from recipe_engine.resolve.row_shapes import PREFERENCE, UNPAIRED
@@ -78,8 +78,8 @@ def undetectable(seen: Survey, order: Sequence[DataFormat]) -> RecipeError:
         f"({', '.join(seen.present) or 'none'}).{detected} Expected {', '.join(expected)}, "
         f"or {last}; an `images` column adds images. Map your columns "
         "with data.columns.<name>=<your column> (names: "
-        f"{', '.join(CANONICAL_COLUMNS)}) and, if needed, set "
-        f"data.format=<{'|'.join(INPUT_FORMATS)}>.",
+        f"{', '.join(canonical_columns())}) and, if needed, set "
+        f"data.format=<{'|'.join(input_formats())}>.",
         key="data.format",
     )
 

@@ -32,28 +32,36 @@ Input formats (`data.format`; `auto` detects one from the columns):
   of the online trainers (GRPO, RLOO). Never detected from columns (a prompt beside an answer
   is an instruction row to SFT): a stage whose trainer takes prompts reads its rows so
 
-Any of them but ``tools`` and ``language_modeling`` takes an ``images`` column (paths relative
-to the data file, or image bytes) on a vision-language stage, or images named inside the
-content parts. A new format is one `DataFormat` in `REGISTRY` (its converter beside the
-others): its columns (`CANONICAL_COLUMNS`, what `data.columns` maps), how `auto` detects it,
-how refusals describe it and the docs' table row (`format_table`) are all in it; a new shape
-of rows one `RowShape` in `row_shapes.SHAPES`. Nothing heavy is imported here (the pure `plan`
-reads the registry): ``datasets`` and ``trl`` only inside the functions that need them.
+Beside them, the formats of `resolve/peer_formats` (each a module with one `FORMAT`, the shape a
+plug-in's format takes): ms-swift's pretraining rows (``swift_pretrain``: a ``response`` alone,
+read as language modeling) and Qwen-VL's rows that name their images with inline
+``<img>PATH</img>`` tags (``qwen_vl``).
+
+Any of them but ``tools``, ``language_modeling`` and ``swift_pretrain`` takes an ``images``
+column (paths relative to the data file, or image bytes) on a vision-language stage, or images
+named inside the content parts. A new format is one module of `peer_formats` with its `FORMAT`,
+a `DataFormat` (`data_format`: the protocol, re-exported here), and its converter beside it: its
+columns (`canonical_columns`, what `data.columns` maps), how `auto` detects it, how refusals
+describe it and the docs' table row (`format_table`) are all in it; a new shape of rows one
+`RowShape` in `row_shapes.SHAPES`. Nothing heavy is imported here (the pure `plan` reads the
+registry): ``datasets`` and ``trl`` only inside the functions that need them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import importlib
+import pkgutil
+from collections.abc import Mapping
 from typing import Any
 
+from recipe_engine.plugins import Registry
 from recipe_engine.resolve.converters import (
-    Row,
     alpaca_messages,
     chatml_messages,
     firefly_messages,
     sharegpt_messages,
 )
+from recipe_engine.resolve.data_format import PROMPT_ALIASES, DataFormat
 from recipe_engine.resolve.row_shapes import (
     CONVERSATIONS,
     LANGUAGE_MODELING,
@@ -71,13 +79,12 @@ from recipe_engine.resolve.row_shapes import (
     UNPAIRED,
     UNPAIRED_SHAPES,
     VLM,
-    Shapes,
 )
 from recipe_engine.trainers import trainer_for, trainers_taking
 from recipe_engine.trainers.kind import (
-    INSTRUCTION_ROWS,
     PREFERENCE_ROWS,
     PROMPT_ROWS,
+    ROW_KINDS,
     UNPAIRED_ROWS,
 )
 
@@ -100,57 +107,8 @@ _COMMON_COLUMNS = (
     "conversation",
 )
 ROLES = ("system", "user", "assistant")
-# Other names for a prompt (ms-swift's `query`, Axolotl's `chatml.intel` `question`), read as
-# the prompt where a split has no `prompt` column; judged rows without an `instruction` also
-# take Axolotl's `chatml.icr` `input`.
-PROMPT_ALIASES = ("query", "question")
+# Judged rows without an `instruction` also take Axolotl's `chatml.icr` `input` as the prompt.
 JUDGED_PROMPT_ALIASES = (*PROMPT_ALIASES, "input")
-
-
-@dataclass(frozen=True)
-class DataFormat:
-    """A format users write rows in (`data.format`)."""
-
-    name: str
-    columns: tuple[str, ...]  # the canonical columns that state it (a mapping of one names it)
-    needs: tuple[tuple[str, ...], ...]  # detection: a present column of each group
-    expected: str  # how the refusal of an undetectable split describes it
-    shapes: Shapes
-    # Its rows as role/content messages (`row`, whether contents become parts) and the name
-    # errors give them; None: read by the shape's `make`.
-    messages: Callable[[Row, bool], tuple[list[Any], str]] | None = None
-    # Canonical columns that may hold role/content messages: where the survey finds them in
-    # one, the rows are conversations (the chat shape, whatever data.chat_template says), and
-    # image parts in one make image rows.
-    conversable: tuple[str, ...] = ()
-    # Reads one conversation column: the mapped one, `messages` or `conversations`.
-    conversation: bool = False
-    # Detection: the keys of the messages in that column (None: not read) fit the format.
-    message_keys: Callable[[frozenset[str] | None], bool] = lambda keys: True
-    images: bool = False  # its rows always carry images
-    detected: bool = True  # `auto` can find it
-    rows: str = INSTRUCTION_ROWS  # the kind of rows (trainers.kind): which trainers take them
-    # The columns judged (preference: chosen, rejected; unpaired: the completion); a
-    # conversation column may hold the prompt, or the prompt and the first of them.
-    answers: tuple[str, ...] = ()
-    # Canonical name -> the names other tools give that column, read when it is absent.
-    aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # Detection: only where no column another format reads (under any of its names) is there
-    # (a column as common as `text` states nothing beside another format's).
-    alone: bool = False
-    # The docs' table of formats (`format_table`): its columns, and what TRL gets of them.
-    doc_columns: str = ""
-    doc_trl: str = ""
-
-    @property
-    def judged(self) -> bool:
-        """Preference rows: their prompt may come from several places (`prompt_turns`)."""
-        return self.rows in (PREFERENCE_ROWS, UNPAIRED_ROWS)
-
-    @property
-    def passes_columns(self) -> bool:
-        """Its rows carry the split's other columns on, as written (to a trainer's rewards)."""
-        return self.rows == PROMPT_ROWS
 
 
 def looks_sharegpt(keys: frozenset[str] | None) -> bool:
@@ -160,7 +118,7 @@ def looks_sharegpt(keys: frozenset[str] | None) -> bool:
 _CONVERSATION_COLUMNS = ("messages", "conversations")
 _JUDGED_CONVERSABLE = ("prompt", "chosen", "rejected", "completion", *_CONVERSATION_COLUMNS)
 
-REGISTRY: dict[str, DataFormat] = {
+OWN: dict[str, DataFormat] = {
     given.name: given
     for given in (
         DataFormat(
@@ -304,13 +262,41 @@ REGISTRY: dict[str, DataFormat] = {
             rows=PROMPT_ROWS,
             aliases={"prompt": PROMPT_ALIASES},
             doc_columns="`prompt` (text, or messages ending with a user turn; also `query` / "
-            "`question`), optional `system`, `images`, and any columns the rewards read "
-            "(`completion` as `answer`)",
-            doc_trl="`prompt` and the other columns as written (TRL hands them to the reward "
-            "functions): see [Online stages](online.md)",
+            "`question`), optional `system`, `images`, and any other columns (`completion` as "
+            "`answer`)",
+            doc_trl="`prompt` and the other columns as written (TRL hands them on to the "
+            "functions that score the answers): see [Online stages](online.md)",
         ),
     )
 }
+
+
+def _broken(given: Any) -> str | None:
+    """What a format module's or a plug-in's format gets wrong of the protocol (None: none)."""
+    if not isinstance(given, DataFormat):
+        return f"is a {type(given).__name__}, not a DataFormat (recipe_engine.resolve.formats)"
+    if given.rows not in ROW_KINDS:
+        return f"holds rows `{given.rows}`, not one of {', '.join(ROW_KINDS)}"
+    return None
+
+
+def _modules() -> list[DataFormat]:
+    """The formats the engine carries as modules of `resolve/peer_formats` (each a `FORMAT`:
+    the shape a plug-in's takes), in module order."""
+    from recipe_engine.resolve import peer_formats
+
+    found = []
+    for module in pkgutil.iter_modules(peer_formats.__path__):
+        given = importlib.import_module(f"{peer_formats.__name__}.{module.name}").FORMAT
+        problem = _broken(given)
+        assert problem is None, f"resolve/peer_formats/{module.name}.py: {problem}"
+        found.append(given)
+    return found
+
+
+OWN.update({given.name: given for given in _modules()})
+# The engine's formats, then those of plug-ins (`plugins`: taken when first read).
+REGISTRY: Mapping[str, DataFormat] = Registry("formats", OWN, _broken)
 
 
 def format_taking(rows: str) -> str | None:
@@ -322,10 +308,16 @@ def format_taking(rows: str) -> str | None:
     return None
 
 
-INPUT_FORMATS = tuple(REGISTRY)
-CANONICAL_COLUMNS = tuple(
-    dict.fromkeys((*_COMMON_COLUMNS, *(c for given in REGISTRY.values() for c in given.columns)))
-)
+def input_formats() -> tuple[str, ...]:
+    """Every `data.format` (the engine's and its plug-ins')."""
+    return tuple(REGISTRY)
+
+
+def canonical_columns() -> tuple[str, ...]:
+    """The columns `data.columns` maps: every format's, besides the common ones."""
+    return tuple(
+        dict.fromkeys((*_COMMON_COLUMNS, *(c for f in REGISTRY.values() for c in f.columns)))
+    )
 
 
 # --------------------------------------------------------------------------- queries

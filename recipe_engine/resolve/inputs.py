@@ -189,6 +189,12 @@ class Rows:
             self.read_key, lambda: load_splits(self.config, kind=self.kind, seed=self.seed)
         )
 
+    @property
+    def source(self) -> str:
+        """The input format the rows were read as (`data.format`, or what `auto` detected):
+        `read_as` opens with its name."""
+        return self.read_as.split(" ", 1)[0] if self.read_as else self.config.format
+
     def describe(self) -> str:
         rows = f"{self.train_rows} train / {self.held_out_text}"
         if self.rendering:  # the rows' own format, then how they reach the model

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.resolve.cpu import CpuFacts, detect_cpu
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Machine:
     rank: int
     local_rank: int
     launched_by: str  # python | torchrun | accelerate | deepspeed | other
+    # The CPU stages placed on it compute with (unmeasured: assumed to compute bfloat16 natively).
+    cpu: CpuFacts = CpuFacts("unknown", 0.0)
 
 
 def parse_nvidia_smi(text: str) -> tuple[GpuInfo, ...]:
@@ -119,7 +122,8 @@ def _mps_available() -> bool:
 
 
 def detect_machine(env: Mapping[str, str] | None = None) -> Machine:
-    """Detect GPUs (nvidia-smi), MPS (platform) and the launcher (env) without initialising CUDA."""
+    """Detect GPUs (nvidia-smi), MPS (platform), the launcher (env) and the CPU's bfloat16
+    (measured in a child process, once) without initialising CUDA."""
     env = os.environ if env is None else env
     return Machine(
         gpus=parse_nvidia_smi(_query_nvidia_smi()),
@@ -129,6 +133,7 @@ def detect_machine(env: Mapping[str, str] | None = None) -> Machine:
         rank=_int_env(env, "RANK", 0),
         local_rank=_int_env(env, "LOCAL_RANK", 0),
         launched_by=_launched_by(env),
+        cpu=detect_cpu(env),
     )
 
 

@@ -9,6 +9,9 @@ The spellings (each documented by a tool users come from):
 - ``{"type": "image_url", "image_url": {"url": SOURCE}}`` or ``"image_url": SOURCE``: OpenAI's
   chat format (ms-swift reads it too)
 - ``{"type": "image_url", "value": SOURCE}``: LLaMA-Factory's content-part JSON lines
+- ``<img>SOURCE</img>`` inside a turn's text: Qwen-VL's inline tags (its own fine-tuning files,
+  ms-swift's Qwen-VL rows), read by the formats that declare them (`DataFormat.image_tags`):
+  `tagged_parts` splits such text into text and image parts, each image where its tag stood
 
 A SOURCE is a path (relative to the data file), a ``file://`` URL or a ``data:`` URI. A remote
 URL is refused: the engine trains offline, and what a URL serves can change under the same key.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +31,10 @@ TEXT, IMAGE = "text", "image"
 # Where each spelling keeps an image's source, in the order they are looked for.
 _IMAGE_SOURCE_KEYS = ("image", "url", "path", "value")
 PARTS_EXAMPLE = '[{"type": "image"}, {"type": "text", "text": "..."}]'
+# Qwen-VL's inline image tag, its source between the tags (a newline in it kept); the same
+# pattern in Python's `re` and in Arrow's RE2 (`survey` looks for tags column by column).
+IMAGE_TAG = "(?s)<img>(.*?)</img>"
+IMAGE_TAG_EXAMPLE = "Picture 1: <img>pictures/1.png</img>\\nWhat is this?"
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,23 @@ def read_part(part: Any) -> Part:
         f"a content part that is not text or an image: {part!r} (known: type text, image, "
         "image_url)"
     )
+
+
+def tagged_parts(text: str) -> list[Part] | None:
+    """`text` with Qwen-VL's `<img>SOURCE</img>` tags as content parts, in order: the text
+    between tags as text parts (stripped; blank ones dropped, as around `<image>` marks), each
+    tag as an image part naming its source (as written but for the spaces around it; "" for an
+    empty tag). None where the text has no tag."""
+    pieces = re.split(IMAGE_TAG, text)
+    if len(pieces) == 1:
+        return None
+    parts: list[Part] = []
+    for k, piece in enumerate(pieces):
+        if k % 2:  # re.split puts each tag's source between the texts around it
+            parts.append(Part(IMAGE, source=piece.strip()))
+        elif piece.strip():
+            parts.append(Part(TEXT, text=piece.strip()))
+    return parts
 
 
 def _source_text(source: Any) -> str | None:

@@ -1,7 +1,8 @@
 """What a split holds, as format detection sees it (its `Survey`): its columns, the message
 keys of its conversation columns, the content parts that are images, the text columns that are
-whole dialogues. Read from the Arrow schema, and from rows where the schema cannot say
-(conversations stored as JSON text, parts of mixed keys).
+whole dialogues, the columns whose text names images with Qwen-VL's `<img>` tags. Read from the
+Arrow schema, and from rows where the schema cannot say (conversations stored as JSON text,
+parts of mixed keys).
 
 ``datasets`` and ``pyarrow`` are imported only where a split is surveyed.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipe_engine.resolve.converters import json_messages
+from recipe_engine.resolve.parts import IMAGE_TAG
 from recipe_engine.resolve.prompt_turns import hh_messages
 
 # Rows read to learn the keys of conversations stored as JSON text (CSV cells, mixed types).
@@ -35,6 +37,9 @@ class Survey:
     image_parts: frozenset[str]  # conversation columns where some content part is an image
     # Text columns whose first rows are whole dialogues (Anthropic HH: "\n\nHuman: ...").
     dialogues: frozenset[str] = frozenset()
+    # Columns where some row's text (a text column's, or a message's in a conversation) holds
+    # an `<img>SOURCE</img>` tag (`parts.IMAGE_TAG`): images named inline, as Qwen-VL does.
+    image_tags: frozenset[str] = frozenset()
 
 
 def survey(ds: Any, label: str) -> Survey:
@@ -52,7 +57,39 @@ def survey(ds: Any, label: str) -> Survey:
         elif _is_text(ds.features[column]):
             texts.append(column)
     dialogues = frozenset(c for c in texts if _holds_dialogues(ds, c))
-    return Survey(label, names, present, tuple(texts), keys, frozenset(images), dialogues)
+    tags = frozenset(c for c in present if _holds_image_tags(ds, c))
+    return Survey(label, names, present, tuple(texts), keys, frozenset(images), dialogues, tags)
+
+
+def _holds_image_tags(ds: Any, column: str) -> bool:
+    """Whether any row of `column` holds an `<img>` tag in its text, at any depth (a text
+    column, JSON text, messages' contents, text parts): every row, by Arrow's regex (a tag
+    may come late in a file whose first rows are text; a text stage must not learn it as
+    words)."""
+    import pyarrow.compute as pc
+
+    return any(
+        pc.any(pc.match_substring_regex(strings, IMAGE_TAG)).as_py()
+        for chunk in ds.data.column(column).chunks
+        for strings in _strings_in(chunk)
+    )
+
+
+def _strings_in(array: Any) -> list[Any]:
+    """The arrays of strings inside `array`: itself, its lists' items, its structs' fields,
+    an extension type's storage (`datasets.Json`), nested; none of other types."""
+    import pyarrow as pa
+
+    kind = array.type
+    if isinstance(array, pa.ExtensionArray):
+        return _strings_in(array.storage)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return [array]
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _strings_in(array.flatten())
+    if pa.types.is_struct(kind):
+        return [found for child in array.flatten() for found in _strings_in(child)]
+    return []
 
 
 def _holds_dialogues(ds: Any, column: str) -> bool:

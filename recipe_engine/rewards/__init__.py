@@ -10,21 +10,18 @@ stage key (`Reward.source_digest`); `run` finds it again and refuses a source th
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import hashlib
-import importlib
-import importlib.util
 import inspect
 import math
 import numbers
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.rewards import builtin
+from recipe_engine.user_code import find_function, module_digest
 
 RewardFunction = Callable[..., Sequence[float | None]]
 SIGNATURE = "fn(prompts, completions, completion_ids, **columns) -> list[float]"
@@ -45,10 +42,16 @@ class Reward:
     def builtin(self) -> bool:
         return self.target in builtin.BUILTIN
 
+    def load(self) -> RewardFunction:
+        """The function as TRL calls it (`load`)."""
+        return load(self)
+
 
 def planned_rewards(stage: str, entries: Sequence[Any]) -> tuple[Reward, ...]:
-    """The stage's reward entries (`config.schema.RewardConfig`), each found and hashed."""
-    rewards = tuple(_planned(f"stage.{stage}.rewards[{i}]", e) for i, e in enumerate(entries))
+    """The stage's reward entries (`config.schema.RewardConfig`s, or the same as plain data),
+    each found and hashed."""
+    given = [dataclasses.asdict(e) if dataclasses.is_dataclass(e) else e for e in entries]
+    rewards = tuple(_planned(f"stage.{stage}.rewards[{i}]", e) for i, e in enumerate(given))
     seen: dict[str, str] = {}
     for reward in rewards:
         if reward.label in seen:
@@ -62,33 +65,30 @@ def planned_rewards(stage: str, entries: Sequence[Any]) -> tuple[Reward, ...]:
     return rewards
 
 
-def _planned(key: str, entry: Any) -> Reward:
-    if (entry.name is None) == (entry.fn is None):
+def _planned(key: str, entry: Mapping[str, Any]) -> Reward:
+    name, fn, weight = entry.get("name"), entry.get("fn"), float(entry.get("weight", 1.0))
+    if (name is None) == (fn is None):
         raise RecipeError(
             f"`{key}` must set one of `name` (a built-in reward: {', '.join(builtin.BUILTIN)}) "
             "or `fn` (your function: `package.module:function` or `file.py:function`).",
             key=key,
         )
-    if entry.name is not None:
-        if entry.name not in builtin.BUILTIN:
+    if name is not None:
+        if name not in builtin.BUILTIN:
             raise RecipeError(
-                f"`{key}.name` is {entry.name!r}, not a built-in reward."
-                f"{did_you_mean(entry.name, list(builtin.BUILTIN))} Built-in rewards: "
+                f"`{key}.name` is {name!r}, not a built-in reward."
+                f"{did_you_mean(name, list(builtin.BUILTIN))} Built-in rewards: "
                 f"{', '.join(builtin.BUILTIN)}; your own function goes in `fn`.",
                 key=f"{key}.name",
             )
-        function, taken = builtin.BUILTIN[entry.name]
+        function, taken = builtin.BUILTIN[name]
         options = tuple(
-            (option, getattr(entry, option))
-            for option in taken
-            if getattr(entry, option) is not None
+            (option, entry[option]) for option in taken if entry.get(option) is not None
         )
-        _check_options(key, entry.name, options)
-        return Reward(entry.name, entry.name, _weight(key, entry.weight), options,
-                      _module_digest(function), key)  # fmt: skip
-    function = find_function(key, entry.fn)
-    return Reward(function.__name__, entry.fn, _weight(key, entry.weight), (),
-                  _module_digest(function), key)  # fmt: skip
+        _check_options(key, name, options)
+        return Reward(name, name, _weight(key, weight), options, module_digest(function), key)
+    function = find_function(key, fn)
+    return Reward(function.__name__, fn, _weight(key, weight), (), module_digest(function), key)
 
 
 def _check_options(key: str, name: str, options: tuple[tuple[str, Any], ...]) -> None:
@@ -118,83 +118,6 @@ def _weight(key: str, weight: float) -> float:
     return float(weight)
 
 
-def find_function(key: str, target: str) -> Callable[..., Any]:
-    """The function `target` names: `package.module:function` or `path/file.py:function`."""
-    where, _, name = target.rpartition(":")
-    if not where or not name:
-        raise RecipeError(
-            f"`{key}.fn` is {target!r}; write `package.module:function` or "
-            "`path/to/file.py:function`.",
-            key=f"{key}.fn",
-        )
-    module = _module(key, where)
-    function = getattr(module, name, None)
-    if not callable(function):
-        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-        raise RecipeError(
-            f"`{key}.fn`: {where} has no function `{name}`.{did_you_mean(name, names)}",
-            key=f"{key}.fn",
-        )
-    return function
-
-
-def _module(key: str, where: str) -> Any:
-    if where.endswith(".py"):
-        path = Path(where).expanduser().resolve()
-        if not path.is_file():
-            raise RecipeError(
-                f"`{key}.fn`: the file {path} does not exist (a relative path is read from "
-                f"{Path.cwd()}).",
-                key=f"{key}.fn",
-            )
-        # Named by the file and its content: `plan`'s check and `run` find the functions of one
-        # content in one module, executed once a process; an edited file is a new module.
-        content = hashlib.sha256(str(path).encode() + path.read_bytes()).hexdigest()[:16]
-        name = f"recipe_rewards_{content}"
-        if name in sys.modules:
-            return sys.modules[name]
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses and pickling look their module up
-        # Nothing is written beside the user's file (no __pycache__ in their folder).
-        writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-        try:
-            _executed(key, lambda: spec.loader.exec_module(module))
-        finally:
-            sys.dont_write_bytecode = writes
-        return module
-    return _executed(key, lambda: importlib.import_module(where))
-
-
-def _executed(key: str, load: Callable[[], Any]) -> Any:
-    try:
-        return load()
-    except ModuleNotFoundError as error:
-        raise RecipeError(
-            f"`{key}.fn`: no module {error.name!r} can be imported from here (is it on "
-            "PYTHONPATH, or is the file's path right?).",
-            key=f"{key}.fn",
-        ) from None
-    except Exception as error:  # the user's module failed as it was imported
-        raise RecipeError(
-            f"`{key}.fn`: importing it failed with {type(error).__name__}: {error}",
-            key=f"{key}.fn",
-        ) from None
-
-
-def source_digest(key: str, target: str) -> str:
-    """sha256 of the source of the module `target` names, found from here as `plan` finds it
-    (a node that runs the stage must find the same)."""
-    return _module_digest(find_function(key, target))
-
-
-def _module_digest(function: Callable[..., Any]) -> str:
-    """sha256 of the source of the module defining `function` (what it calls beside it)."""
-    module = inspect.getmodule(function)
-    source = inspect.getsource(module) if module is not None else inspect.getsource(function)
-    return hashlib.sha256(source.encode()).hexdigest()
-
-
 def load(reward: Reward) -> RewardFunction:
     """The function as TRL calls it, named for TRL's logs; refused where its source changed
     since the plan (the stage key hashed that source)."""
@@ -204,7 +127,7 @@ def load(reward: Reward) -> RewardFunction:
         called: Any = functools.update_wrapper(bound, function)
     else:
         called = find_function(reward.key, reward.target)
-    now = _module_digest(builtin.BUILTIN[reward.target][0] if reward.builtin else called)
+    now = module_digest(builtin.BUILTIN[reward.target][0] if reward.builtin else called)
     if now != reward.source_digest:
         raise RecipeError(
             f"`{reward.key}` ({reward.target}) changed since the stage was planned, so its "

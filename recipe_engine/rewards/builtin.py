@@ -8,9 +8,12 @@ prompts) a list of messages whose last is the answer. Options come from the rewa
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from recipe_engine.plugins import Registry
 
 
 def answer_text(completion: Any) -> str:
@@ -73,9 +76,29 @@ def length_penalty(
 
 
 # name in a recipe -> (function, the options of the reward entry it takes)
-BUILTIN = {
+OWN = {
     "exact_match": (exact_match, ("column",)),
     "contains": (contains, ("column",)),
     "format": (format_match, ("pattern",)),
     "length_penalty": (length_penalty, ("max_length",)),
 }
+
+
+def _broken(function: Any) -> str | None:
+    """What a plug-in's reward gets wrong of TRL's calling convention (None: nothing)."""
+    if not callable(function):
+        return f"is a {type(function).__name__}, not a function"
+    parameters = inspect.signature(function).parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return (
+            "takes no `**kwargs`: TRL calls a reward with the rows' columns as keyword "
+            "arguments, (prompts, completions, completion_ids, **columns)"
+        )
+    return None
+
+
+# The engine's rules, then plug-ins' rewards (`plugins`: taken when first read), called by their
+# entry point's name; a plug-in's takes no options.
+BUILTIN: Mapping[str, tuple[Any, tuple[str, ...]]] = Registry(
+    "rewards", OWN, _broken, entry=lambda p: (p.name, (p.value, ()))
+)

@@ -10,7 +10,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from recipe_engine.config.components import Layout, as_layout, component_of, groups
+from recipe_engine.config.components import Layout
+from recipe_engine.plan.components import as_layout, component_of, groups
 from recipe_engine.store.stage_records import (
     Census,
     ComponentCensus,

@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from recipe_engine.config.choices import Dtype, values
-from recipe_engine.config.components import (
-    Layout,
+from recipe_engine.config.components import Layout
+from recipe_engine.config.schema import ModelConfig
+from recipe_engine.errors import RecipeError
+from recipe_engine.plan.components import (
     canonical_name,
     component_of,
     groups,
     layout_for,
     report_layout,
 )
-from recipe_engine.config.schema import ModelConfig
-from recipe_engine.errors import RecipeError
 from recipe_engine.store.records import Manifest
 from recipe_engine.store.stage_records import ComponentCensus
 

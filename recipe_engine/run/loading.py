@@ -369,24 +369,23 @@ def stage_output(parent: StagePlan, dtype: str, store: Store) -> Weights:
     return Weights(str(folder), parent.name, checksums)
 
 
-def load_teacher(plan: RecipePlan, stage: StagePlan, store: Store) -> Any:
-    """A distilling stage's teacher: its teacher stage's committed weights (an adapter merged
-    into its base) in the stage's dtype and placement, frozen and in eval mode, its training
-    checked as a child checks its parent's; None where the stage has no teacher. A teacher
-    stage that only evaluates (`evaluate_only`) trained nothing: the teacher is the model it
-    evaluated, its `init` (a hub model, a folder, a tiny model: a model as teacher)."""
-    teacher = plan.teacher_of(stage)
-    if teacher is None:
-        return None
-    if teacher.evaluate_only:
-        weights = merge_parent(plan, teacher, store)
+def load_input_stage(
+    plan: RecipePlan, stage: StagePlan, source: StagePlan, role: str, store: Store
+) -> Any:
+    """Another stage's committed weights that `stage` loads beside its own (its teacher): an
+    adapter merged into its base, in the stage's dtype and placement, frozen and in eval mode,
+    its training checked as a child checks its parent's. A stage that only evaluates
+    (`evaluate_only`) trained nothing: its weights are the model it evaluated, its `init` (a
+    hub model, a folder, a tiny model: a model as the input)."""
+    if source.evaluate_only:
+        weights = merge_parent(plan, source, store)
     else:
-        weights = stage_output(teacher, stage.dtype, store)
-    log.info("stage %s: loading its teacher %s", stage.name, weights.location)
+        weights = stage_output(source, stage.dtype, store)
+    log.info("stage %s: loading its %s %s", stage.name, role, weights.location)
     model = load_pretrained(
-        weights.location, teacher.model, dtype=stage.dtype, device_map=stage.placement.device_map
+        weights.location, source.model, dtype=stage.dtype, device_map=stage.placement.device_map
     )
-    check_handoff(model, weights.expected or {}, teacher.name)
+    check_handoff(model, weights.expected or {}, source.name)
     model.eval()
     model.requires_grad_(False)
     return model

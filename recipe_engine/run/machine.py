@@ -16,12 +16,12 @@ from pathlib import Path
 from recipe_engine.config.library_keys import cache_dir
 from recipe_engine.files import atomic_write_json
 from recipe_engine.hashing import canonical_hash
+from recipe_engine.resolve.cpu import KERNEL_ENV, cpu_model, native_bfloat16
 from recipe_engine.store.records import Platform
 from recipe_engine.versions import LIBRARIES, package_version
 
-CPUINFO = Path("/proc/cpuinfo")
 # What decides torch's CPU kernels and thread count besides the CPU itself.
-THREAD_AND_KERNEL_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY")
+THREAD_AND_KERNEL_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *KERNEL_ENV)
 
 
 def measure_platform(device: str, *, deterministic: bool) -> Platform:
@@ -35,6 +35,7 @@ def measure_platform(device: str, *, deterministic: bool) -> Platform:
         device=kind,
         cpu=cpu_model(),
         cpu_capability=torch.backends.cpu.get_cpu_capability(),
+        cpu_bfloat16="native" if native_bfloat16(torch) else "emulated",
         gpu=gpu,
         gpu_capability=capability,
         threads=torch.get_num_threads(),
@@ -95,18 +96,6 @@ def _remember(path: Path, here: Platform) -> Platform:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, dataclasses.asdict(here))
     return here
-
-
-def cpu_model() -> str:
-    """The CPU's model name: /proc/cpuinfo's on Linux, else what `platform` knows."""
-    try:
-        for line in CPUINFO.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                return value.strip()
-    except OSError:  # not Linux
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def _cuda_device() -> tuple[str, str]:

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from recipe_engine.config import library_objects
-from recipe_engine.config.components import Layout, component_of
+from recipe_engine.config.components import Layout
 from recipe_engine.errors import RecipeError
+from recipe_engine.plan.components import component_of
 from recipe_engine.plan.policies.freeze import check_freeze, compile_patterns, matches_any
 from recipe_engine.plan.recipe_plan import AdapterPlan, QuantPlan
 from recipe_engine.resolve.inventory import inventory_of

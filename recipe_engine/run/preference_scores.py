@@ -2,20 +2,18 @@
 (prompt, chosen, rejected: DPO, ORPO) or unpaired feedback (prompt, completion, label: KTO).
 
 - TRL's own evaluation of a preference stage (`DPOTrainer.evaluate`, `KTOTrainer.evaluate`):
-  the implicit reward beta * log(pi / pi_ref) with the stage's own reference (its starting
-  weights): for pairs `reward_accuracy` (chosen's reward higher) and `reward_margin`; for
-  unpaired rows the mean reward of the desirable and of the undesirable completions, their
-  margin and KTO's KL estimate.
+  its implicit judgement beta * log(pi / pi_ref) with the stage's own reference (its starting
+  weights), named as `capabilities.judged.TRL_METRICS` names it.
 - For any model, one at a time (`answer_logps`): the summed log-probability of each judged
   answer given the prompt (chosen and rejected; or the one completion). From those, for every
   model on the same rows, against one common reference (the recipe's base), so that an SFT
   stage and the stage trained from it are judged by the same rule:
-  - pairs: `pair_accuracy` (chosen more likely than rejected, no reference),
-    `reward_accuracy` and the mean log-ratio margin;
+  - pairs: `pair_accuracy` (chosen more likely than rejected, no reference), the implicit
+    judgement's accuracy and the mean log-ratio margin;
   - unpaired rows: `label_accuracy` (the completion's log-ratio against the base has the
     label's sign: above zero for a desirable completion, below for an undesirable one),
     `ranking_accuracy` (a desirable completion's log-ratio beats an undesirable one's, over
-    every such couple of rows: DPO's reward accuracy without shared prompts), the mean
+    every such couple of rows: DPO's accuracy without shared prompts), the mean
     log-ratio of each label and their margin.
 - Greedy answers to the prompts: for pairs the `win_rate` (the chosen answer a win, the
   rejected a loss, anything else half); for unpaired rows `desirable_match` (exact match on the
@@ -32,25 +30,12 @@ from typing import Any
 
 import torch
 
+from recipe_engine.capabilities.judged import ACCURACY
 from recipe_engine.run.evaluation import is_exact_match, message_text, prompt_text
 from recipe_engine.trainers.kind import PREFERENCE_ROWS, UNPAIRED_ROWS
 
-# TRL's evaluation metrics of a preference stage, as the manifest names them.
-TRL_METRICS = {
-    "eval_rewards/accuracies": "reward_accuracy",
-    "eval_rewards/margins": "reward_margin",
-    "eval_rewards/chosen": "reward_chosen",
-    "eval_rewards/rejected": "reward_rejected",
-    "eval_kl": "kl",  # KTO's estimate of KL(policy || reference) on mismatched pairs
-}
-
 LogPs = list[tuple[float, ...]]  # per row: log p(answer | prompt) of each judged answer
 Rows = Sequence[Mapping[str, Any]]
-
-
-def trl_metrics(evaluated: Mapping[str, Any]) -> dict[str, float]:
-    """The reward metrics of a preference trainer's `evaluate()` ({} for SFT's)."""
-    return {name: float(evaluated[key]) for key, name in TRL_METRICS.items() if key in evaluated}
 
 
 def answer_text(answer: Any) -> str:
@@ -65,14 +50,14 @@ def answer_text(answer: Any) -> str:
 
 def pair_metrics(logps: LogPs, reference: LogPs | None, rows: Rows = ()) -> dict[str, float]:
     """pair_accuracy, and against `reference` (the same pairs' log-probs under another model)
-    reward_accuracy and the mean log-ratio margin."""
+    the accuracy of the implicit judgement (`judged.ACCURACY`) and the mean log-ratio margin."""
     if not logps:
         return {}
     metrics = {"pair_accuracy": sum(c > r for c, r in logps) / len(logps)}
     if reference is None:
         return metrics
     margins = [(c - rc) - (r - rr) for (c, r), (rc, rr) in zip(logps, reference, strict=True)]
-    metrics["reward_accuracy"] = sum(m > 0 for m in margins) / len(margins)
+    metrics[ACCURACY] = sum(m > 0 for m in margins) / len(margins)
     metrics["logratio_margin"] = sum(margins) / len(margins)
     return metrics
 
@@ -135,11 +120,11 @@ def feedback_matches(answers: Sequence[str], rows: Rows) -> dict[str, float]:
 @dataclass(frozen=True)
 class Judging:
     """How one kind of judged rows is scored: the answers whose log-probabilities are
-    measured, the reward metrics against a reference, and the greedy answers' metrics."""
+    measured, the metrics against a reference, and the greedy answers' metrics."""
 
     rows: str  # PREFERENCE_ROWS | UNPAIRED_ROWS (trainers.kind)
     answers: tuple[str, ...]
-    rewards: Callable[[LogPs, LogPs | None, Rows], dict[str, float]]
+    against_reference: Callable[[LogPs, LogPs | None, Rows], dict[str, float]]
     greedy: Callable[[Sequence[str], Rows], dict[str, float]]
     count: str  # the key its row count is recorded under
 

@@ -15,8 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from recipe_engine import rewards
-from recipe_engine.config.components import report_layout
+from recipe_engine.capabilities.judged import trl_metrics
+from recipe_engine.plan.components import report_layout
 from recipe_engine.plan.policy import decide_policy
 from recipe_engine.plan.recipe_plan import PolicyPlan, RecipePlan, StagePlan
 from recipe_engine.plan.trainer_settings import zero_stage
@@ -24,6 +24,7 @@ from recipe_engine.resolve.inventory import model_inventory
 from recipe_engine.resolve.machine import is_main_process
 from recipe_engine.resolve.row_shapes import asks_question
 from recipe_engine.run import evaluation, measuring, precision, preference_scores, tracking
+from recipe_engine.run.capability_loads import CapabilityLoads
 from recipe_engine.run.census import census, format_report, trainable_report
 from recipe_engine.run.loading import (
     Weights,
@@ -31,10 +32,8 @@ from recipe_engine.run.loading import (
     handoff_checksums,
     load_stage_model,
     load_stage_processor,
-    load_teacher,
     merge_parent,
     name_adapter_base,
-    starting_folder,
 )
 from recipe_engine.run.memory_peak import PeakMemory, free_memory, peak_memory
 from recipe_engine.run.policies import Frozen, apply_freeze, apply_lora, bnb_config
@@ -74,7 +73,6 @@ from recipe_engine.store.stage_records import (
 )
 from recipe_engine.store.store import Store, relative_in_store
 from recipe_engine.trainers import TRAINERS
-from recipe_engine.trainers.kind import TrainerKind
 
 log = logging.getLogger("recipe_engine")
 
@@ -197,25 +195,9 @@ class StageRecipe:
         self.metrics_log = MetricsLogger(self.work / "metrics.jsonl", name)
         events = tracking.tensorboard_dir(self.run_dir, name, self.stage.config.train)
         parts = TrainerParts(
-            self.model,
-            self.args,
-            self.stage.data.splits(),
-            self.processor,
-            [self.metrics_log],
-            reference=self._reference_model(kind),
-            rewards=[rewards.load(reward) for reward in self.stage.rewards],
-            teacher=load_teacher(self.plan, self.stage, self.store),
+            self.model, self.args, self.stage.data.splits(), self.processor, [self.metrics_log]
         )
-        if (
-            kind.reloads_reference
-            and kind.keeps_reference(self.stage.trainer)
-            and not self.policy.lora
-        ):
-            # TRL reloads the reference by this name: the weights the stage started from, from
-            # the folder they were loaded from (a hub name would load whatever the hub has now).
-            self.model.config._name_or_path = starting_folder(
-                self.weights, self.stage.init.revision
-            )
+        parts = self._loads().into(parts)
         with tracking.tensorboard_logging_dir(events):
             self.trainer = make_trainer(kind, parts)
         # TRL's constructor casts a k-bit model's trainable weights to bfloat16, whatever the
@@ -237,7 +219,7 @@ class StageRecipe:
             log.info("stage %s: no preflight batch (%s shards in train)", *self._sharding)
             return
         started = time.time()
-        self.metrics.preflight_loss = preflight(self.trainer)
+        self.metrics.preflight_loss = preflight(self.trainer, TRAINERS[self.stage.config.trainer])
         self._preflight_generation()
         self.timings["preflight_s"] = time.time() - started
 
@@ -313,8 +295,8 @@ class StageRecipe:
         started = time.time()
         held_out = evaluation.capped(splits.eval, settings.max_samples)
         evaluated = evaluate_held_out(self.trainer, TRAINERS[self.stage.config.trainer], held_out)
-        self.metrics.eval_loss = evaluated["eval_loss"]
-        self.metrics.preference = preference_scores.trl_metrics(evaluated) or None
+        self.metrics.eval_loss = evaluated.get("eval_loss")
+        self.metrics.preference = trl_metrics(evaluated) or None
         self.metrics.eval_samples = len(held_out)
         # Exact match, where the rows ask something (language-modeling text asks nothing: its
         # held-out loss is its evaluation); alone: ZeRO-3 would sync generation with the ranks.
@@ -408,18 +390,10 @@ class StageRecipe:
             base = load_stage_model(self.stage, self.weights, bnb_config(quant) if quant else None)
             return PeftModel.from_pretrained(base, str(final))
 
-    def _reference_model(self, kind: TrainerKind) -> Any:
-        """A full fine-tune's DPO / KTO reference: the starting weights again, frozen. A LoRA's
-        is its adapter-disabled base, and precomputed log-probs need none (TRL: None)."""
-        precomputed = self.stage.trainer.get("precompute_ref_log_probs")
-        if not kind.reference or self.policy.lora is not None or precomputed:
-            return None
-        quant = self.policy.quantization
-        seed_stage(self.stage)
-        reference = load_stage_model(self.stage, self.weights, bnb_config(quant) if quant else None)
-        reference.eval()
-        reference.requires_grad_(False)
-        return reference
+    def _loads(self) -> CapabilityLoads:
+        return CapabilityLoads(
+            self.plan, self.stage, self.weights, self.store, self.policy.quantization
+        )
 
     def _complete_policy(self) -> PolicyPlan:
         """The planned policy; one deferred because the model's config was unreachable at

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from recipe_engine.capabilities import StageCode
 from recipe_engine.errors import StageFailed
-from recipe_engine.launchers.kinds import JobPhase, JobState, StageCode, Submission
+from recipe_engine.launchers.kinds import JobPhase, JobState, Submission
 from recipe_engine.launchers.records import SubmittedJob
 from recipe_engine.launchers.registry import launcher_kind
 from recipe_engine.plan.recipe_plan import RecipePlan
@@ -55,12 +56,7 @@ def submit_recipe(plan: RecipePlan, args: Sequence[str], run_dir: Path) -> list[
 
 def stage_code(plan: RecipePlan, names: Sequence[str]) -> list[StageCode]:
     """The user's code the named stages run, as the plan keyed it (a node must find it)."""
-    return [
-        StageCode(reward.key, reward.target, reward.source_digest)
-        for name in names
-        for reward in plan.stages[name].rewards
-        if not reward.builtin
-    ]
+    return [code for name in names for code in plan.stages[name].code]
 
 
 def job_arguments() -> list[str]:

@@ -67,22 +67,21 @@ def build_args(settings: LibraryKwargs, *, output_dir: Path, kind: TrainerKind =
 
 @dataclass
 class TrainerParts:
-    """What a stage hands its TRL trainer; `reference` is the frozen reference model a
-    full-fine-tune stage of a kind with a reference compares with (None: the adapter-disabled
-    base, or none); `teacher` the frozen model a distilling stage learns from."""
+    """What a stage hands its TRL trainer; `added` what its kind's capabilities loaded, by the
+    trainer's argument names (a frozen reference, a teacher, reward functions); `adapter_reference`
+    whether its reference is the policy with its adapter disabled (checked once built)."""
 
     model: Any
     args: Any
     splits: Any  # DataSplits: train and eval datasets
     processor: Any
     callbacks: list[Any]
-    reference: Any = None
-    rewards: list[Any] = field(default_factory=list)  # an online kind's reward functions
-    teacher: Any = None  # a distilling kind's frozen teacher model
+    added: dict[str, Any] = field(default_factory=dict)
+    adapter_reference: bool = False
 
 
 def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
-    """TRL's trainer for `kind` built from the parts, with what the kind adds (its reference)."""
+    """TRL's trainer for `kind` built from the parts, with what its capabilities added."""
     import importlib
 
     trainer_class = getattr(importlib.import_module(kind.module), kind.trainer_class)
@@ -95,9 +94,9 @@ def make_trainer(kind: TrainerKind, parts: TrainerParts) -> Any:
         eval_dataset=parts.splits.eval,
         processing_class=parts.processor,
         callbacks=parts.callbacks,
-        **kind.trainer_arguments(parts.reference, parts.rewards, parts.teacher),
+        **parts.added,
     )
-    if kind.reference:
+    if parts.adapter_reference:
         reference_is_the_disabled_adapter(trainer.model)
     return trainer
 
@@ -122,19 +121,7 @@ def evaluate_held_out(trainer: Any, kind: TrainerKind, held_out: Any) -> dict[st
     from transformers.integrations import MLflowCallback
 
     trainer.remove_callback(MLflowCallback)
-    if kind.evaluates_tokenized:  # the same rows, as the trainer tokenized them when built
-        return trainer.evaluate(trainer.eval_dataset.select(range(len(held_out))))
-    if getattr(trainer.args, "precompute_ref_log_probs", False):
-        # The reference's log-probs of the held-out rows were computed when the trainer was
-        # built; a full fine-tune keeps no reference to score rows given after training, and
-        # TRL's DPO and KTO trainers refuse them. The same rows, as prepared then.
-        prepared = trainer.eval_dataset
-        trainer.eval_dataset = prepared.select(range(min(len(held_out), len(prepared))))
-        try:
-            return trainer.evaluate()
-        finally:
-            trainer.eval_dataset = prepared
-    return trainer.evaluate(held_out)
+    return kind.evaluate(trainer, held_out)
 
 
 def reference_is_the_disabled_adapter(model: Any) -> None:
@@ -239,8 +226,9 @@ def check_parameter_devices(model: Any, placement: PlacementPlan) -> None:
         )
 
 
-def preflight(trainer: Any) -> float:
-    """One forward/backward on a real batch; turns dtype/device errors into a clear message."""
+def preflight(trainer: Any, kind: TrainerKind) -> float:
+    """One forward/backward on a real batch, as the kind's training step runs it; turns
+    dtype/device errors into a clear message."""
     model = trainer.model
     batch = next(iter(trainer.get_train_dataloader()))
     # In train mode, as `training_step` runs it: a model fresh from `from_pretrained` is in
@@ -254,21 +242,20 @@ def preflight(trainer: Any) -> float:
     if not hasattr(trainer, "current_gradient_accumulation_steps"):
         trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
     with torch.random.fork_rng():
-        loss = _preflight_step(trainer, model, trainer._prepare_inputs(batch))
+        loss = _preflight_step(trainer, kind, model, trainer._prepare_inputs(batch))
     for logged in getattr(trainer, "_metrics", {}).values():  # TRL's per-step metrics: the
         logged.clear()  # preflight batch is no training step
     return loss
 
 
-def _preflight_step(trainer: Any, model: Any, batch: Any) -> float:
+def _preflight_step(trainer: Any, kind: TrainerKind, model: Any, batch: Any) -> float:
     try:
         # Training autocasts through accelerate's wrapper of the prepared model's forward,
         # which `train` installs; the preflight runs before it, so it autocasts the same way
         # itself (a no-op without mixed precision). Without it a bf16 stage on a GPU was
         # checked in a precision it never trains in (seen on an H100, docs/gpu/).
         with trainer.compute_loss_context_manager(), trainer.accelerator.autocast():
-            loss = trainer.compute_loss(model, batch)
-        loss.backward()
+            loss = kind.preflight_step(trainer, model, batch)
     except RuntimeError as error:
         text = str(error).splitlines()[0]
         cause = (

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipe_engine.capabilities.judged import summary
 from recipe_engine.config.library_objects import LibraryKwargs
 from recipe_engine.config.schema import ModelConfig
 from recipe_engine.errors import RecipeError
@@ -80,6 +81,7 @@ class Platform:
     device: str  # cpu | cuda | mps: where the stage's weights were
     cpu: str  # the CPU's model name
     cpu_capability: str | None  # torch's CPU kernel set: DEFAULT, AVX2, AVX512, ...
+    cpu_bfloat16: str | None = None  # native (AVX512-BF16, AMX) or emulated on float32 units
     gpu: str | None = None  # the CUDA device's name (CUDA stages)
     gpu_capability: str | None = None  # its compute capability, "9.0"
     threads: int = 1  # torch's intra-op threads
@@ -89,7 +91,8 @@ class Platform:
 
     def describe(self) -> str:
         """One line: "CPU AMD EPYC (AVX2), 2 threads, torch 2.14.1, ..., not deterministic"."""
-        where = f"CPU {self.cpu} ({self.cpu_capability or 'capability unknown'})"
+        bfloat16 = f", bfloat16 {self.cpu_bfloat16}" if self.cpu_bfloat16 else ""
+        where = f"CPU {self.cpu} ({self.cpu_capability or 'capability unknown'}{bfloat16})"
         if self.gpu:
             where = f"GPU {self.gpu} (capability {self.gpu_capability}), {where}"
         elif self.device != "cpu":
@@ -109,6 +112,8 @@ class Platform:
             "device": self.device,
             "cpu model": self.cpu,
             "cpu capability": str(self.cpu_capability),
+            # recorded since engines tell it (an older record's reads "not recorded")
+            **({"cpu bfloat16": self.cpu_bfloat16} if self.cpu_bfloat16 else {}),
             "gpu": str(self.gpu),
             "gpu capability": str(self.gpu_capability),
             "threads": str(self.threads),
@@ -192,10 +197,8 @@ class StageMetrics:
     base_accuracy: float | None = None  # the untrained base, on the same rows (root stages)
     base_contains: float | None = None
     evaluation_error: str | None = None  # the evaluation failed; the weights are committed
-    # A preference stage's held-out rows: TRL's reward metrics against the stage's reference
-    # (pairs: reward_accuracy, reward_margin ...; unpaired: reward_chosen, reward_rejected,
-    # reward_margin, kl) and its greedy answers' (win_rate; desirable_match, undesirable_match):
-    # run.preference_scores.
+    # A preference stage's held-out rows: TRL's metrics against the stage's reference and its
+    # greedy answers' (capabilities.judged names them; run.preference_scores measures them).
     preference: dict[str, float] | None = None
     # Peak memory of training on one device, in GiB: the plan's estimate and what was measured
     # (run.memory_peak: CUDA allocator peak, or live tensor bytes on CPU), and how.
@@ -208,10 +211,9 @@ class StageMetrics:
         parts = ["evaluation failed"] if self.evaluation_error else []
         if self.eval_accuracy is not None:
             parts.append(f"acc {self.eval_accuracy:.0%}")
-        if self.preference and "reward_accuracy" in self.preference:
-            parts.append(f"reward acc {self.preference['reward_accuracy']:.0%}")
-        elif self.preference and "reward_margin" in self.preference:  # KTO's: no accuracy
-            parts.append(f"reward margin {self.preference['reward_margin']:+.2f}")
+        judged = summary(self.preference)
+        if judged:
+            parts.append(judged)
         if self.eval_loss is not None:
             parts.append(f"loss {self.eval_loss:.3f}")
         return ", ".join(parts) or "-"

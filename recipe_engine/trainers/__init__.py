@@ -12,8 +12,10 @@ import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
+from recipe_engine.capabilities import Capability
 from recipe_engine.errors import RecipeError, did_you_mean
-from recipe_engine.trainers.kind import ROWS_IN_WORDS, TrainerKind
+from recipe_engine.plugins import Registry
+from recipe_engine.trainers.kind import ROW_KINDS, ROWS_IN_WORDS, TrainerKind
 
 # A stage left at `auto` trains with the first kind that takes its rows (`trainer_for`).
 AUTO = "auto"
@@ -21,6 +23,7 @@ NOT_KINDS = {"kind", "online"}  # modules of the package that declare no kind
 
 
 def _declared() -> dict[str, TrainerKind]:
+    """The engine's kinds, a module each, by rank."""
     kinds = [
         importlib.import_module(f"{__name__}.{module.name}").KIND
         for module in pkgutil.iter_modules(__path__)
@@ -29,10 +32,39 @@ def _declared() -> dict[str, TrainerKind]:
     return {kind.name: kind for kind in sorted(kinds, key=lambda kind: kind.rank)}
 
 
-TRAINERS: dict[str, TrainerKind] = _declared()
+def _broken(kind: Any) -> str | None:
+    """What a plug-in's kind gets wrong of the protocol (None: nothing)."""
+    if not isinstance(kind, TrainerKind):
+        return f"is a {type(kind).__name__}, not a TrainerKind (recipe_engine.trainers.kind)"
+    if kind.rows not in ROW_KINDS:
+        return f"takes rows `{kind.rows}`, not one of {', '.join(ROW_KINDS)}"
+    return None
+
+
+OWN = _declared()
+# The engine's kinds, then those of plug-ins (`plugins`: taken when first read), by rank.
+TRAINERS: Mapping[str, TrainerKind] = Registry("trainers", OWN, _broken, order=lambda k: k.rank)
 # The kind every record written before trainers were a choice trained with, and the one whose
 # settings stand for an evaluation stage (it trains nothing): the first to take instructions.
-DEFAULT = next(kind for kind in TRAINERS.values() if kind.demonstrations)
+DEFAULT = next(kind for kind in OWN.values() if kind.demonstrations)
+
+
+def known_capabilities() -> list[Capability]:
+    """Every capability a kind has, once each (by name), in the order the kinds list them."""
+    found: dict[str, Capability] = {}
+    for kind in TRAINERS.values():
+        for capability in kind.capabilities:
+            found.setdefault(capability.name, capability)
+    return list(found.values())
+
+
+def kinds_having(capability: Capability) -> list[str]:
+    """The kinds that have `capability` (by name), in the order they are listed."""
+    return [
+        kind.name
+        for kind in TRAINERS.values()
+        if any(own.name == capability.name for own in kind.capabilities)
+    ]
 
 
 def trainers_taking(rows: str) -> list[str]:

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from recipe_engine.capabilities.teacher import TEACHER
 from recipe_engine.trainers.kind import PROMPT_ROWS, StageFacts, TrainerKind
 from recipe_engine.trainers.online import check_prompts_fill_a_batch, check_vllm
 
@@ -76,13 +77,8 @@ class DistillKind(TrainerKind):
             f"{_key(stage.train, 'max_completion_length')} tokens), "
             f"{generation_batch(stage.train, stage.world_size)} prompt(s) a generation batch, "
             f"and matches the teacher's next-token distribution on its answer ({divergence}, "
-            f"beta {beta:g}); no reference model, no rewards"
+            f"beta {beta:g}); no reference model"
         ]
-
-    def trainer_arguments(
-        self, reference: object, rewards: list[object], teacher: object = None
-    ) -> dict[str, object]:
-        return {"teacher_model": teacher}
 
     def completion_tokens(self, train: Mapping[str, Any]) -> int:
         return int(_key(train, "max_completion_length"))
@@ -105,8 +101,7 @@ KIND = DistillKind(
     module="trl",
     trainer_class="DistillationTrainer",
     rows=PROMPT_ROWS,
-    reference=False,
     images=False,
     rank=6,
-    teacher=True,
+    capabilities=(TEACHER,),
 )

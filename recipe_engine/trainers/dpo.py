@@ -6,6 +6,8 @@ weights (a frozen copy) for a full fine-tune, or log-probs precomputed from them
 
 from __future__ import annotations
 
+from recipe_engine.capabilities.judged import JUDGED
+from recipe_engine.capabilities.reference import Reference
 from recipe_engine.trainers.kind import PREFERENCE_ROWS, Packing, TrainerKind
 
 KIND = TrainerKind(
@@ -14,7 +16,6 @@ KIND = TrainerKind(
     module="trl",
     trainer_class="DPOTrainer",
     rows=PREFERENCE_ROWS,
-    reference=True,
     images=True,
     rank=1,
     packing=Packing.PADS,
@@ -22,4 +23,5 @@ KIND = TrainerKind(
         "padding_free: off: TRL 1.16's DPOTrainer pads its batches (padding-free is disabled "
         "there since its refactor), so the stage trains as without it"
     ),
+    capabilities=(Reference("DPOTrainer"), JUDGED),
 )

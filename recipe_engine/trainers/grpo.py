@@ -9,19 +9,12 @@ Text prompts, chat prompts and prompts with images (a vision-language stage) all
 
 from __future__ import annotations
 
-from recipe_engine.trainers.kind import PROMPT_ROWS
-from recipe_engine.trainers.online import Defaults, OnlineKind
+from recipe_engine.trainers.online import Defaults, online_kind
 
-KIND = OnlineKind(
+KIND = online_kind(
     name="grpo",
     settings_class="GRPOConfig",
-    module="trl",
     trainer_class="GRPOTrainer",
-    rows=PROMPT_ROWS,
-    reference=False,
-    images=True,
     rank=4,
-    online=True,
-    reloads_reference=True,
     defaults=Defaults(num_generations=8, beta=0.0),
 )

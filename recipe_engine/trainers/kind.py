@@ -2,11 +2,12 @@
 
 A kind is one TRL trainer with its own settings class (a stage's `train` keys are that
 class's fields). What differs between kinds and matters to the engine is declared here, as
-fields, or overridden, as methods: which rows it takes, whether it compares the policy with
-a frozen reference or learns from a teacher, what it puts on the memory estimate, what
-packing does for it, what its loss is called, what `plan` checks and says of a stage, and
-the arguments its TRL trainer is built with. The layers read a stage's kind and never its
-name, so the next kind is one module.
+fields, or overridden, as methods: which rows it takes, what it puts on the memory estimate,
+what packing does for it, what its loss is called, what `plan` checks and says of a stage,
+how many batches an epoch is; and what it adds beyond its rows, as the capabilities it lists
+(`capabilities`: a reference, a teacher, rewards), each of which owns what it adds. The
+layers read a stage's kind and its capabilities, never its name, so the next kind is one
+module.
 
 Pure: nothing heavy is imported here; `run` imports the trainer class by name.
 """
@@ -19,6 +20,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from recipe_engine.capabilities import Capability, LabelCounts, StageFacts
+
+__all__ = ["Capability", "LabelCounts", "StageFacts", "TrainerKind"]
+
 # Rows a trainer takes: instruction rows (messages, prompt / completion), preference pairs
 # (prompt / chosen / rejected), unpaired feedback (prompt / completion / label), or prompts
 # alone (an online kind answers them itself and its rewards score the answers).
@@ -30,7 +35,7 @@ ROWS_IN_WORDS = {
     INSTRUCTION_ROWS: "instruction rows (messages, prompt / completion, or language-modeling text)",
     PREFERENCE_ROWS: "preference pairs (prompt / chosen / rejected)",
     UNPAIRED_ROWS: "unpaired feedback (prompt / completion / label)",
-    PROMPT_ROWS: "prompts (a prompt, optionally images and the columns its rewards read)",
+    PROMPT_ROWS: "prompts (a prompt, optionally images, and other columns as written)",
 }
 
 
@@ -46,28 +51,6 @@ class Packing(Enum):
 
 
 @dataclass(frozen=True)
-class LabelCounts:
-    """How many training rows of unpaired feedback are labelled desirable (true) and
-    undesirable (false)."""
-
-    desirable: int
-    undesirable: int
-
-
-@dataclass(frozen=True)
-class StageFacts:
-    """What a kind's own plan checks read of a stage, as the plan has decided it."""
-
-    name: str
-    train: Mapping[str, Any]  # the stage's `train` keys (its settings class's fields)
-    train_rows: int
-    world_size: int
-    rows: str  # the stage's rows as `plan` names them
-    labels: LabelCounts | None = None  # unpaired feedback's labels; None: rows without labels
-    device: str = "cpu"  # where the stage trains (placement): cuda | cpu | mps
-
-
-@dataclass(frozen=True)
 class TrainerKind:
     """One trainer: TRL's trainer and settings classes, and what it asks of rows and memory."""
 
@@ -75,34 +58,20 @@ class TrainerKind:
     settings_class: str  # the class `train` keys belong to (config.library_keys)
     module: str  # where TRL keeps the trainer and its settings class
     trainer_class: str
-    rows: str  # INSTRUCTION_ROWS | PREFERENCE_ROWS | UNPAIRED_ROWS
-    reference: bool  # scores the policy against a frozen reference model
+    rows: str  # INSTRUCTION_ROWS | PREFERENCE_ROWS | UNPAIRED_ROWS | PROMPT_ROWS
     images: bool  # takes image rows (a vision-language stage's)
     # Where it is listed, and which kind `auto` gives a stage whose rows several kinds take
     # (the lowest).
     rank: int
     experimental: bool = False  # TRL ships it under trl.experimental (its API may change)
-    # Its evaluate() reads only the rows it tokenized when it was built (ORPO's older
-    # trainer), not raw rows: the held-out rows are taken from those.
-    evaluates_tokenized: bool = False
     fused_head: bool = True  # TRL's fused LM head; False: it materializes the logits
     # Its loss is the next-token loss of demonstrations, with the loss flags that choose
     # which tokens count (completion_only_loss, assistant_only_loss); others name their loss.
     demonstrations: bool = False
     packing: Packing = Packing.NONE
     packing_note: str = ""  # Packing.PADS: what `plan` says when it drops `padding_free`
-    estimates_kl: bool = False  # forms a KL term from mismatched pairs within each batch
-    # Generates its own completions while it trains and learns from their rewards
-    # (`stage.<name>.rewards`): an online kind, whose batches are counted in completions.
-    online: bool = False
-    # Its TRL trainer loads a full fine-tune's reference itself, from the name in the policy's
-    # config (`config._name_or_path`), rather than taking one: the engine points that name at
-    # the folder the stage's starting weights were loaded from, never at a hub name.
-    reloads_reference: bool = False
-    # Learns from a teacher model's next-token distributions (`stage.<name>.teacher`, another
-    # stage's weights): `plan` orders the teacher first, keys the stage by it, and `run` loads
-    # it frozen beside the policy.
-    teacher: bool = False
+    # What it adds beyond its rows, each owning its keys, checks, key parts, memory and loads.
+    capabilities: tuple[Capability, ...] = ()
 
     @property
     def preference(self) -> bool:
@@ -132,17 +101,28 @@ class TrainerKind:
         """What `plan` says of a stage of this kind beside its reference: nothing."""
         return []
 
-    def trainer_arguments(
-        self, reference: object, rewards: list[object], teacher: object = None
-    ) -> dict[str, object]:
-        """What its TRL trainer takes besides the model, settings, rows, processor and
-        callbacks: the frozen reference (None: the adapter-disabled base) where it has one;
-        the frozen teacher model where the kind learns from one."""
-        return {"ref_model": reference} if self.reference else {}
+    def preflight_step(self, trainer: Any, model: Any, batch: Any) -> Any:
+        """One forward and backward on a training batch before step 0, as its trainer's
+        training step computes its loss: by default the trainer's `compute_loss`. A kind whose
+        trainer computes it in its own `training_step` (generating first) runs that."""
+        loss = trainer.compute_loss(model, batch)
+        loss.backward()
+        return loss
 
-    def keeps_reference(self, train: Mapping[str, Any]) -> bool:
-        """Whether a stage with these `train` keys compares with a frozen reference model."""
-        return self.reference
+    def evaluate(self, trainer: Any, held_out: Any) -> dict[str, float]:
+        """Its trainer's own evaluation of the held-out rows, after training (a loss, and for a
+        preference kind its implicit reward's metrics; {}: none)."""
+        if getattr(trainer.args, "precompute_ref_log_probs", False):
+            # The reference's log-probs of the held-out rows were computed when the trainer was
+            # built; a full fine-tune keeps no reference to score rows given after training,
+            # and TRL's DPO and KTO trainers refuse them. The same rows, as prepared then.
+            prepared = trainer.eval_dataset
+            trainer.eval_dataset = prepared.select(range(min(len(held_out), len(prepared))))
+            try:
+                return trainer.evaluate()
+            finally:
+                trainer.eval_dataset = prepared
+        return trainer.evaluate(held_out)
 
     def completion_tokens(self, train: Mapping[str, Any]) -> int:
         """Tokens a row's sequence gains beyond the row's own: an online kind's answers."""

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from recipe_engine.capabilities.judged import JUDGED
+from recipe_engine.capabilities.reference import Reference
 from recipe_engine.errors import RecipeError
 from recipe_engine.trainers.kind import UNPAIRED_ROWS, StageFacts, TrainerKind
 
@@ -66,10 +68,9 @@ KIND = KTOKind(
     module="trl",
     trainer_class="KTOTrainer",
     rows=UNPAIRED_ROWS,
-    reference=True,
     images=True,
     rank=3,
-    estimates_kl=True,
+    capabilities=(Reference("KTOTrainer"), JUDGED),
 )
 
 

@@ -18,8 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from recipe_engine.capabilities.reference import Reference
 from recipe_engine.errors import RecipeError
-from recipe_engine.trainers.kind import StageFacts, TrainerKind
+from recipe_engine.rewards.capability import REWARDS
+from recipe_engine.trainers.kind import PROMPT_ROWS, StageFacts, TrainerKind
 
 
 @dataclass(frozen=True)
@@ -161,11 +163,7 @@ class OnlineKind(TrainerKind):
     def plan_notes(self, stage: StageFacts) -> list[str]:
         planned = generation(stage.train, stage.world_size, self.defaults)
         beta = float(stage.train.get("beta", self.defaults.beta))
-        reference = (
-            f"KL to the reference, beta {beta:g}"
-            if self.keeps_reference(stage.train)
-            else "no reference (beta 0)"
-        )
+        reference = f"KL to the reference, beta {beta:g}" if beta else "no reference (beta 0)"
         return [
             f"generation: {self.planned_steps(stage)} steps; {planned.num_generations} "
             "completions of up to "
@@ -175,21 +173,12 @@ class OnlineKind(TrainerKind):
             f"used {planned.num_iterations} time(s); {reference}"
         ]
 
-    def keeps_reference(self, train: Mapping[str, Any]) -> bool:
-        """A KL term to a frozen reference (`beta` not 0)."""
-        return float(train.get("beta", self.defaults.beta)) != 0
-
     def completion_tokens(self, train: Mapping[str, Any]) -> int:
         return generation(train, 1, self.defaults).max_completion_length
 
     def generated_at_once(self, train: Mapping[str, Any], world_size: int) -> int:
         planned = generation(train, world_size, self.defaults)
         return planned.generation_batch // world_size
-
-    def trainer_arguments(
-        self, reference: object, rewards: list[object], teacher: object = None
-    ) -> dict[str, object]:
-        return {"reward_funcs": rewards}
 
     def batches_per_epoch(self, settings: Any, samples: int, world_size: int) -> int:
         """TRL's `RepeatSampler`: whole groups of `generation_batch_size / num_generations`
@@ -198,3 +187,22 @@ class OnlineKind(TrainerKind):
         prompts = settings.generation_batch_size // settings.num_generations
         groups = samples // prompts
         return groups * settings.num_iterations * settings.steps_per_generation
+
+
+def online_kind(
+    name: str, settings_class: str, trainer_class: str, rank: int, defaults: Defaults
+) -> OnlineKind:
+    """An online kind of TRL's: it learns from the stage's rewards, on prompts (text, chat or
+    with images), with a reference where its `beta` is not 0 (TRL reloads it by name)."""
+    reference = Reference(trainer_class, given=False, beta_default=defaults.beta)
+    return OnlineKind(
+        name=name,
+        settings_class=settings_class,
+        module="trl",
+        trainer_class=trainer_class,
+        rows=PROMPT_ROWS,
+        images=True,
+        rank=rank,
+        defaults=defaults,
+        capabilities=(REWARDS, reference),
+    )

@@ -6,18 +6,35 @@ only the rows it tokenized when it was built, and materializes the logits (no fu
 
 from __future__ import annotations
 
-from recipe_engine.trainers.kind import PREFERENCE_ROWS, TrainerKind
+from dataclasses import dataclass
+from typing import Any
 
-KIND = TrainerKind(
+from recipe_engine.capabilities.judged import JUDGED
+from recipe_engine.trainers.kind import PREFERENCE_ROWS, StageFacts, TrainerKind
+
+
+@dataclass(frozen=True)
+class ORPOKind(TrainerKind):
+    """A preference kind whose loss needs no reference: `plan` says so."""
+
+    def plan_notes(self, stage: StageFacts) -> list[str]:
+        return ["reference: none (reference-free loss)"]
+
+    def evaluate(self, trainer: Any, held_out: Any) -> dict[str, float]:
+        """Its evaluate() reads only the rows it tokenized when it was built, not raw rows:
+        the held-out rows are taken from those."""
+        return trainer.evaluate(trainer.eval_dataset.select(range(len(held_out))))
+
+
+KIND = ORPOKind(
     name="orpo",
     settings_class="ORPOConfig",
     module="trl.experimental.orpo",
     trainer_class="ORPOTrainer",
     rows=PREFERENCE_ROWS,
-    reference=False,
     images=False,
     rank=2,
     experimental=True,
-    evaluates_tokenized=True,
     fused_head=False,
+    capabilities=(JUDGED,),
 )

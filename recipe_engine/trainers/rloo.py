@@ -7,19 +7,12 @@ its prompt; TRL's default `beta` is 0.05, so a stage compares with a reference u
 
 from __future__ import annotations
 
-from recipe_engine.trainers.kind import PROMPT_ROWS
-from recipe_engine.trainers.online import Defaults, OnlineKind
+from recipe_engine.trainers.online import Defaults, online_kind
 
-KIND = OnlineKind(
+KIND = online_kind(
     name="rloo",
     settings_class="RLOOConfig",
-    module="trl",
     trainer_class="RLOOTrainer",
-    rows=PROMPT_ROWS,
-    reference=False,
-    images=True,
     rank=5,
-    online=True,
-    reloads_reference=True,
     defaults=Defaults(num_generations=2, beta=0.05),
 )

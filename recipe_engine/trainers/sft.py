@@ -16,7 +16,6 @@ KIND = TrainerKind(
     module="trl",
     trainer_class="SFTTrainer",
     rows=INSTRUCTION_ROWS,
-    reference=False,
     images=True,
     rank=0,
     demonstrations=True,

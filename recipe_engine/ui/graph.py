@@ -1,5 +1,5 @@
 """A run's stage graph laid out for drawing: boxes in columns by depth, arrows parent -> child
-(and teacher -> the stage that distills it).
+(and from each other stage a stage loads: a distilling stage's, say).
 
 networkx orders the graph (`topological_generations`: a stage's column is the longest path to
 it from a root); the page draws the boxes and arrows as inline SVG, each box a link to its
@@ -57,7 +57,9 @@ def layout(stages: Sequence[StageView]) -> Layout:
     graph.add_nodes_from(stage.name for stage in stages)
     named = {stage.name: stage for stage in stages}
     graph.add_edges_from((s.parent, s.name) for s in stages if s.parent in named)
-    graph.add_edges_from((s.teacher, s.name) for s in stages if s.teacher in named)
+    graph.add_edges_from(
+        (source, s.name) for s in stages for source in s.inputs.values() if source in named
+    )
     if not nx.is_directed_acyclic_graph(graph):  # a damaged config: draw one column
         columns = [[stage.name for stage in stages]]
     else:

@@ -23,6 +23,7 @@ from recipe_engine.launchers.registry import launcher_kind
 from recipe_engine.store.gc import find_runs
 from recipe_engine.store.records import SUMMARY_FILE, Manifest, RunSummary, StageRow
 from recipe_engine.store.store import COMPLETE, ENGINE_MARKER, KEY_LENGTH
+from recipe_engine.trainers import known_capabilities
 from recipe_engine.ui import live
 from recipe_engine.ui.paths import RUN_AREAS, OutputFolder
 
@@ -45,7 +46,8 @@ class StageView:
     row: StageRow | None = None  # the summary's row, once the run finished
     trained_by: str | None = None  # a reused stage: the run that trained it
     settings: JsonObject = field(default_factory=dict)  # the recipe's stage config
-    teacher: str | None = None  # a distilling stage's teacher, drawn as a second input
+    # Other stages it loads besides its start, by role (a distilling stage's), drawn as inputs.
+    inputs: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -147,9 +149,25 @@ def _graph_stages(config: JsonObject) -> list[StageView]:
     for name, settings in (config.get("stage") or {}).items():
         settings = settings if isinstance(settings, dict) else {}
         parent = (settings.get("init") or {}).get("from_stage")
-        teacher = (settings.get("teacher") or {}).get("from_stage")
-        stages.append(StageView(str(name), parent, "planned", settings=settings, teacher=teacher))
+        stages.append(
+            StageView(
+                str(name), parent, "planned", settings=settings, inputs=_inputs(name, settings)
+            )
+        )
     return stages
+
+
+def _inputs(name: str, settings: JsonObject) -> dict[str, str]:
+    """The other stages a stage's saved settings name as its inputs, by role (asked of the
+    capabilities that read them); a damaged config draws none."""
+    try:
+        return {
+            role: ref.stage
+            for capability in known_capabilities()
+            for role, ref in capability.inputs(name, settings).items()
+        }
+    except (AttributeError, TypeError):
+        return {}
 
 
 def _stage(view: RunView, name: str) -> StageView:
@@ -254,8 +272,8 @@ def _started(run_dir: Path) -> float:
 
 
 def in_order(stages: Iterable[StageView]) -> list[StageView]:
-    """Parents (and teachers) before the stages that load them, otherwise as the recipe
-    lists them."""
+    """Parents (and the other stages a stage loads) before the stages that load them,
+    otherwise as the recipe lists them."""
     stages = list(stages)
     names = {stage.name for stage in stages}
     placed: list[StageView] = []
@@ -264,6 +282,10 @@ def in_order(stages: Iterable[StageView]) -> list[StageView]:
         return name not in names or any(p.name == name for p in placed)
 
     while len(placed) < len(stages):
-        ready = [s for s in stages if s not in placed and loaded(s.parent) and loaded(s.teacher)]
+        ready = [
+            s
+            for s in stages
+            if s not in placed and loaded(s.parent) and all(map(loaded, s.inputs.values()))
+        ]
         placed += ready or [s for s in stages if s not in placed]
     return placed

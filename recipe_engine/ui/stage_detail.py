@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from markupsafe import Markup
 from recipe_engine.files import JsonObject
 from recipe_engine.report.plots import read_metrics
 from recipe_engine.store.records import Manifest
+from recipe_engine.trainers import known_capabilities
 from recipe_engine.ui.charts import Curve, curve
 from recipe_engine.ui.paths import OutputFolder
 from recipe_engine.ui.reports import markdown_html
@@ -62,26 +62,22 @@ def stage_detail(folder: OutputFolder, stage: StageView) -> StageDetail:
     return detail
 
 
-# TRL's online trainers log each reward's mean per logging step under this key.
-REWARD_KEY = re.compile(r"rewards/(.+)/mean")
-
-
 def stage_curves(store: Path, stage: StageView) -> list[Curve]:
-    """The training loss and, where the trainer evaluated, the eval loss, by step; for a stage
-    that generates (an online trainer), its mean reward, each reward's mean (TRL logs them as
-    `rewards/<name>/mean`) and its completions' mean length."""
+    """The training loss and, where the trainer evaluated, the eval loss, by step; what the
+    capabilities of its kind draw of what it logged (an online stage's rewards); and, for a
+    stage that generates, its completions' mean length."""
     if not stage.entry:
         return []
     folder = store / stage.entry
     if not folder.is_dir():
         folder = store / f"{stage.entry}.partial"
     records = read_metrics(folder / "metrics.jsonl")
-    rewards = dict.fromkeys(k for r in records for k in r if REWARD_KEY.fullmatch(k))
+    logged = list(dict.fromkeys(key for record in records for key in record))
+    drawn = [pair for capability in known_capabilities() for pair in capability.curves(logged)]
     curves = [
         curve("training loss", records, "loss"),
         curve("eval loss", records, "eval_loss"),
-        curve("mean reward", records, "reward"),
-        *(curve(f"reward {REWARD_KEY.fullmatch(k)[1]}", records, k) for k in rewards),
+        *(curve(label, records, key) for label, key in drawn),
         curve("completion length (tokens)", records, "completions/mean_length"),
     ]
     return [c for c in curves if c.points]

@@ -518,6 +518,20 @@ DATA = {
         "data.path={kit}/remote-image.jsonl",
         expect=("remote-image.jsonl, row 1", "remote URL", "Download the image"),
     ),
+    "Qwen-VL tags for a text model": case(
+        *own_data("qwen-vl-missing.jsonl"),
+        expect=("qwen-vl-missing.jsonl", "vision-language rows", "`<img>` tags", "text-only"),
+    ),
+    "a Qwen-VL tag naming a remote URL": case(
+        "data.source=local",
+        "data.path={kit}/qwen-vl-remote.jsonl",
+        expect=("qwen-vl-remote.jsonl, row 2", "remote URL", "Download the image"),
+    ),
+    "a Qwen-VL tag naming a picture that does not exist": case(
+        "data.source=local",
+        "data.path={kit}/qwen-vl-missing.jsonl",
+        expect=("qwen-vl-missing.jsonl, row 1", "nope.png", "does not exist"),
+    ),
     "feedback whose label is not a boolean": case(
         *own_data("unpaired-maybe.jsonl"),
         expect=("unpaired-maybe.jsonl, row 2", "`label` is 'maybe', not true or false"),
@@ -913,6 +927,14 @@ def _peer_kit() -> dict[str, str]:
                     {"role": "assistant", "content": "a red square"},
                 ]
             }
+        ),
+        # Qwen-VL's inline tags (ms-swift's query / response rows).
+        "qwen-vl-remote.jsonl": _lines(
+            {"query": "What is 1 + 1?", "response": "2"},
+            {"query": "Picture 1: <img>https://x.org/a.png</img>\nWhat?", "response": "red"},
+        ),
+        "qwen-vl-missing.jsonl": _lines(
+            {"query": "Picture 1: <img>nope.png</img>\nWhat?", "response": "red"}
         ),
         "unpaired-maybe.jsonl": _lines(
             {"prompt": "1 + 1?", "completion": "2", "label": "true"},

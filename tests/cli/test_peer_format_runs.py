@@ -9,7 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-from peer_files import PEER_FILES, model_with_template, trl_tool_calling
+from peer_files import (
+    PEER_FILES,
+    model_with_template,
+    ms_pretrain,
+    ms_qwen_vl_query_response,
+    trl_tool_calling,
+)
 
 from recipe_engine.cli.main import main
 from recipe_engine.store.records import Manifest, StageRow
@@ -75,3 +81,41 @@ def test_tool_rows_for_a_template_that_cannot_render_tools_are_refused(
     assert "the chat template of `tiny-qwen2` does not render them" in error
     assert "Use a model whose chat template supports tools" in error
     assert not (tmp_path / "out").exists()
+
+
+def test_ms_swift_pretraining_rows_are_planned_as_language_modeling(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A `response` alone (trained above as `ms-pretrain`): `plan` names the format it read."""
+    argv = [
+        "plan",
+        "recipe=text-lora",
+        "data.source=local",
+        f"data.path={ms_pretrain(tmp_path)}",
+        f"output_root={tmp_path / 'out'}",
+    ]
+    assert main(argv) == 0
+    assert "swift_pretrain (`response` as text) as language_modeling" in capsys.readouterr().out
+
+
+def test_qwen_vl_tagged_rows_train_the_vision_stage_of_r3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ms-swift's Qwen-VL rows name their pictures with `<img>` tags in `query`: `plan` says
+    they carry images, and r3's vision stage (which trains only the vision tower and the
+    projector, so rows without images are refused) trains on them, with no setting but a
+    short run, and is evaluated on the rows held out of the file."""
+    argv = [
+        "recipe=r3-two-stage",
+        "data.source=local",
+        f"data.path={ms_qwen_vl_query_response(tmp_path)}",
+        f"output_root={tmp_path / 'out'}",
+    ]
+    assert main(["plan", *argv]) == 0
+    planned = capsys.readouterr().out
+    assert "qwen_vl with images (`query` as prompt; `response` as completion) as vlm" in planned
+    assert main([*argv, "only=[vision]", *(s.format(stage="vision") for s in QUICK)]) == 0
+    [run_dir] = (tmp_path / "out" / "runs" / "r3-two-stage").iterdir()
+    [row] = json.loads((run_dir / "summary.json").read_text())["stages"]
+    assert (row["stage"], row["status"], row["steps"]) == ("vision", "trained", 2), row
+    assert row["eval"].startswith("acc "), row

@@ -16,9 +16,12 @@ import math
 from pathlib import Path
 
 import pytest
+from machines import CPU_ONLY
 from PIL import Image, ImageDraw
 
 from recipe_engine.cli.main import main
+from recipe_engine.config.compose import compose_config
+from recipe_engine.run.planning import plan_from_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -423,6 +426,30 @@ LAYOUTS = {
     "tiny-qwen2": {**TEXT_RECIPES, **SAME_TOKENIZER_RECIPES},
     "tiny-llama": TEXT_RECIPES,
 }
+# The bfloat16 runs: every recipe once, on a layout it runs on, and every layout, rather than
+# every pair (35 runs): r3's QLoRA stage with a frozen vision tower (the stage whose tower was
+# upcast to float32, FIELD-NOTES.md section 10) on each VLM layout, the other recipes spread over
+# them (a recipe's stages that r3 trained are reused from the layout's store, as a user's are;
+# a run whose stages are all reused compares nothing, so none comes after the run that trained
+# them all).
+# Float32 runs every recipe elsewhere (tests/run/test_recipe.py, the matrices above).
+BFLOAT16_RUNS = {
+    "tiny-qwen2-vl": ["r3-two-stage", "r1-llm-only", "r9-vlm-grpo"],
+    "tiny-qwen2.5-vl": ["r2-vision-only", "r3-two-stage"],  # r2 first: its stage is r3's first
+    "tiny-llava": ["r3-two-stage", "r4-joint"],
+    "tiny-idefics3": ["r3-two-stage", "r5-sft-dpo"],
+    "tiny-qwen2": ["r5-sft-dpo-text", "r6-sft-kto-text", "r8-distill-text"],
+    "tiny-llama": ["text-lora", "r5-sft-dpo-smollm2", "r7-sft-grpo"],
+}
+
+
+def test_the_bfloat16_runs_cover_every_recipe_and_layout_and_r3_on_every_vlm() -> None:
+    ran = [(model, recipe) for model, recipes in BFLOAT16_RUNS.items() for recipe in recipes]
+    assert {recipe for _, recipe in ran} == {r for recipes in LAYOUTS.values() for r in recipes}
+    assert set(BFLOAT16_RUNS) == set(LAYOUTS)
+    assert all(recipe in LAYOUTS[model] for model, recipe in ran)  # each on a layout it runs on
+    vlms = {model for model, recipes in LAYOUTS.items() if recipes is VLM_RECIPES}
+    assert {model for model, recipe in ran if recipe == "r3-two-stage"} == vlms
 
 
 def test_the_shipped_recipes_cover_every_recipe_file() -> None:
@@ -431,13 +458,29 @@ def test_the_shipped_recipes_cover_every_recipe_file() -> None:
 
 
 @pytest.mark.parametrize("model", list(LAYOUTS))
+def test_every_recipe_plans_a_bfloat16_model_of_every_layout(model):
+    """The pairs the bfloat16 runs leave out, as `plan` decides them (no weight loads): every
+    recipe's stages on every layout it runs on, each holding its unquantized weights and
+    computing in bfloat16."""
+    for recipe, stages in LAYOUTS[model].items():
+        overrides = [f"recipe={recipe}", f"model={model}", "model.dtype=bfloat16"]
+        result = plan_from_config(compose_config([*overrides, *ON_FEW_ROWS.get(recipe, [])]),
+                                  CPU_ONLY)  # fmt: skip
+        assert list(result.graph.order) == stages, recipe
+        for stage in result.stages.values():
+            precision = stage.precision
+            assert (stage.dtype, precision.weights, precision.activations) == ("bfloat16",) * 3
+
+
+@pytest.mark.parametrize("model", list(BFLOAT16_RUNS))
 def test_every_shipped_recipe_trains_evaluates_and_compares_a_bfloat16_model(model, tmp_path):
     """Real checkpoints are bfloat16: each recipe runs to exit 0 with its evaluation and
     compare, and exports its last stage, on a bfloat16 model of every built-in layout (one
     store, as a user's: stages the recipes share train once), and no stage holds a frozen
     weight in another dtype (a QLoRA stage's frozen vision tower was upcast to float32; its
     evaluation then died on the dtype: FIELD-NOTES.md, section 10)."""
-    for recipe, stages in LAYOUTS[model].items():
+    for recipe in BFLOAT16_RUNS[model]:
+        stages = LAYOUTS[model][recipe]
         steps = [f"stage.{stage}.train.max_steps=1" for stage in stages]
         run_dir = run_engine(
             tmp_path / "out",

@@ -10,6 +10,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.plan.hardware import parse_gpus, profile_gpus
 from recipe_engine.plan.placement import GpuInfo, PlacementRequest, plan_placement
 from recipe_engine.resolve import machine as hardware
+from recipe_engine.resolve.cpu import CpuFacts
 from recipe_engine.resolve.machine import Machine, detect_machine, parse_nvidia_smi
 
 SMI = "0, NVIDIA H100 80GB HBM3, 81559\n1, NVIDIA H100 80GB HBM3, 81559\n"
@@ -34,8 +35,12 @@ def no_mps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hardware, "_mps_available", lambda: False)
 
 
+CPU = CpuFacts("a CPU described", 64.0)
+
+
 def test_detect_machine_with_gpus(monkeypatch: pytest.MonkeyPatch, no_mps: None) -> None:
     monkeypatch.setattr(hardware, "_query_nvidia_smi", lambda: SMI)
+    monkeypatch.setattr(hardware, "detect_cpu", lambda env: CPU)
     machine = detect_machine({"CUDA_VISIBLE_DEVICES": "1"})
     assert machine == Machine(
         gpus=parse_nvidia_smi(SMI),
@@ -45,6 +50,7 @@ def test_detect_machine_with_gpus(monkeypatch: pytest.MonkeyPatch, no_mps: None)
         rank=0,
         local_rank=0,
         launched_by="python",
+        cpu=CPU,
     )
 
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from recipe_engine.capabilities import FrozenModel
 from recipe_engine.plan.memory import (
     GIB,
     NF4_DOUBLE_QUANT_BYTES,
@@ -245,12 +246,15 @@ def test_a_cuda_peak_is_what_the_allocator_holds_and_the_context_comes_off_the_c
 # --------------------------------------------------------------------------- trainers
 
 LORA = {"lora_components": ("language_model",), "lora_params": 10**7}
+# A full fine-tune's reference: a copy of its starting weights, stored and sharded alike.
+COPY = FrozenModel("reference model", 0, same_storage=True)
 FULL = {"trained": ("embeddings", "language_model", "lm_head")}
 
 
 def test_sft_estimates_are_unchanged_by_the_trainer_fields() -> None:
-    """The peaks (GiB) these SFT requests had before `sequences_per_row`, `reference_copy` and
-    `fused_head` existed, to the last bit: an SFT stage's defaults change nothing."""
+    """The peaks (GiB) these SFT requests had before `sequences_per_row`, frozen models beside
+    the policy and `fused_head` existed, to the last bit: an SFT stage's defaults change
+    nothing."""
     before = [
         (request(), 14.269527912139893),
         (request(trained=("language_model",), batch=1, text_tokens=8), 50.68257451057434),
@@ -270,7 +274,7 @@ def test_sft_estimates_are_unchanged_by_the_trainer_fields() -> None:
     for sft, peak in before:
         estimate = estimate_memory(sft)
         assert estimate.peak == peak
-        assert estimate.reference == 0 and "reference model" not in dict(estimate.parts())
+        assert estimate.of(COPY.label) == 0 and "reference model" not in dict(estimate.parts())
 
 
 def test_dpo_lora_adds_no_reference_and_doubles_the_sequences() -> None:
@@ -279,7 +283,7 @@ def test_dpo_lora_adds_no_reference_and_doubles_the_sequences() -> None:
     sft = estimate_memory(request(**LORA))
     dpo = estimate_memory(request(**LORA, sequences_per_row=2))
     as_double_batch = estimate_memory(request(**LORA, batch=4))
-    assert dpo.reference == 0
+    assert dpo.of(COPY.label) == 0
     assert dpo.weights == sft.weights and dpo.lora == sft.lora and dpo.optimizer == sft.optimizer
     assert dpo.activations == pytest.approx(2 * sft.activations)
     assert dpo.logits == as_double_batch.logits  # the same fused LM head as SFT, on 2x tokens
@@ -289,26 +293,34 @@ def test_dpo_lora_adds_no_reference_and_doubles_the_sequences() -> None:
 def test_dpo_full_fine_tune_adds_exactly_one_frozen_copy_of_the_weights() -> None:
     full = request(**FULL, batch=1, text_tokens=64)
     sft = estimate_memory(dataclasses.replace(full, sequences_per_row=2))
-    dpo = estimate_memory(dataclasses.replace(full, sequences_per_row=2, reference_copy=True))
-    assert dpo.reference == pytest.approx(sum(COUNTS.values()) * 2 / GIB)  # bf16, no states
-    assert dpo.reference == pytest.approx(sft.weights)
+    dpo = estimate_memory(dataclasses.replace(full, sequences_per_row=2, frozen=(COPY,)))
+    assert dpo.of(COPY.label) == pytest.approx(sum(COUNTS.values()) * 2 / GIB)  # bf16, no states
+    assert dpo.of(COPY.label) == pytest.approx(sft.weights)
     assert dpo.peak == pytest.approx(sft.peak + sft.weights)
-    assert ("reference model", dpo.reference) in dpo.parts()
+    assert ("reference model", dpo.of(COPY.label)) in dpo.parts()
     assert "reference model" in describe_memory(dpo, "cuda:0", 80)
 
 
 def test_the_reference_copy_is_sharded_like_the_weights() -> None:
-    dpo = request(**FULL, batch=1, text_tokens=8, sequences_per_row=2, reference_copy=True)
-    single = estimate_memory(dpo).reference
+    dpo = request(**FULL, batch=1, text_tokens=8, sequences_per_row=2, frozen=(COPY,))
+    single = estimate_memory(dpo).of(COPY.label)
     for sharding, share in [
         (Sharding("fsdp", 4), single / 4),
         (Sharding("deepspeed", 4, 3), single / 4),
         (Sharding("deepspeed", 4, 2), single),
         (Sharding("ddp", 4), single),
     ]:
-        assert estimate_memory(dataclasses.replace(dpo, sharding=sharding)).reference == (
-            pytest.approx(share)
-        )
+        shared = estimate_memory(dataclasses.replace(dpo, sharding=sharding))
+        assert shared.of(COPY.label) == pytest.approx(share)
+
+
+def test_another_frozen_model_is_its_parameters_whole_on_each_device() -> None:
+    """A teacher: its parameters at the stage's width, not sharded with the policy."""
+    teacher = FrozenModel("teacher model", 10**8)
+    lora = request(**LORA, dtype="float32", frozen=(teacher,))
+    assert estimate_memory(lora).of("teacher model") == pytest.approx(10**8 * 4 / GIB)
+    sharded = dataclasses.replace(lora, sharding=Sharding("fsdp", 4))
+    assert estimate_memory(sharded).of("teacher model") == pytest.approx(10**8 * 4 / GIB)
 
 
 @pytest.mark.parametrize(
@@ -350,7 +362,7 @@ def test_orpo_has_no_reference_and_materializes_the_logits() -> None:
     the stage's width, ORPO_LOGITS of them at the top of the backward pass."""
     orpo = estimate_memory(request(**LORA, sequences_per_row=2, fused_head=False))
     dpo = estimate_memory(request(**LORA, sequences_per_row=2))
-    assert orpo.reference == 0
+    assert orpo.of(COPY.label) == 0
     assert orpo.activations == pytest.approx(dpo.activations)
     logits = 2 * 2 * 512 * 152064 * 2  # sequences x tokens x vocab x bf16
     assert orpo.logits == pytest.approx(ORPO_LOGITS * logits / GIB)
@@ -359,23 +371,24 @@ def test_orpo_has_no_reference_and_materializes_the_logits() -> None:
 
 def test_advice_for_a_dpo_full_fine_tune_names_the_reference_and_its_fixes() -> None:
     dpo = request(
-        **FULL, batch=1, text_tokens=64, sequences_per_row=2, reference_copy=True, stage="pref"
+        **FULL, batch=1, text_tokens=64, sequences_per_row=2, frozen=(COPY,), stage="pref"
     )
     estimate = estimate_memory(dpo)
-    capacity = estimate.peak - estimate.reference / 2  # fits once the copy is gone
+    capacity = estimate.peak - estimate.of(COPY.label) / 2  # fits once the copy is gone
     advice = fit_advice(dpo, capacity)
     lora = [a for a in advice if "stage.pref.lora" in a]
     assert lora and "adapter-disabled base" in lora[0] and "frozen copy" in lora[0]
     assert any("stage.pref.train.precompute_ref_log_probs=true" in a for a in advice)
     with_images = fit_advice(dataclasses.replace(dpo, images_per_row=1), capacity)
     assert not any("precompute_ref_log_probs" in a for a in with_images)  # TRL: text rows only
-    no_copy = dataclasses.replace(dpo, reference_copy=False)  # LoRA, precomputed, SFT
+    no_copy = dataclasses.replace(dpo, frozen=())  # LoRA, precomputed, SFT
     assert not any("reference" in a for a in fit_advice(no_copy, capacity))
 
 
 def test_stage_memory_reads_the_trainer_and_the_policy() -> None:
-    """`stage.<name>.trainer` sets the pair's two sequences, DPO's copy for a full fine-tune
-    (not with LoRA, not with precomputed reference log-probs), ORPO's logits."""
+    """`stage.<name>.trainer` sets the pair's two sequences and ORPO's logits; the frozen
+    models its capabilities hold (DPO's copy for a full fine-tune) come in as planned:
+    tests/capabilities/test_reference.py."""
     from recipe_engine.config.schema import StageConfig
     from recipe_engine.plan.memory_inputs import MemoryInputs, stage_memory
     from recipe_engine.plan.recipe_plan import AdapterPlan, PolicyPlan
@@ -396,11 +409,9 @@ def test_stage_memory_reads_the_trainer_and_the_policy() -> None:
         return found.request
 
     sft, dpo, orpo = memory("sft"), memory("dpo"), memory("orpo")
-    assert (sft.sequences_per_row, sft.reference_copy, sft.fused_head) == (1, False, True)
-    assert (dpo.sequences_per_row, dpo.reference_copy, dpo.fused_head) == (2, True, True)
-    assert (orpo.sequences_per_row, orpo.reference_copy, orpo.fused_head) == (2, False, False)
-    assert not memory("dpo", lora=True).reference_copy
-    assert not memory("dpo", precompute_ref_log_probs=True).reference_copy
+    assert (sft.sequences_per_row, sft.fused_head) == (1, True)
+    assert (dpo.sequences_per_row, dpo.fused_head) == (2, True)
+    assert (orpo.sequences_per_row, orpo.fused_head) == (2, False)
     assert dpo.stage == "pref"
     # `resolve` counts a pair's longest row as one sequence (prompt and the longer answer):
     # the same lengths, the same tokens per sequence; twice the sequences.

@@ -126,13 +126,14 @@ def test_identity_for_hub_and_tiny_needs_no_files() -> None:
 def test_identities_change_only_when_the_rows_read_change() -> None:
     """Stage keys hash the data identity: pinned, so that it changes only on purpose (the typed
     settings hash as the mappings did; reader 2 reads a system column, Alpaca's history and
-    `<image>` marks in role/content turns, which the first reader ignored)."""
+    `<image>` marks in role/content turns, which the first reader ignored; reader 3 reads
+    Qwen-VL's `<img>` tags as images, which reader 2 read as words)."""
     assert data_identity(data(source="hub", path="org/set")) == (
-        "810bc4aa35d520bfd75d379367a22636f199fde3f5d9dd42a93761f41aff7359"
+        "8fe8a6faa45dfa9c915439208a8611fb7a28cd4ac175bea643787b0a1bae78e4"
     )
     pairs = data(source="hub", path="org/set", chat_template="True", max_samples=4)
     assert data_identity(dataclasses.replace(pairs, columns={"prompt": "q"})) == (
-        "c9762642b2f05d6f69c9568ffdacdccc327d6dde6b3987a8ca38ec7a8d6ea923"
+        "0282329bb0b6be8391576751854afd745289ecd4029476ee1b60a3e9d6ca8f1d"
     )
 
 

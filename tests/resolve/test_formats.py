@@ -17,7 +17,7 @@ from recipe_engine.errors import RecipeError
 from recipe_engine.plan.trainer_settings import choose_loss
 from recipe_engine.resolve import formats
 from recipe_engine.resolve.detection import detection_order, resolve_layout
-from recipe_engine.resolve.formats import INPUT_FORMATS, REGISTRY
+from recipe_engine.resolve.formats import REGISTRY, input_formats
 from recipe_engine.resolve.row_shapes import (
     ASSISTANT_ONLY,
     COMPLETION_ONLY,
@@ -44,7 +44,7 @@ def seen(*present: str, keys: dict[str, set[str]] | None = None, images: tuple =
 
 
 def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
-    assert INPUT_FORMATS == (
+    assert input_formats() == (
         "messages",
         "prompt_completion",
         "alpaca",
@@ -56,6 +56,9 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         "tools",
         "language_modeling",
         "prompts",
+        # resolve/peer_formats, one module each, in module order
+        "qwen_vl",
+        "swift_pretrain",
     )
     assert OUTPUT_FORMATS == (
         "messages",
@@ -87,7 +90,7 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
         # A format has a form with images, or one form only (its layout refuses images).
         one_form = given.shapes.images is given.shapes.text is given.shapes.chat
         assert (given.shapes.images.images or one_form) and not given.shapes.text.images
-        assert set(given.columns) <= set(formats.CANONICAL_COLUMNS)
+        assert set(given.columns) <= set(formats.canonical_columns())
         text = given.shapes.text
         reads = given.messages is not None or text.prompt_completion or text.prompts
         assert reads or given.judged or one_form
@@ -96,7 +99,7 @@ def test_every_format_and_shape_is_declared_once_under_its_own_name() -> None:
 
 
 def test_no_module_matches_a_format_by_its_name_outside_the_registry() -> None:
-    names = "|".join(n for n in {*INPUT_FORMATS, *OUTPUT_FORMATS, "conversation"} if n != "vlm")
+    names = "|".join(n for n in {*input_formats(), *OUTPUT_FORMATS, "conversation"} if n != "vlm")
     compared = re.compile(rf"""[=!]= ?["']({names})["']|["']({names}|prompt)["'] (not )?in """)
     found = [
         f"{path.relative_to(PACKAGE)}:{number}"
@@ -160,15 +163,17 @@ def test_an_undetectable_split_lists_what_each_format_expects() -> None:
     assert info.value.key == "data.format"
     assert (
         "Expected `prompt`+`chosen`+`rejected` (preference pairs), `prompt`+`completion`+"
-        "`label` (unpaired feedback, KTO), `messages`+`tools` (tool calls), `messages` "
+        "`label` (unpaired feedback, KTO), `<img>` tags in `conversations` or `query`+"
+        "`response` text (Qwen-VL), `messages`+`tools` (tool calls), `messages` "
         "(role/content messages), `conversations` "
         "(ShareGPT from/value messages), `prompt`+`completion`, `instruction`+`output` "
-        "(Alpaca), `conversation` ({human, assistant} exchanges, Firefly), or `text` "
-        "(language modeling); an `images` column adds images." in str(info.value)
+        "(Alpaca), `conversation` ({human, assistant} exchanges, Firefly), `text` "
+        "(language modeling), or `response` alone (ms-swift's pretraining text); an `images` "
+        "column adds images." in str(info.value)
     )
     assert (
         "data.format=<messages|prompt_completion|alpaca|preference|unpaired|sharegpt|firefly|vlm"
-        "|tools|language_modeling|prompts>" in str(info.value)
+        "|tools|language_modeling|prompts|qwen_vl|swift_pretrain>" in str(info.value)
     )
 
 

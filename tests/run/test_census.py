@@ -9,7 +9,7 @@ import torch
 from policy_steps import apply_lora
 from tiny_configs import tiny_model
 
-from recipe_engine.config.components import component_of
+from recipe_engine.plan.components import component_of
 from recipe_engine.run.census import census, format_report, trainable_report
 from recipe_engine.run.policies import apply_freeze
 from recipe_engine.store.stage_records import ComponentCensus, TrainableCount

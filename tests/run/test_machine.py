@@ -6,8 +6,8 @@ import platform
 
 import torch
 
-from recipe_engine.run import machine
-from recipe_engine.run.machine import cpu_model, measure_platform, platform_here
+from recipe_engine.resolve.cpu import cpu_model
+from recipe_engine.run.machine import measure_platform, platform_here
 from recipe_engine.versions import package_version
 
 
@@ -16,6 +16,9 @@ def test_a_cpu_stage_records_the_cpu_its_kernels_threads_and_libraries():
     assert here.device == "cpu" and here.gpu is None and here.gpu_capability is None
     assert here.cpu == cpu_model() and here.cpu != ""
     assert here.cpu_capability == torch.backends.cpu.get_cpu_capability()
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert here.cpu_bfloat16 == ("native" if native else "emulated")
+    assert f"bfloat16 {here.cpu_bfloat16})" in here.describe()
     assert here.threads == torch.get_num_threads()
     assert here.libraries["torch"] == package_version("torch")
     assert set(here.libraries) >= {"transformers", "trl", "peft", "bitsandbytes", "accelerate"}
@@ -40,8 +43,3 @@ def test_another_thread_count_is_another_platform():
 def test_a_machine_without_the_device_has_no_platform_for_it(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a GPU's absence, anywhere
     assert platform_here("cuda", deterministic=False) is None
-
-
-def test_the_cpu_model_falls_back_to_what_platform_knows(monkeypatch, tmp_path):
-    monkeypatch.setattr(machine, "CPUINFO", tmp_path / "no-cpuinfo")  # not Linux
-    assert cpu_model() == (platform.processor() or platform.machine() or "unknown")

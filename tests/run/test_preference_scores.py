@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from recipe_engine.capabilities.judged import trl_metrics
 from recipe_engine.resolve.tiny.models import build_tiny_model
 from recipe_engine.run.preference_scores import (
     JUDGINGS,
@@ -16,7 +17,6 @@ from recipe_engine.run.preference_scores import (
     feedback_metrics,
     judging,
     pair_metrics,
-    trl_metrics,
     win_rate,
 )
 

@@ -26,6 +26,7 @@ from recipe_engine.store.metric_text import accuracy_text, eval_text
 from recipe_engine.store.records import Manifest, RunSummary, StageMetrics
 from recipe_engine.store.stage_records import QuantizationFacts
 from recipe_engine.trainers import TRAINERS
+from recipe_engine.trainers.online import OnlineKind
 from tools.bench_scale import PHASES
 
 SHORT = {"max_steps": 3, "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1}
@@ -58,7 +59,7 @@ def short_overrides(recipe: str) -> list[str]:
 
 def _online(trainer: str) -> dict[str, int]:
     kind = TRAINERS.get(trainer)
-    return ONLINE if kind is not None and kind.online else {}
+    return ONLINE if kind is not None and isinstance(kind, OnlineKind) else {}
 
 
 @pytest.fixture(scope="module")

@@ -58,6 +58,7 @@ from recipe_engine.run.trainer import (
     preflight,
     verify_trainer,
 )
+from recipe_engine.trainers import TRAINERS
 
 TWO_GPUS = (GpuInfo(0, "NVIDIA RTX 6000 Ada", 48.0), GpuInfo(1, "NVIDIA RTX 6000 Ada", 48.0))
 ROWS = 8  # conversational rows in the tiny dataset
@@ -599,7 +600,7 @@ def test_the_preflight_runs_in_the_precision_training_runs_in(
     linear = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
     hook = linear.register_forward_hook(lambda *_: seen.append(torch.is_autocast_enabled("cpu")))
     try:
-        assert preflight(trainer) > 0
+        assert preflight(trainer, TRAINERS["sft"]) > 0
     finally:
         hook.remove()
     assert seen and all(seen)

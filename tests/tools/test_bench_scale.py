@@ -81,7 +81,8 @@ def test_at_a_real_familys_widths_the_estimate_is_on_the_safe_side(tmp_path):
     line: every stage of r3 and text-lora is planned within 15% above its measured peak and
     never more than 5% under it (the unsafe side). Two steps: the estimate's peak is a step's
     with the optimizer state of the steps before it. At full depth `make bench-scale` prints
-    the same at 2 B parameters."""
+    the same at 2 B parameters. In the dtype the engine chooses here (`--dtype auto`):
+    bfloat16, or float32 on a CPU that emulates bfloat16 (as a user's run there would)."""
     out = tmp_path / "scale.json"
     done = subprocess.run(
         [sys.executable, "-m", "tools.bench_scale", "--runs",

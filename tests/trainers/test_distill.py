@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from recipe_engine.capabilities.teacher import TEACHER
 from recipe_engine.errors import RecipeError
 from recipe_engine.trainers import TRAINERS, trainer_for
 from recipe_engine.trainers.distill import DEFAULTS, generation_batch
@@ -28,13 +29,11 @@ def test_the_kinds_defaults_are_its_settings_class_defaults():
 
 
 def test_it_learns_from_a_teacher_on_prompts_and_auto_never_chooses_it():
-    assert DISTILL.teacher and DISTILL.rows == PROMPT_ROWS
-    assert not DISTILL.online and not DISTILL.reference and not DISTILL.judged
-    assert [name for name, kind in TRAINERS.items() if kind.teacher] == ["distill"]
+    assert DISTILL.capabilities == (TEACHER,) and DISTILL.rows == PROMPT_ROWS
+    assert not DISTILL.judged
+    assert [name for name, kind in TRAINERS.items() if TEACHER in kind.capabilities] == ["distill"]
     assert trainer_for(PROMPT_ROWS) != "distill"  # prompts alone call for an online kind
-    teacher = object()
-    assert DISTILL.trainer_arguments(None, [], teacher) == {"teacher_model": teacher}
-    assert "teacher_model" not in TRAINERS["grpo"].trainer_arguments(None, [], teacher)
+    assert TEACHER.argument == "teacher_model"  # what run hands TRL's DistillationTrainer
 
 
 @pytest.mark.parametrize(

@@ -19,10 +19,12 @@ def kto(rows: int = 64, processes: int = 1, labels: LabelCounts | None = None, *
 
 
 def test_only_kto_with_a_kl_term_pairs_rows_within_its_batches():
-    assert estimates_kl(kto().train) and KIND.estimates_kl
+    assert estimates_kl(kto().train)
     assert not estimates_kl(kto(loss_type="apo_zero_unpaired").train)  # TRL: calculate_KL = False
-    assert not any(kind.estimates_kl for kind in TRAINERS.values() if kind is not KIND)
-    TRAINERS["dpo"].check_plan(kto(per_device_train_batch_size=1))  # no KL term: no check
+    for name in ("sft", "dpo", "orpo"):  # KTO's own check: no other judged kind has it
+        TRAINERS[name].check_plan(kto(per_device_train_batch_size=1))
+    with pytest.raises(RecipeError):
+        KIND.check_plan(kto(per_device_train_batch_size=1))
     assert "within batches of 4 rows" in KIND.plan_notes(kto())[0]
     assert KIND.plan_notes(kto(loss_type="apo_zero_unpaired")) == []
 

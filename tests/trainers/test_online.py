@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from recipe_engine.errors import RecipeError
+from recipe_engine.rewards.capability import REWARDS
 from recipe_engine.trainers import TRAINERS
 from recipe_engine.trainers.kind import PROMPT_ROWS, StageFacts
 from recipe_engine.trainers.online import generation
@@ -64,17 +65,16 @@ def test_steps_are_the_batches_trls_sampler_yields(train, samples, tmp_path):
 
 def test_prompts_are_the_online_kinds_rows_and_only_theirs():
     assert GRPO.rows == RLOO.rows == PROMPT_ROWS
-    assert (
-        GRPO.online
-        and RLOO.online
-        and not any(TRAINERS[name].online for name in ("sft", "dpo", "orpo", "kto"))
-    )
+    rewarded = [name for name, kind in TRAINERS.items() if REWARDS in kind.capabilities]
+    assert rewarded == ["grpo", "rloo"]
     assert not GRPO.judged and not GRPO.preference and GRPO.images
 
 
 def test_a_reference_is_kept_where_beta_is_not_zero():
-    assert not GRPO.keeps_reference({}) and GRPO.keeps_reference({"beta": 0.04})
-    assert RLOO.keeps_reference({}) and not RLOO.keeps_reference({"beta": 0.0})
+    [grpo] = [c for c in GRPO.capabilities if c.name == "reference"]
+    [rloo] = [c for c in RLOO.capabilities if c.name == "reference"]
+    assert not grpo.keeps({}) and grpo.keeps({"beta": 0.04})
+    assert rloo.keeps({}) and not rloo.keeps({"beta": 0.0})
 
 
 def test_memory_terms_count_completions_and_the_generation_batch():

@@ -33,20 +33,24 @@ def test_auto_may_be_any_trainer_and_the_rows_choose_the_first_that_takes_them()
         check_train_for_one_of("s", {"betta": 0.2}, ["SFTConfig", "DPOConfig"])
 
 
+def capabilities(name: str) -> set[str]:
+    return {capability.name for capability in TRAINERS[name].capabilities}
+
+
 def test_preference_trainers_take_pairs_and_only_dpo_keeps_a_reference():
     assert not TRAINERS["sft"].preference
-    assert TRAINERS["dpo"].preference and TRAINERS["dpo"].reference
-    assert TRAINERS["orpo"].preference and not TRAINERS["orpo"].reference
+    assert TRAINERS["dpo"].preference and capabilities("dpo") == {"reference", "judged"}
+    assert TRAINERS["orpo"].preference and capabilities("orpo") == {"judged"}
 
 
 def test_kto_takes_unpaired_rows_keeps_a_reference_and_forms_kl_pairs_in_its_batches():
     kto = TRAINERS["kto"]
     assert kto.rows == "unpaired" and kto.judged and not kto.preference
-    assert kto.reference and kto.images and kto.estimates_kl
+    assert capabilities("kto") == {"reference", "judged"} and kto.images
     assert (kto.module, kto.trainer_class, kto.settings_class) == ("trl", "KTOTrainer", "KTOConfig")
     assert trainers_taking("unpaired") == ["kto"]
     assert trainers_taking("preference") == ["dpo", "orpo"]
-    assert not any(TRAINERS[name].estimates_kl for name in ("sft", "dpo", "orpo"))
+    assert type(kto).check_plan is not type(TRAINERS["dpo"]).check_plan  # its KL batches
 
 
 def test_kto_keys_are_checked_against_kto_config():

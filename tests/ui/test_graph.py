@@ -9,7 +9,7 @@ from recipe_engine.ui.runs import StageView, in_order
 
 def test_a_teacher_is_drawn_as_an_input_of_the_stage_it_teaches():
     stages = [
-        StageView("distill", "llm", "planned", teacher="teacher"),
+        StageView("distill", "llm", "planned", inputs={"teacher": "teacher"}),
         StageView("llm", None, "planned"),
         StageView("teacher", None, "planned"),
     ]

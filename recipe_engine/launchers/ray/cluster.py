@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
+from recipe_engine.capabilities import StageCode
 from recipe_engine.config.schema import EngineConfig
 from recipe_engine.errors import RecipeError
-from recipe_engine.launchers.kinds import NodeOffer, Partition, StageCode
+from recipe_engine.launchers.kinds import NodeOffer, Partition
 from recipe_engine.versions import package_version
 
 ADDRESS_VARIABLE = "RAY_ADDRESS"  # what Ray's own CLI reads, and what `ray job submit` sets

@@ -65,6 +65,18 @@ LOST = (
 )
 
 
+@dataclass(frozen=True)
+class Said:
+    """What the driver records of a stage: its phase, the word the web view and `status`
+    show (RUNNING, NOT_RUN, NODE_LOST ...), why, and where it ended its exit code and nodes."""
+
+    phase: JobPhase
+    word: str
+    reason: str = ""
+    exit_code: str = "-"
+    nodes: str = "-"
+
+
 @dataclass
 class Attempt:
     """One try of a stage: its placement group, then (once the group is placed, and its
@@ -126,7 +138,7 @@ class Driver:
         if parent is not None:
             self.env[TRACKING_PARENT_VARIABLE] = parent
         for name in self.waiting:
-            self._record(name, JobPhase.PENDING, "WAITING", reason="for its parents")
+            self._record(name, Said(JobPhase.PENDING, "WAITING", "for its parents"))
         try:
             with _signals_stop_the_run():
                 while self.waiting or self.running:
@@ -147,25 +159,20 @@ class Driver:
             failed = [p for p, ph in phases.items() if ph.ended and ph is not JobPhase.COMPLETED]
             if failed:
                 del self.waiting[name]
-                self._record(
-                    name,
-                    JobPhase.CANCELLED,
-                    "NOT_RUN",
-                    reason=f"its parent stage {failed[0]} did not commit",
-                )
+                why = f"its parent stage {failed[0]} did not commit"
+                self._record(name, Said(JobPhase.CANCELLED, "NOT_RUN", why))
                 continue
             if any(phase is not JobPhase.COMPLETED for phase in phases.values()):
                 continue
             key = self.submission.keys[name]
             if self.submission.stored(key):
                 del self.waiting[name]
-                self._record(name, JobPhase.COMPLETED, "COMPLETED", reason="in the store")
+                self._record(name, Said(JobPhase.COMPLETED, "COMPLETED", "in the store"))
                 print(f"stage {name}: in the store (committed by another run)", flush=True)
                 continue
             if not self.submission.claims.claim(key):
-                self._record(
-                    name, JobPhase.PENDING, "WAITING", reason="another run is training its key"
-                )
+                why = "another run is training its key"
+                self._record(name, Said(JobPhase.PENDING, "WAITING", why))
                 continue
             del self.waiting[name]
             self._place(name, job, number=1)
@@ -183,7 +190,7 @@ class Driver:
                 self._settle(name, self.running[name], ref)
         for name, attempt in list(self.running.items()):
             if not attempt.tasks and attempt.meeting is None and time.time() > attempt.deadline:
-                self._end(name, JobPhase.FAILED, "UNSCHEDULABLE", "1", self._no_room(name))
+                self._end(name, Said(JobPhase.FAILED, "UNSCHEDULABLE", self._no_room(name), "1"))
 
     # ------------------------------------------------------------------ one stage
 
@@ -205,7 +212,7 @@ class Driver:
         self.jobs[name] = self._replace_job(
             name, job_id=f"{name}-{number}", log=str(self._log(name, 0))
         )
-        self._record(name, JobPhase.PENDING, "PENDING", reason="waiting for room on the cluster")
+        self._record(name, Said(JobPhase.PENDING, "PENDING", "waiting for room on the cluster"))
 
     def _settle(self, name: str, attempt: Attempt, ref: Any) -> None:
         """One reference of the stage's attempt is ready: its group placed, its first node's
@@ -253,36 +260,32 @@ class Driver:
                 "scheduling_strategy": self._bundle(attempt, rank),
                 "name": f"{self.submission.recipe}:{name}[node {rank}]",
             }
-            ref = run.options(**options).remote(
-                arguments, stage_dir, rendezvous, self.cwd, env, str(self._log(name, rank))
-            )
+            task = node.StageTask(tuple(arguments), stage_dir, self.cwd, env,
+                                  str(self._log(name, rank)))  # fmt: skip
+            ref = run.options(**options).remote(task, rendezvous)
             attempt.tasks[ref] = rank
         where = f" on {job.nodes} nodes" if job.nodes > 1 else ""
         tries = f" (try {attempt.number})" if attempt.number > 1 else ""
         print(f"stage {name}: running on the Ray cluster{where}{tries}", flush=True)
-        self._record(name, JobPhase.RUNNING, "RUNNING")
+        self._record(name, Said(JobPhase.RUNNING, "RUNNING"))
 
     def _node_ended(self, name: str, attempt: Attempt, run: node.NodeRun) -> None:
         job = self.submission.jobs[name]
         if run.exit_code != 0:
             why = f"on {run.node}: {run.said}" if run.said else f"on {run.node}"
-            self._end(name, JobPhase.FAILED, "FAILED", str(run.exit_code), why, attempt)
+            self._end(name, Said(JobPhase.FAILED, "FAILED", why, str(run.exit_code)), attempt)
             return
         if len(attempt.ended) < job.nodes:
             return
         if not self.submission.stored(self.submission.keys[name]):
-            self._end(
-                name,
-                JobPhase.FAILED,
-                "FAILED",
-                "0",
+            why = (
                 "it ended without committing its key: the node planned another stage "
-                "(another engine, or other files there)",
-                attempt,
+                "(another engine, or other files there)"
             )
+            self._end(name, Said(JobPhase.FAILED, "FAILED", why, "0"), attempt)
             return
         nodes = ", ".join(sorted({r.node for r in attempt.ended.values()}))
-        self._end(name, JobPhase.COMPLETED, "COMPLETED", "0", "", attempt, nodes)
+        self._end(name, Said(JobPhase.COMPLETED, "COMPLETED", "", "0", nodes), attempt)
 
     def _fault(self, name: str, attempt: Attempt, error: Exception) -> None:
         """A Ray error for one of the attempt's references: a lost node runs the stage again
@@ -291,17 +294,11 @@ class Driver:
         lost = kind in LOST or any(c.__name__ in LOST for c in type(error).__mro__)
         first = (str(error).strip().splitlines() or [kind])[0][:300]
         if not lost:
-            self._end(name, JobPhase.FAILED, kind, "-", first, attempt)
+            self._end(name, Said(JobPhase.FAILED, kind, first), attempt)
             return
         if attempt.number > self.settings.max_retries:
-            self._end(
-                name,
-                JobPhase.NODE_LOST,
-                "NODE_LOST",
-                "-",
-                f"its node was lost {attempt.number} time(s) ({first})",
-                attempt,
-            )
+            why = f"its node was lost {attempt.number} time(s) ({first})"
+            self._end(name, Said(JobPhase.NODE_LOST, "NODE_LOST", why), attempt)
             return
         print(
             f"stage {name}: its node was lost ({kind}); running it again from its last checkpoint",
@@ -311,27 +308,19 @@ class Driver:
         del self.running[name]
         self._place(name, self.submission.jobs[name], attempt.number + 1)
 
-    def _end(
-        self,
-        name: str,
-        phase: JobPhase,
-        said: str,
-        exit_code: str,
-        reason: str,
-        attempt: Attempt | None = None,
-        nodes: str = "-",
-    ) -> None:
+    def _end(self, name: str, said: Said, attempt: Attempt | None = None) -> None:
         attempt = attempt or self.running.get(name)
         if attempt is not None:
             self._stop(attempt)
         self.running.pop(name, None)
         self.submission.claims.release(self.submission.keys[name])
         elapsed = _clock(time.time() - attempt.started) if attempt else "-"
-        self._record(name, phase, said, exit_code, nodes, elapsed, reason)
-        if phase is JobPhase.COMPLETED:
+        self._record(name, said, elapsed)
+        if said.phase is JobPhase.COMPLETED:
             print(f"stage {name}: committed on the Ray cluster", flush=True)
         else:
-            print(f"stage {name}: {said} ({reason}); its log: {self.jobs[name].log}", flush=True)
+            log = self.jobs[name].log
+            print(f"stage {name}: {said.word} ({said.reason}); its log: {log}", flush=True)
 
     def _stop(self, attempt: Attempt) -> None:
         """The attempt's tasks still running are cancelled and its group removed."""
@@ -356,10 +345,10 @@ class Driver:
             with contextlib.suppress(Exception):
                 self.ray.cancel(ref, force=True)
         for name, attempt in list(self.running.items()):
-            self._end(name, JobPhase.CANCELLED, "CANCELLED", "-", "stopped by the user", attempt)
+            self._end(name, Said(JobPhase.CANCELLED, "CANCELLED", "stopped by the user"), attempt)
         for name in list(self.waiting):
             del self.waiting[name]
-            self._record(name, JobPhase.CANCELLED, "CANCELLED", reason="stopped by the user")
+            self._record(name, Said(JobPhase.CANCELLED, "CANCELLED", "stopped by the user"))
         return stopped
 
     # ------------------------------------------------------------------ helpers
@@ -388,18 +377,10 @@ class Driver:
     def _replace_job(self, name: str, **changes: str) -> SubmittedJob:
         return SubmittedJob(**{**asdict(self.jobs[name]), **changes})
 
-    def _record(
-        self,
-        name: str,
-        phase: JobPhase,
-        said: str,
-        exit_code: str = "-",
-        nodes: str = "-",
-        elapsed: str = "-",
-        reason: str = "",
-    ) -> None:
+    def _record(self, name: str, said: Said, elapsed: str = "-") -> None:
         job = self.jobs[name]
-        self.states[name] = JobState(job.job_id, phase, said, exit_code, nodes, (), elapsed, reason)
+        self.states[name] = JobState(job.job_id, said.phase, said.word, said.exit_code,
+                                     said.nodes, (), elapsed, said.reason)  # fmt: skip
         run_dir = self.submission.run_dir
         save_jobs(run_dir, list(self.jobs.values()))
         save_states(run_dir, self.states.values())

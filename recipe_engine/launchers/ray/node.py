@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from recipe_engine.launchers.kinds import StageCode
+from recipe_engine.capabilities import StageCode
 from recipe_engine.launchers.stage_command import Rendezvous, node_command
 
 PR_SET_PDEATHSIG = 1
@@ -41,6 +41,19 @@ class NodeRun:
     exit_code: int
     said: str  # its last message: the engine's one-line `error: ...`, else its last line
     node: str
+
+
+@dataclass(frozen=True)
+class StageTask:
+    """What one node's task runs: the stage's command line, in its folder, where the run
+    started (None: the task's own folder, a shipped working_dir), with the driver's variables;
+    its output kept in `log`."""
+
+    arguments: tuple[str, ...]
+    stage_dir: str
+    cwd: str | None
+    env: dict[str, str]
+    log: str
 
 
 @dataclass(frozen=True)
@@ -90,26 +103,20 @@ def check_node(check: NodeCheck, env: dict[str, str]) -> tuple[str, list[str]]:
     return node_name(), json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_stage(
-    arguments: Sequence[str],
-    stage_dir: str,
-    rendezvous: Rendezvous | None,
-    cwd: str | None,
-    env: dict[str, str],
-    log: str,
-) -> NodeRun:
-    """The stage's process on this node (torchrun on each of several), its output kept in
-    `log` and streamed to the driver; how it ended."""
-    command = node_command(arguments, stage_dir, rendezvous)
-    Path(log).parent.mkdir(parents=True, exist_ok=True)
+def run_stage(task: StageTask, rendezvous: Rendezvous | None) -> NodeRun:
+    """The stage's process on this node (torchrun on each of several, meeting at
+    `rendezvous`), its output kept in the task's log and streamed to the driver; how it
+    ended."""
+    command = node_command(task.arguments, task.stage_dir, rendezvous)
+    Path(task.log).parent.mkdir(parents=True, exist_ok=True)
     node = node_name()
     last_line = last_error = ""
-    with open(log, "a", encoding="utf-8", errors="replace") as kept:
+    with open(task.log, "a", encoding="utf-8", errors="replace") as kept:
         kept.write(f"--- on {node}: {' '.join(command)}\n")
         process = subprocess.Popen(
             command,
-            cwd=cwd or os.getcwd(),
-            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+            cwd=task.cwd or os.getcwd(),
+            env={**os.environ, **task.env, "PYTHONUNBUFFERED": "1"},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -166,7 +173,7 @@ def _check_text(check: NodeCheck) -> str:
 def _problems(check: NodeCheck) -> list[str]:
     """Run in the stage's folder by `python -m`: what this node lacks, one line each."""
     from recipe_engine.errors import RecipeError
-    from recipe_engine.rewards import source_digest
+    from recipe_engine.user_code import function_digest
     from recipe_engine.versions import package_version
 
     problems = []
@@ -175,7 +182,7 @@ def _problems(check: NodeCheck) -> list[str]:
         problems.append(f"recipe-engine {version} is installed, the driver has {check.version}")
     for code in check.code:
         try:
-            digest = source_digest(code.key, code.target)
+            digest = function_digest(code.key, code.target)
         except RecipeError as error:
             problems.append(f"`{code.key}` ({code.target}): {error}")
             continue

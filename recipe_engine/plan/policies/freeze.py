@@ -9,16 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from recipe_engine.config.components import (
-    ALL_COMPONENTS,
-    Layout,
-    as_layout,
-    canonical_name,
-    component_of,
-    no_map_hint,
-    validate_components,
-)
+from recipe_engine.config.components import ALL_COMPONENTS, Layout, validate_components
 from recipe_engine.errors import RecipeError
+from recipe_engine.plan.components import as_layout, canonical_name, component_of, no_map_hint
 from recipe_engine.resolve.inventory import ModelInventory
 
 

@@ -13,17 +13,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipe_engine.config.components import (
-    ALL_COMPONENTS,
-    Layout,
+from recipe_engine.config.components import ALL_COMPONENTS, Layout, validate_components
+from recipe_engine.errors import RecipeError, did_you_mean
+from recipe_engine.plan.components import (
     as_layout,
     canonical_name,
     component_of,
     covering_modules,
     no_map_hint,
-    validate_components,
 )
-from recipe_engine.errors import RecipeError, did_you_mean
 from recipe_engine.plan.policies.freeze import compile_patterns, matches_any, trained_components
 from recipe_engine.plan.recipe_plan import AdapterPlan
 from recipe_engine.resolve.inventory import ADAPTABLE, LINEAR, ModelInventory

@@ -12,14 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from recipe_engine.config.components import (
-    ALL_COMPONENTS,
-    OTHER,
-    Layout,
-    as_layout,
-    component_of,
-    covering_modules,
-)
+from recipe_engine.config.components import ALL_COMPONENTS, OTHER, Layout
 from recipe_engine.config.library_keys import (
     DEFAULT_QUANT_COMPONENTS,
     ENGINE_QUANT_KEYS,
@@ -27,6 +20,7 @@ from recipe_engine.config.library_keys import (
 )
 from recipe_engine.config.library_objects import DTYPE_KEYS
 from recipe_engine.errors import RecipeError
+from recipe_engine.plan.components import as_layout, component_of, covering_modules
 from recipe_engine.plan.policies.freeze import compile_patterns
 from recipe_engine.plan.recipe_plan import QuantPlan
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from tiny_configs import tiny_model
 
-from recipe_engine.config.components import component_of
 from recipe_engine.errors import RecipeError
+from recipe_engine.plan.components import component_of
 from recipe_engine.plan.policies.freeze import trained_components
 from recipe_engine.resolve.inventory import inventory_of
 from recipe_engine.run.policies import apply_freeze

@@ -10,8 +10,8 @@ from policy_steps import apply_lora
 from policy_steps import lora_config as build_lora_config
 from tiny_configs import QWEN_TEXT, QWEN_VISION, tiny_model
 
-from recipe_engine.config.components import component_of
 from recipe_engine.errors import RecipeError
+from recipe_engine.plan.components import component_of
 from recipe_engine.plan.policies.lora import plan_lora
 from recipe_engine.resolve.inventory import inventory_of
 from recipe_engine.run.policies import apply_freeze

@@ -11,10 +11,10 @@ import transformers as tf
 from policy_steps import apply_lora, bnb_config, linear_names
 from tiny_configs import tiny_model
 
-from recipe_engine.config.components import component_of
 from recipe_engine.config.library_keys import validate_quantization
 from recipe_engine.config.schema import FreezeConfig, ModelConfig, StageConfig
 from recipe_engine.errors import RecipeError
+from recipe_engine.plan.components import component_of
 from recipe_engine.plan.policies.lora import plan_lora
 from recipe_engine.plan.policies.quant import quantization_plan
 from recipe_engine.plan.policy import decide_policy

@@ -7,18 +7,15 @@ import dataclasses
 import pytest
 from tiny_configs import tiny_model
 
-from recipe_engine.config.components import (
-    COMPONENTS,
-    Layout,
+from recipe_engine.config.components import COMPONENTS, Layout, known_layouts, validate_components
+from recipe_engine.errors import RecipeError
+from recipe_engine.plan.components import (
     canonical_name,
     component_of,
     covering_modules,
-    known_layouts,
     layout_for,
     report_layout,
-    validate_components,
 )
-from recipe_engine.errors import RecipeError
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 from plans import plan
 
+from recipe_engine.capabilities import InputStage, StageFacts, Vocabulary
+from recipe_engine.capabilities.teacher import TEACHER
 from recipe_engine.errors import RecipeError
 from recipe_engine.plan import dag
-from recipe_engine.plan.teacher import check_same_tokenizer
-from recipe_engine.resolve.inputs import ModelFiles, SavedTokenizer
 
 R8 = "recipe=r8-distill-text"
 
@@ -55,8 +55,8 @@ def test_the_plan_draws_the_teacher_and_keys_the_student_by_it():
     assert final_stage(plan(R8, "recipe.targets=[]")) == "distill"  # the teacher is loaded
     distill = planned.stages["distill"]
     assert planned.graph.order == ("llm", "teacher", "distill")
-    assert distill.teacher == "teacher" and distill.parent == "llm"
-    assert planned.teacher_of(distill) is planned.stages["teacher"]
+    assert distill.inputs == {"teacher": "teacher"} and distill.parent == "llm"
+    assert planned.inputs_of(distill) == {"teacher": planned.stages["teacher"]}
     retaught = plan(R8, "stage.teacher.train.learning_rate=1e-3")
     assert retaught.stages["teacher"].fingerprint != planned.stages["teacher"].fingerprint
     assert retaught.stages["distill"].fingerprint != distill.fingerprint
@@ -73,24 +73,35 @@ def test_the_estimate_counts_the_teachers_weights():
     planned = plan(R8)
     memory = planned.stages["distill"].memory.estimate
     teacher_params = sum(planned.stages["teacher"].policy.param_counts.values())
-    assert memory.teacher == pytest.approx(teacher_params * 4 / 2**30)  # float32
+    assert memory.of("teacher model") == pytest.approx(teacher_params * 4 / 2**30)  # float32
     assert dict(memory.parts())["teacher model"] > 0
-    assert planned.stages["llm"].memory.estimate.teacher == 0
+    assert planned.stages["llm"].memory.estimate.of("teacher model") == 0
 
 
-def files(vocab_size: int, digest: str) -> ModelFiles:
-    tokenizer = SavedTokenizer("/m", {"tokenizer.json": digest, "tokenizer_config.json": "x"})
-    return ModelFiles({"vocab_size": vocab_size}, {}, None, tokenizer)
+def vocabulary(vocab_size: int, digest: str) -> Vocabulary:
+    return Vocabulary(vocab_size, {"tokenizer.json": digest, "tokenizer_config.json": "x"})
+
+
+def student(ours: Vocabulary, theirs: Vocabulary | None) -> StageFacts:
+    teacher = InputStage("t", "f" * 64, 1000, False, theirs)
+    return StageFacts("s", {}, 8, 1, "rows", vocabulary=ours, inputs={"teacher": teacher})
 
 
 def test_a_teacher_with_another_vocabulary_is_refused():
-    same = files(363, "a")
-    check_same_tokenizer("s", "t", same, dataclasses.replace(same))
+    same = vocabulary(363, "a")
+    TEACHER.plan(student(same, dataclasses.replace(same)))
     # Settings beside the vocabulary (tokenizer_config.json) may differ.
-    other_config = ModelFiles(same.config, {}, None, SavedTokenizer("/n", {"tokenizer.json": "a"}))
-    check_same_tokenizer("s", "t", same, other_config)
-    check_same_tokenizer("s", "t", same, None)  # not read here: TRL compares on load
-    for other in (files(363, "b"), files(400, "a")):
+    TEACHER.plan(student(same, Vocabulary(363, {"tokenizer.json": "a"})))
+    TEACHER.plan(student(same, None))  # not read here: TRL compares on load
+    for other in (vocabulary(363, "b"), vocabulary(400, "a")):
         with pytest.raises(RecipeError, match="must share one tokenizer") as refused:
-            check_same_tokenizer("s", "t", same, other)
+            TEACHER.plan(student(same, other))
         assert refused.value.key == "stage.s.teacher.from_stage"
+
+
+def test_the_teacher_plans_its_key_part_its_weights_on_the_estimate_and_its_load():
+    planned = TEACHER.plan(student(vocabulary(363, "a"), vocabulary(363, "a")))
+    assert planned.key == {"teacher": "f" * 64}
+    assert [(m.label, m.params) for m in planned.frozen] == [("teacher model", 1000)]
+    [load] = planned.loads
+    assert (load.argument, load.stage, load.role) == ("teacher_model", "t", "teacher")
