@@ -22,7 +22,8 @@ VERBS: dict[str, str] = {
     "compare": "base vs every stage on the held-out probes; recipes=[A,B]: recipe vs recipe",
     "export": "a stage as a standalone folder (merged or adapter) with its model card; push=true",
     "runs": "list runs and store entries; `runs rm RUN_DIR`, `runs gc` free disk",
-    "ui": "a read-only local web view of the runs, stages, experiments and store",
+    "chat": "talk to a committed stage (streamed answers; prompt=TEXT for one), as compare asks",
+    "ui": "the web view: runs, stages, experiments, store; start, stop, compare runs, chat",
 }
 MULTIRUN_FLAGS = ("-m", "--multirun")
 # Hydra flags that take a value in the next argument.

@@ -1,6 +1,6 @@
-"""`ui`'s own keys (`ui.host=`, `ui.port=`) as a typed structured config, composed by Hydra with
-the engine's, as `compare`'s are (config.compare): Hydra checks the types, and a misspelt key
-is refused with the engine's unknown-key message."""
+"""`ui`'s own keys (`ui.host=`, `ui.port=`, `ui.max_upload_mb=`) as a typed structured config,
+composed by Hydra with the engine's, as `compare`'s are (config.compare): Hydra checks the
+types, and a misspelt key is refused with the engine's unknown-key message."""
 
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ from recipe_engine.errors import RecipeError
 UI_CONFIG = "ui"
 DEFAULT_HOST = "127.0.0.1"  # this machine only: another address is asked for, with a warning
 DEFAULT_PORT = 8765
+DEFAULT_MAX_UPLOAD_MB = 10.0  # the largest picture the chat takes
 
 
 @dataclass
 class UiOptions:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
+    max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
 
 
 @dataclass
@@ -47,6 +49,12 @@ def compose_ui(overrides: list[str], extra_dirs: list[str]) -> UiConfig:
         raise RecipeError(
             f"`ui.port={config.ui.port}` is not a port: give a number from 1 to 65535.",
             key="ui.port",
+        )
+    if not 0 < config.ui.max_upload_mb <= 1024:
+        raise RecipeError(
+            f"`ui.max_upload_mb={config.ui.max_upload_mb}`: give the largest picture the chat "
+            "takes, in MiB, above 0 and at most 1024.",
+            key="ui.max_upload_mb",
         )
     config.ui.host = config.ui.host or DEFAULT_HOST
     return config

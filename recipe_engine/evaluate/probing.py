@@ -142,6 +142,13 @@ def model_loaders(run_dir: Path) -> tuple[str, list[Loader]]:
     return root[2].kind, _loaders(stages, root)
 
 
+def lineage_loaders(stages: list[Stage]) -> list[Loader]:
+    """The models of a lineage of stages (a stage and its ancestors, root first, as a run's
+    summary or the store's parent keys give them) as `measure_run` loads them: the base, then
+    every stage. For a model asked on its own (`evaluate.chat`)."""
+    return _loaders(stages, root_stage(stages))
+
+
 def _loaders(stages: list[Stage], root: Stage) -> list[Loader]:
     """The base model first, then every stage, each loaded only when its turn comes. Each stage
     is measured with its own loss settings, the base with the root stage's (trained on it)."""
@@ -260,6 +267,12 @@ class RunSettings:
 
     eval: EvalConfig
     seed: int
+
+
+def run_settings(run_dir: Path) -> RunSettings:
+    """What a finished run evaluates with (its eval settings and seed), as `compare` reads
+    them: for a model of the run asked on its own (`evaluate.chat`)."""
+    return _run_config(Path(run_dir), _read_summary(Path(run_dir)).recipe)
 
 
 def _run_config(run_dir: Path, recipe: str) -> RunSettings:

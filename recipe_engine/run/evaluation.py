@@ -96,9 +96,16 @@ def generate_answers(
 
 
 def answer_batch(
-    model: Any, processor: Any, batch: Sequence[Any], kind: str, generation: Generation
+    model: Any,
+    processor: Any,
+    batch: Sequence[Any],
+    kind: str,
+    generation: Generation,
+    streamer: Any = None,
 ) -> list[str]:
-    """The answers to one batch of rows, generated as the model's mode stands."""
+    """The answers to one batch of rows, generated as the model's mode stands; `streamer`
+    (transformers' streamers, a batch of one row) is shown the tokens as they come: `chat`
+    streams an answer that is the same as this function's, since it is this function's."""
     tokenizer = getattr(processor, "tokenizer", processor)
     device = next(p.device for p in model.parameters() if p.device.type != "meta")
     texts = [prompt_text(processor, row) for row in batch]
@@ -125,6 +132,7 @@ def answer_batch(
             max_new_tokens=generation.max_new_tokens,
             do_sample=generation.do_sample,
             pad_token_id=tokenizer.pad_token_id,
+            streamer=streamer,
             **_sampling(generation),
         )
     new_tokens = output[:, inputs["input_ids"].shape[1] :]

@@ -42,6 +42,14 @@ class Curve:
             for x, y in self.points
         )
 
+    def marker(self) -> tuple[str, str] | None:
+        """Where a curve of one point is drawn as a dot (a polyline of one point shows
+        nothing): its (x, y) in the view box."""
+        if len(self.points) != 1:
+            return None
+        x, y = self.polyline().split(",")
+        return x, y
+
     def as_json(self) -> JsonObject:
         x0, x1, y0, y1 = self.bounds() if self.points else (0, 0, 0, 0)
         return {"name": self.name, "points": self.polyline(), "steps": [x0, x1], "values": [y0, y1]}

@@ -39,6 +39,7 @@ class Sweep:
     path: str  # the sweep folder, relative
     headers: list[str]
     rows: list[list[str]]  # cells in the headers' order
+    outputs: list[str | None]  # each job's run folder, relative to the sweep folder
 
 
 def experiments(folder: OutputFolder) -> list[Report]:
@@ -77,8 +78,9 @@ def report_page(folder: OutputFolder, relative: str) -> tuple[Report, Markup]:
 
 def sweep_page(folder: OutputFolder, relative: str) -> Sweep:
     path = folder.engine_file(f"{relative}/{JOBS_FILE}")
-    headers, rows = table_rows(_jobs(path))
-    return Sweep(relative, headers, rows)
+    jobs = _jobs(path)
+    headers, rows = table_rows(jobs)
+    return Sweep(relative, headers, rows, [job.output_dir for job in jobs])
 
 
 def _jobs(path: Path) -> list[SweepJob]:

@@ -1,14 +1,17 @@
 """Serving the UI: uvicorn on 127.0.0.1 unless another address is asked for (then a warning:
-anyone who reaches that address reads the runs)."""
+anyone who reaches that address reads the runs). A new token each start, printed as part of the
+address (as Jupyter does): only a browser that opened that address can start, stop or chat."""
 
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from recipe_engine.config.ui_options import DEFAULT_HOST, DEFAULT_PORT
+from recipe_engine.config.ui_options import DEFAULT_HOST, DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT
 from recipe_engine.errors import RecipeError
+from recipe_engine.ui.guard import TOKEN_FIELD, new_token
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -18,11 +21,18 @@ class ServeSettings:
     root: Path  # the output_root served
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
+    config_dirs: tuple[str, ...] = ()  # --config-dir folders: their recipes can be started
+    max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
+    token: str = field(default_factory=new_token)
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/"
+
+    @property
+    def url_with_token(self) -> str:
+        return f"{self.url}?{TOKEN_FIELD}={self.token}"
 
 
 def bind_warning(host: str) -> str | None:
@@ -31,8 +41,8 @@ def bind_warning(host: str) -> str | None:
         return None
     return (
         f"warning: serving on {host}, not 127.0.0.1: anyone who can reach this address reads "
-        "every run, score and setting under output_root (nothing can be changed). To share a "
-        "view, prefer a tunnel to 127.0.0.1 (ssh -L PORT:127.0.0.1:PORT)."
+        "every run, score and setting under output_root (changing anything needs the printed "
+        "token). To share a view, prefer a tunnel to 127.0.0.1 (ssh -L PORT:127.0.0.1:PORT)."
     )
 
 
@@ -46,17 +56,26 @@ def serve(settings: ServeSettings) -> None:
     """Listen (a port taken or an address not this machine's is one user error), say where,
     then serve until interrupted."""
     try:
+        import multipart  # noqa: F401 (Starlette reads the workbench's forms with it)
         import uvicorn
 
         from recipe_engine.ui.app import create_app
+        from recipe_engine.ui.workbench import Settings
     except ImportError as error:  # the `ui` extra is not installed
         raise RecipeError(
             f"`ui` needs the `ui` extra ({error.name} is not installed): "
             "pip install 'recipe-engine[ui]'."
         ) from None
     listening = _listen(settings)
-    print(f"serving {settings.root} at {settings.url} (read-only; Ctrl-C stops)", flush=True)
-    app = create_app(settings.root, allowed_hosts(settings.host))
+    print(
+        f"serving {settings.root} at {settings.url_with_token} (open this address to start, "
+        "stop and chat from the browser; Ctrl-C stops)",
+        flush=True,
+    )
+    bench = Settings(
+        Path.cwd(), settings.config_dirs, sys.executable, int(settings.max_upload_mb * 2**20)
+    )
+    app = create_app(settings.root, allowed_hosts(settings.host), settings.token, bench)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     server.run(sockets=[listening])
 

@@ -8,82 +8,12 @@ keyboard focus). `make ui-screenshots` keeps a screenshot of each page for docs/
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from axe_playwright_python.sync_playwright import Axe
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 pytestmark = pytest.mark.browser
-WCAG = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
-
-
-class Watched:
-    """A page with its console errors and failed requests collected."""
-
-    def __init__(self, page: Page) -> None:
-        self.page = page
-        self.problems: list[str] = []
-        self.asked_from: dict[object, str] = {}  # request -> the page's address when it was made
-        page.on("console", self._console)
-        page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
-        page.on("request", lambda r: self.asked_from.__setitem__(r, page.url))
-        page.on("requestfailed", self._failed)
-        page.on("response", self._response)
-
-    def _failed(self, request) -> None:  # noqa: ANN001
-        # The browser cancels what a page still loads when the test navigates away (its icon,
-        # fetched after the load event): the page did not fail, it was left.
-        left = self.asked_from.pop(request, self.page.url) != self.page.url
-        if not (left and request.failure == "net::ERR_ABORTED"):
-            self.problems.append(f"failed: {request.url} {request.failure}")
-
-    def _console(self, message) -> None:  # noqa: ANN001
-        if message.type == "error":
-            self.problems.append(f"console: {message.text}")
-
-    def _response(self, response) -> None:  # noqa: ANN001
-        if response.status >= 400:
-            self.problems.append(f"{response.status}: {response.url}")
-
-    def check(self, name: str) -> None:
-        """No problem so far, and the page passes the accessibility checks."""
-        assert not self.problems, f"{name}: {self.problems}"
-        results = Axe().run(self.page, options=WCAG)
-        violations = [
-            f"{v['id']}: {v['help']} ({len(v['nodes'])} nodes: {v['nodes'][0]['target']})"
-            for v in results.response["violations"]
-        ]
-        assert not violations, f"{name}: {violations}"
-        _keyboard_focus_is_visible(self.page, name)
-
-
-def _keyboard_focus_is_visible(page: Page, name: str) -> None:
-    """Tab reaches the skip link first, then the links, each drawn with a focus outline."""
-    page.reload()  # focus starts at the top of the page, as when it was opened
-    page.keyboard.press("Tab")
-    focused = page.evaluate("document.activeElement.textContent.trim()")
-    assert focused == "Skip to content", f"{name}: the first Tab reaches {focused!r}"
-    for _ in range(3):
-        page.keyboard.press("Tab")
-        outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
-        assert outline not in ("none", ""), f"{name}: no visible focus on the focused element"
-
-
-@pytest.fixture(scope="module")
-def browser(chromium) -> Iterator:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def watched(browser) -> Iterator[Watched]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    yield Watched(context.new_page())
-    context.close()
 
 
 def step_of(page: Page, stage: str) -> int:

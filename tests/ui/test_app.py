@@ -229,3 +229,52 @@ def test_only_the_loopback_names_are_answered_and_pages_run_only_shipped_scripts
     assert re.findall(r'<script src="([^"]+)"', page.text) == ["/static/live.js"]
     assert not re.search(r'(src|href)="(https?:)?//', page.text)  # nothing from elsewhere
     assert client.get("/static/live.js").status_code == 200
+
+
+# --- comparing runs: an experiment's runs by recipe and seed, curves laid over each other ----
+
+
+def test_the_experiment_groups_its_runs_by_recipe_and_seed_and_overlays_the_ticked(client, out):
+    report = next((out / "experiments").rglob("experiment.md")).relative_to(out).as_posix()
+    page = client.get(f"/report/{report}").text
+    groups = re.search(r'<table class="grid groups">.*?</table>', page, re.S)[0]
+    rows = dict(re.findall(r'<tr data-recipe="([\w-]+)">(.*?)</tr>', groups, re.S))
+    assert set(rows) == {"r1-llm-only", "r3-two-stage"}
+    runs = {recipe: re.search(r'href="/run/([^"]+)"', row)[1] for recipe, row in rows.items()}
+    assert runs["r3-two-stage"].startswith("runs/r3-two-stage/")
+    assert "seed 42" in groups  # the config's seed: one column
+    ticked = client.get(f"/report/{report}", params={"run": list(runs.values())}).text
+    charts = re.findall(
+        r'<figure class="curve overlay" data-chart="([^"]+)">(.*?)</figure>', ticked, re.S
+    )
+    by_title = dict(charts)
+    llm = by_title["stage llm: training loss"]  # both recipes train `llm`: one chart, two lines
+    lines = re.findall(r'<polyline class="series" data-run="([^"]+)"', llm)
+    assert sorted(lines) == sorted(runs.values())
+    assert "r1-llm-only seed 42" in llm and "r3-two-stage seed 42" in llm  # the legend
+    vision = re.findall(r'data-run="([^"]+)"', by_title["stage vision: training loss"])
+    assert vision == [runs["r3-two-stage"]]  # only r3 has a vision stage
+    # a run that is not one of the experiment's is not drawn, nor one outside output_root
+    first, rerun = r3_runs(out)
+    other = client.get(f"/report/{report}", params={"run": [rerun, "../../etc"]}).text
+    assert "<figure" not in other
+
+
+def test_a_sweep_s_jobs_and_any_runs_overlay_on_shared_charts(client, out):
+    sweep = next((out / "sweeps").rglob("jobs.jsonl")).parent.relative_to(out).as_posix()
+    page = client.get(f"/sweep/{sweep}").text
+    offered = re.findall(r'<input type="checkbox" name="run" value="([^"]+)"', page)
+    assert len(offered) == 2
+    ticked = client.get(f"/sweep/{sweep}", params={"run": offered}).text
+    charts = re.findall(r'<figure class="curve overlay".*?</figure>', ticked, re.S)
+    assert charts and all(
+        re.findall(r"</svg> (job \d)</li>", c) == ["job 0", "job 1"] for c in charts
+    )
+    first, rerun = r3_runs(out)
+    chosen = client.get("/overlay", params={"run": [first, offered[0]]}).text
+    titles = set(re.findall(r'data-chart="([^"]+)"', chosen))
+    assert {"stage vision: training loss", "stage llm: training loss"} <= titles
+    assert re.search(
+        rf'<input type="checkbox" name="run" value="{first}" id="[\w-]+" checked>', chosen
+    )
+    assert client.get("/overlay", params={"run": [first] * 2}).status_code == 200
