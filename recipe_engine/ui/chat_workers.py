@@ -24,9 +24,9 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from recipe_engine.files import atomic_write_bytes
+from recipe_engine.files import JsonObject, atomic_write_bytes
 from recipe_engine.store.records import SUMMARY_FILE, RunSummary
 from recipe_engine.ui.jobs import WORKBENCH
 from recipe_engine.ui.paths import OutputFolder, Refused
@@ -74,6 +74,25 @@ def chat_target(folder: OutputFolder, run: str, model: str) -> Target:
     return Target(run, model)
 
 
+WorkerState = Literal["loading", "ready", "failed", "stopped"]
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """A chat worker's state as the page shows it; `ready` is what the worker said once its
+    model loaded (the model, its generation settings), passed on as it said it."""
+
+    state: WorkerState
+    error: str = ""
+    ready: JsonObject = field(default_factory=dict)
+
+    def as_json(self) -> JsonObject:
+        return {"state": self.state, "error": self.error, **self.ready}
+
+
+STOPPED = WorkerStatus("stopped")
+
+
 @dataclass
 class Worker:
     """One chat worker process and what it said of itself."""
@@ -81,15 +100,16 @@ class Worker:
     target: Target
     process: asyncio.subprocess.Process
     log: Path
-    state: str = "loading"  # loading | ready | failed | stopped
-    ready: dict[str, Any] = field(default_factory=dict)
+    state: WorkerState = "loading"
+    ready: JsonObject = field(default_factory=dict)
     error: str = ""
     asked: float = field(default_factory=time.time)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiting: asyncio.Task | None = None
 
-    def as_json(self) -> dict[str, Any]:
-        return {"state": self.state, "error": self.error, **self.ready}
+    @property
+    def status(self) -> WorkerStatus:
+        return WorkerStatus(self.state, self.error, self.ready)
 
 
 class ChatWorkers:
@@ -102,16 +122,16 @@ class ChatWorkers:
         self.logs = folder.root / WORKBENCH / "chat"
         self._workers: dict[str, Worker] = {}
 
-    def state(self, target: Target) -> dict[str, Any]:
+    def state(self, target: Target) -> WorkerStatus:
         worker = self._workers.get(target.key)
-        return worker.as_json() if worker else {"state": "stopped", "error": ""}
+        return worker.status if worker else STOPPED
 
-    async def start(self, target: Target) -> dict[str, Any]:
+    async def start(self, target: Target) -> WorkerStatus:
         """The target's worker, started unless it is (the least recently asked stopped first
         when MAX_WORKERS are running)."""
         worker = self._workers.get(target.key)
         if worker is not None and worker.state in ("loading", "ready"):
-            return worker.as_json()
+            return worker.status
         going = sorted(self._workers.values(), key=lambda w: w.asked)
         while len(going) >= MAX_WORKERS:
             await self.stop(going.pop(0).target)
@@ -138,7 +158,7 @@ class ChatWorkers:
         worker = Worker(target, process, log)
         worker.waiting = asyncio.create_task(self._until_ready(worker))
         self._workers[target.key] = worker
-        return worker.as_json()
+        return worker.status
 
     async def _until_ready(self, worker: Worker) -> None:
         event = await self._event(worker, READY_TIMEOUT_S)
@@ -171,22 +191,26 @@ class ChatWorkers:
         said = [line for line in lines if line.startswith("error:")] or lines[-1:]
         return said[-1] if said else "the worker ended without a word"
 
-    async def stop(self, target: Target) -> dict[str, Any]:
+    async def stop(self, target: Target) -> WorkerStatus:
         worker = self._workers.pop(target.key, None)
         if worker is not None:
             await _end(worker)
-        return {"state": "stopped", "error": ""}
+        return STOPPED
 
     async def close(self) -> None:
         for worker in list(self._workers.values()):
             await _end(worker)
         self._workers.clear()
 
-    async def ask(
+    async def ask(self, target: Target, prompt: str, image: Path | None) -> AsyncIterator[str]:
+        """The worker's events for one question, each a JSON object's text as the browser
+        reads it: text as it comes, then the answer (or an error)."""
+        async for event in self._events(target, prompt, image):
+            yield json.dumps(event)
+
+    async def _events(
         self, target: Target, prompt: str, image: Path | None
-    ) -> AsyncIterator[dict[str, Any]]:
-        """The worker's events for one question: text as it comes, then the answer (or an
-        error)."""
+    ) -> AsyncIterator[JsonObject]:
         worker = self._workers.get(target.key)
         if worker is None or worker.state == "stopped":
             yield {"error": "the chat worker is not running: start it first"}

@@ -126,16 +126,16 @@ class Workbench:
 
     async def chat_start(self, request: Request) -> Response:
         target = self._target(await self._json(request))
-        return JSONResponse(await self.workers.start(target))
+        return JSONResponse((await self.workers.start(target)).as_json())
 
     async def chat_stop(self, request: Request) -> Response:
         target = self._target(await self._json(request))
-        return JSONResponse(await self.workers.stop(target))
+        return JSONResponse((await self.workers.stop(target)).as_json())
 
     async def chat_state(self, request: Request) -> Response:
         params = request.query_params
         target = chat_target(self.folder, params.get("run", ""), params.get("model", ""))
-        return JSONResponse(self.workers.state(target))
+        return JSONResponse(self.workers.state(target).as_json())
 
     async def ask(self, request: Request) -> Response:
         """The answer as server-sent events: `text` as it is generated, then `answer`."""
@@ -188,9 +188,9 @@ def _size(count: int) -> str:
     return f"{count / 2**20:g} MiB" if count >= 2**20 else f"{count} bytes"
 
 
-async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+async def _sse(events: AsyncIterator[str]) -> AsyncIterator[str]:
     async for event in events:
-        yield f"data: {json.dumps(event)}\n\n"
+        yield f"data: {event}\n\n"
 
 
 def refusal(error: Exception) -> tuple[int, str]:
