@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import sys
@@ -102,3 +103,22 @@ def module_digest(function: Callable[..., Any]) -> str:
 def source_digest(code: Any) -> str:
     """sha256 of the source of a module (or of a function without one)."""
     return hashlib.sha256(inspect.getsource(code).encode()).hexdigest()
+
+
+def code_outside(target: str, root: Path) -> str | None:
+    """Why the function `target` names may not run where only code under `root` may (the web
+    view's runs): its file or module is elsewhere, or the name is not a function's; None when
+    it lies under `root`. Nothing is imported."""
+    where, _, _ = target.rpartition(":")
+    if not where:
+        return f"`{target}`: write FILE.py:FUNCTION or MODULE:FUNCTION"
+    if where.endswith(".py") or "/" in where:
+        path = (root / where).resolve()
+    else:
+        spec = importlib.machinery.PathFinder.find_spec(where.split(".")[0], [str(root)])
+        if spec is None or spec.origin is None:
+            return f"`{target}`: `{where.split('.')[0]}` is not a module in {root}"
+        path = Path(spec.origin).resolve()
+    if not path.is_relative_to(root):
+        return f"`{target}` is code outside {root}"
+    return None

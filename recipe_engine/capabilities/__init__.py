@@ -11,7 +11,9 @@ ask a stage's capabilities, never whether it has a particular one:
 - `plan`: what `plan` decides with it, on the stage as planned so far (`StageFacts`): keys it
   sets among `train`, refusals, notes, what enters the stage key, the user's code a node must
   find, frozen models on the memory estimate, and what `run` loads (`Load`);
-- `curves`: which of a stage's logged metrics the web view draws for it.
+- `curves`: which of a stage's logged metrics the web view draws for it;
+- `code_from_elsewhere`: whether a setting of its sections, given where only code from one
+  folder may run (the web view's overrides), would run code from elsewhere.
 
 A kind's behaviour that is its own (its batches, its loss, its checks) stays a method of its
 `TrainerKind`. Pure: plain data in and out, nothing heavy imported.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 
@@ -188,3 +191,8 @@ class Capability(Protocol):
     def curves(self, logged: Sequence[str]) -> list[tuple[str, str]]:
         """Of a stage's logged metric keys, the ones the web view draws for it, each with its
         label (label, key)."""
+
+    def code_from_elsewhere(self, setting: str, value: Any, root: Path) -> str | None:
+        """Why `setting` (a key under one of its sections: `fn`, `0.fn`), set to `value`
+        where only code under `root` may run, would run code from elsewhere; None when it
+        would not."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from recipe_engine.capabilities import NOTHING, CapabilityPlan, InputRef, StageFacts
@@ -143,6 +144,9 @@ class Judged:
 
     def curves(self, logged: Sequence[str]) -> list[tuple[str, str]]:
         return [(label, key) for key, label in TRAINING_CURVES.items() if key in logged]
+
+    def code_from_elsewhere(self, setting: str, value: Any, root: Path) -> str | None:
+        return None  # it owns no settings
 
 
 JUDGED = Judged()

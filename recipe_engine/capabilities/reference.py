@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from recipe_engine.capabilities import (
@@ -68,6 +69,9 @@ class Reference:
 
     def curves(self, logged: Sequence[str]) -> list[tuple[str, str]]:
         return []
+
+    def code_from_elsewhere(self, setting: str, value: Any, root: Path) -> str | None:
+        return None  # it names a stage, never code
 
     def keeps(self, train: Mapping[str, Any]) -> bool:
         """Whether a stage with these `train` keys compares with a frozen reference."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from recipe_engine.capabilities import (
@@ -80,6 +81,9 @@ class Teacher:
 
     def curves(self, logged: Sequence[str]) -> list[tuple[str, str]]:
         return []
+
+    def code_from_elsewhere(self, setting: str, value: Any, root: Path) -> str | None:
+        return None  # it names a stage, never code
 
 
 def _named(config: Mapping[str, Any]) -> str | None:

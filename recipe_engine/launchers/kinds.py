@@ -194,6 +194,9 @@ class LauncherKind(Protocol):
     waits: bool
     # What starts a stage's processes on each of several nodes, as `plan` says it.
     node_starter: str
+    # Its keys whose values run commands or ship code on its nodes (key, why): refused where
+    # only code from one folder may run (the web view's overrides).
+    command_keys: tuple[tuple[str, str], ...]
 
     def check(self, cfg: EngineConfig) -> None:
         """What its own keys get wrong alone, before anything is read."""

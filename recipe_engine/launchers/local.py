@@ -25,6 +25,7 @@ class Local:
     scheduled = False
     waits = True  # the run trains here
     node_starter = ""  # one machine: never several nodes
+    command_keys = ()
 
     def check(self, cfg: EngineConfig) -> None:
         return None

@@ -22,7 +22,7 @@ DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
 
 # What a launcher is asked (`kinds.LauncherKind`): a plug-in's must have every one.
 METHODS = tuple(n for n, v in vars(LauncherKind).items() if callable(v) and n[0] != "_")
-PROTOCOL = ("name", "scheduled", "waits", "node_starter", *METHODS)
+PROTOCOL = ("name", "scheduled", "waits", "node_starter", "command_keys", *METHODS)
 
 
 def launchers() -> dict[str, LauncherKind]:

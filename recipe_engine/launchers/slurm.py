@@ -35,6 +35,10 @@ class Slurm:
     scheduled = True
     waits = False  # sbatch queues the jobs; `runs jobs` follows them
     node_starter = "the stage's SLURM job starts one torchrun per node (srun)"
+    command_keys = (
+        ("slurm.setup", "a scheduler's shell lines run commands on the cluster"),
+        ("slurm.additional_parameters", "a scheduler's options run commands on the cluster"),
+    )
 
     def check(self, cfg: EngineConfig) -> None:
         time_minutes(cfg.slurm.time)

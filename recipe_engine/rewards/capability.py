@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from recipe_engine.capabilities import (
@@ -28,6 +29,8 @@ from recipe_engine.capabilities import (
 from recipe_engine.errors import RecipeError
 from recipe_engine.files import JsonObject
 from recipe_engine.rewards import Reward, check_on_rows, planned_rewards
+from recipe_engine.rewards.builtin import BUILTIN
+from recipe_engine.user_code import code_outside
 
 SECTION = "rewards"
 # TRL's online trainers log each reward's mean per logging step under this key.
@@ -92,6 +95,19 @@ class Rewards:
         """The mean reward, and each reward's mean (TRL logs them as `rewards/<name>/mean`)."""
         each = [(f"reward {m[1]}", key) for key in logged if (m := EACH.fullmatch(key))]
         return [("mean reward", "reward"), *each] if "reward" in logged or each else []
+
+    def code_from_elsewhere(self, setting: str, value: Any, root: Path) -> str | None:
+        """A reward's `fn` outside `root`, or a `name` the engine does not ship (a plug-in's
+        is code from elsewhere)."""
+        leaf = setting.rpartition(".")[2]
+        if value is None:
+            return None
+        if leaf == "fn":
+            reason = code_outside(str(value), root)
+            return f"reward function {reason}" if reason else None
+        if leaf == "name" and str(value) not in BUILTIN:
+            return f"reward `{value}` is not one the engine ships ({', '.join(BUILTIN)})"
+        return None
 
 
 def _settings(reward: Reward) -> JsonObject:

@@ -28,7 +28,6 @@ server's own `--config-dir` are trusted as they are.
 
 from __future__ import annotations
 
-import importlib.machinery
 import re
 import shlex
 from collections.abc import Iterator
@@ -39,13 +38,12 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from recipe_engine.launchers.registry import launchers
-from recipe_engine.rewards.builtin import BUILTIN as BUILTIN_REWARDS
 from recipe_engine.trainers import TRAINERS
 
 TRACKERS_IN_OUTPUT_ROOT = ("none", "tensorboard")
 _WRITES_FOLDER = re.compile(r"\w*_dir|dir")
 _CODE_KEYS = ("trust_remote_code", "allow_pickle")
-_STAGE_SETTING = re.compile(r"stage\.[\w.-]+\.(?P<what>rewards|trainer)(\.\d+)?(\.(?P<leaf>\w+))?")
+_STAGE_SETTING = re.compile(r"stage\.[\w-]+\.(?P<section>\w+)(\.(?P<setting>[\w.]+))?")
 
 
 class Unsafe(Exception):
@@ -140,19 +138,17 @@ def _refusal(key: str, value: Any, rules: Rules) -> str | None:
         )
     if leaf in _CODE_KEYS and value not in (False, None, "false", "False"):
         return f"`{leaf}` runs code from the model's files; run it from a terminal"
-    if key in ("slurm.setup", "slurm.additional_parameters") or key.startswith(
-        ("slurm.setup.", "slurm.additional_parameters.")
-    ):
-        return "a scheduler's shell lines and options run commands on the cluster"
-    if key == "ray.runtime_env" or key.startswith("ray.runtime_env."):
-        return "Ray's runtime_env installs packages and ships code to the nodes"
+    for launcher in launchers().values():
+        for command_key, why in launcher.command_keys:
+            if key == command_key or key.startswith(f"{command_key}."):
+                return why
     if key == "harness.include_path":
         return "harness task files can run Python functions of their own"
     if key == "launcher" and value is not None and str(value) not in launchers():
         return f"launcher `{value}` is not one the engine ships ({', '.join(launchers())})"
     stage = _STAGE_SETTING.fullmatch(key)
     if stage:
-        return _stage_refusal(stage["what"], stage["leaf"], value, rules)
+        return _stage_refusal(stage["section"], stage["setting"], value, rules)
     return None
 
 
@@ -162,46 +158,19 @@ def _trackers(value: Any) -> set[str]:
     return {str(value)} if value is not None else set()
 
 
-def _stage_refusal(what: str, leaf: str | None, value: Any, rules: Rules) -> str | None:
-    """A stage's trainer kind (the shipped ones) and its rewards' functions (inside the
-    server's folder)."""
-    if what == "trainer" and leaf is None:
+def _stage_refusal(section: str, setting: str | None, value: Any, rules: Rules) -> str | None:
+    """A stage's trainer kind (the shipped ones), and what the capabilities owning the section
+    say of code it names (only code from the server's folder runs)."""
+    if section == "trainer" and setting is None:
         kinds = ["auto", *TRAINERS]
         if value is not None and str(value) not in kinds:
             return f"trainer `{value}` is not a kind the engine ships ({', '.join(kinds)})"
         return None
-    if what != "rewards":
-        return None
-    if leaf == "fn" and value is not None:
-        return _code_outside(str(value), rules)
-    if leaf == "name" and value is not None and str(value) not in BUILTIN_REWARDS:
-        return f"reward `{value}` is not one the engine ships ({', '.join(BUILTIN_REWARDS)})"
-    return None
-
-
-def _code_outside(function: str, rules: Rules) -> str | None:
-    """Why a reward's function (`path/to/file.py:fn` or `package.module:fn`) may not run: its
-    file is not inside the folder the server started in."""
-    where, _, _ = function.rpartition(":")
-    if not where:
-        return f"reward function `{function}`: write FILE.py:FUNCTION or MODULE:FUNCTION"
-    if where.endswith(".py") or "/" in where:
-        path = (rules.start_dir / where).resolve()
-    else:
-        spec = importlib.machinery.PathFinder.find_spec(where.split(".")[0], [str(rules.start_dir)])
-        origin = spec.origin if spec is not None else None
-        if origin is None:
-            return (
-                f"reward function `{function}`: `{where.split('.')[0]}` is not a module in the "
-                f"folder the server started in ({rules.start_dir}); the view runs only code "
-                "from there"
-            )
-        path = Path(origin).resolve()
-    if not path.is_relative_to(rules.start_dir):
-        return (
-            f"reward function `{function}` is code outside the folder the server started in "
-            f"({rules.start_dir}); the view runs only code from there"
-        )
+    owners = [c for kind in TRAINERS.values() for c in kind.capabilities if section in c.sections]
+    for capability in owners:
+        reason = capability.code_from_elsewhere(setting or "", value, rules.start_dir)
+        if reason:
+            return f"{reason}; the view runs only code from the folder the server started in"
     return None
 
 

@@ -157,8 +157,8 @@ REFUSED_OVERRIDES = {
     "++stage.llm.train.report_to=[wandb]": "trackers other than tensorboard",
     "model.trust_remote_code=true": "runs code from the model's files",
     "'model={allow_pickle: true}'": "runs code from the model's files",
-    "'++stage.llm.rewards=[{fn: /tmp/evil.py:fn}]'": "is code outside the folder the server",
-    "'++stage.llm.rewards=[{fn: os:system}]'": "is not a module in the folder the server",
+    "'++stage.llm.rewards=[{fn: /tmp/evil.py:fn}]'": "is code outside",
+    "'++stage.llm.rewards=[{fn: os:system}]'": "is not a module in",
     "'++stage.llm.rewards=[{name: my_plugin}]'": "is not one the engine ships",
     "stage.llm.trainer=my_plugin_kind": "is not a kind the engine ships",
     "launcher=my_plugin_launcher": "is not one the engine ships",
@@ -186,7 +186,7 @@ def test_overrides_that_write_elsewhere_or_run_code_from_elsewhere_are_refused(c
     check_overrides(["++stage.llm.rewards=[{fn: my_rewards.py:fn}]"], rules)
     check_overrides(["++stage.llm.rewards=[{fn: my_rewards:fn}, {name: exact_match}]"], rules)
     check_overrides(["++stage.llm.train.report_to=[tensorboard]", "data.path=data.jsonl"], rules)
-    with pytest.raises(Unsafe, match="outside the folder"):
+    with pytest.raises(Unsafe, match="is code outside"):
         check_overrides([f"++stage.llm.rewards=[{{fn: {cwd}/../x.py:fn}}]"], rules)
 
 

@@ -34,6 +34,9 @@ class Ray:
     scheduled = True
     waits = True  # this command drives the cluster until its stages end
     node_starter = "one Ray task per node (a placement group spreads them) starts its torchrun"
+    command_keys = (
+        ("ray.runtime_env", "Ray's runtime_env installs packages and ships code to the nodes"),
+    )
 
     def check(self, cfg: EngineConfig) -> None:
         sizing.check_keys(cfg)
