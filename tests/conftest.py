@@ -2,6 +2,7 @@
 
 import gc
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +23,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+# Tests stop runs as a terminal's Ctrl-C does (SIGINT). A suite started in the background of a
+# script (`make test &`) inherits SIGINT ignored, and so would every command it starts: Python
+# then raises no KeyboardInterrupt and those runs would never stop. The handler restored here
+# is Python's own, and a command started from here begins with SIGINT at its default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _markers(config) -> None:

@@ -89,7 +89,7 @@ def compose_chat(
     assert isinstance(config, ChatConfig), type(config)
     keys = set(override_keys(overrides)) if overrides else set()
     given = frozenset(key.removeprefix("eval.") for key in keys) & _EVAL_KEYS
-    if config.jsonl and "prompt" in text:
+    if config.jsonl and text.get("prompt") is not None:
         raise RecipeError(
             "`jsonl=true` reads its questions from stdin; drop `prompt=` (or drop jsonl=true "
             "for one answer).",

@@ -234,7 +234,6 @@ class Chat:
                     self.model,
                     self.processor,
                     [row],
-                    self.found.kind,
                     self.found.generation,
                     streamer=streamer,
                 )

@@ -30,8 +30,8 @@ def judge_on_rows(
     """Preference metrics of some models of a run (the base first: rewards are judged against
     it) on `rows` (judged rows: preference pairs or unpaired feedback), generated with the eval
     `settings`; one model in memory at a time."""
-    kind, loaders = model_loaders(run_dir)
-    judge = PreferenceJudge(rows, kind, Generation.from_settings(settings, seed))
+    _, loaders = model_loaders(run_dir)
+    judge = PreferenceJudge(rows, Generation.from_settings(settings, seed))
     for index, (name, load, _) in enumerate(loaders):
         if index == 0 or name in models:
             model, processor = load()

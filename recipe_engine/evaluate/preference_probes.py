@@ -57,8 +57,8 @@ class PreferenceJudge:
     loaded model), then adds every model's preference metrics to the comparison's (`judge`),
     rewards against the first (the base)."""
 
-    def __init__(self, rows: list[TrlRow] | None, kind: str, generation: Generation) -> None:
-        self.rows, self.kind, self.generation = rows, kind, generation
+    def __init__(self, rows: list[TrlRow] | None, generation: Generation) -> None:
+        self.rows, self.generation = rows, generation
         self.rule = judging(rows or [])
         self.logps: dict[str, LogPs] = {}
         self.greedy: dict[str, dict[str, float]] = {}
@@ -67,7 +67,7 @@ class PreferenceJudge:
         if not self.rows or self.rule is None:
             return
         log.info("compare: %s on %d %s row(s)", name, len(self.rows), self.rule.rows)
-        self.add(name, measure_judged(model, processor, self.rows, self.kind, self.generation))
+        self.add(name, measure_judged(model, processor, self.rows, self.generation))
 
     def add(self, name: str, judged: JudgedAnswers | None) -> None:
         """A model's log-probabilities and greedy answers on the judged rows."""

@@ -89,7 +89,7 @@ def measure_run(
     asked = Asked(probed, preference_rows(stages, seed, limit))
     generation = Generation.from_settings(asdict(evaluation), seed)
     stored = run_dir if overrides.measured and probes is None and also is None else None
-    questions = Questions(asked, root[2].kind, generation)
+    questions = Questions(asked, generation)
     outputs, metrics = _answer_all(_loaders(stages, root), questions, also, stored)
     return Measured(run_dir, summary.recipe, stages, probed, source, outputs, metrics, generation)
 
@@ -118,7 +118,7 @@ def evaluate_models(
     ]
     asked = Asked(probed, judged)
     generation = Generation.from_settings(settings, seed)
-    metrics = _answer_all(wanted, Questions(asked, root[2].kind, generation))[1]
+    metrics = _answer_all(wanted, Questions(asked, generation))[1]
     return {name: values for name, values in metrics.items() if name in models}
 
 
@@ -196,7 +196,7 @@ def _answer_all(
     references = [probe.reference for probe in asked.probes]
     outputs: dict[str, list[str]] = {}
     metrics: dict[str, ModelMetrics] = {}
-    on_judged = PreferenceJudge(asked.judged, questions.kind, questions.generation)
+    on_judged = PreferenceJudge(asked.judged, questions.generation)
     for name, load, settings in loaders:
         identity = questions.identity(settings)
         measurement = read_measurement(stored, name, identity) if stored else None

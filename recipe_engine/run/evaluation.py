@@ -81,9 +81,7 @@ def reference_text(row: TrlRow) -> str:
     return "".join(message_text(m) for m in answer)
 
 
-def generate_answers(
-    model: Any, processor: Any, rows: Any, kind: str, generation: Generation
-) -> list[str]:
+def generate_answers(model: Any, processor: Any, rows: Any, generation: Generation) -> list[str]:
     """Answers to each row's prompt (`prompt_text`), in eval mode; greedy unless do_sample."""
     torch.manual_seed(generation.seed)  # sampling, when asked for, is reproducible
     batch_size = generation.batch_size
@@ -91,7 +89,7 @@ def generate_answers(
     model.eval()
     for start in range(0, len(rows), batch_size):
         batch = [rows[i] for i in range(start, min(start + batch_size, len(rows)))]
-        answers += answer_batch(model, processor, batch, kind, generation)
+        answers += answer_batch(model, processor, batch, generation)
     return answers
 
 
@@ -99,17 +97,18 @@ def answer_batch(
     model: Any,
     processor: Any,
     batch: Sequence[Any],
-    kind: str,
     generation: Generation,
     streamer: Any = None,
 ) -> list[str]:
     """The answers to one batch of rows, generated as the model's mode stands; `streamer`
     (transformers' streamers, a batch of one row) is shown the tokens as they come: `chat`
-    streams an answer that is the same as this function's, since it is this function's."""
+    streams an answer that is the same as this function's, since it is this function's. Rows
+    with pictures go through a vision-language model's processor (a text model's processor
+    is its tokenizer, and its rows carry none)."""
     tokenizer = getattr(processor, "tokenizer", processor)
     device = next(p.device for p in model.parameters() if p.device.type != "meta")
     texts = [prompt_text(processor, row) for row in batch]
-    if kind == "vlm" and batch[0].get("images"):
+    if batch[0].get("images") and hasattr(processor, "image_processor"):
         inputs = processor(
             text=texts,
             images=[row["images"] for row in batch],
@@ -163,13 +162,11 @@ class HeldOutAnswers:
     predictions: list[Prediction]
 
 
-def exact_match(
-    model: Any, processor: Any, rows: Any, kind: str, generation: Generation
-) -> HeldOutAnswers:
+def exact_match(model: Any, processor: Any, rows: Any, generation: Generation) -> HeldOutAnswers:
     """Share of held-out rows whose answer equals the reference exactly. Every row is answered
     (the predictions); the scores count the rows whose answer is one to give
     (`expects_its_answer`: on unpaired feedback, the desirable rows)."""
-    return score_answers(generate_answers(model, processor, rows, kind, generation), rows)
+    return score_answers(generate_answers(model, processor, rows, generation), rows)
 
 
 def score_answers(answers: Sequence[str], rows: Any) -> HeldOutAnswers:

@@ -84,4 +84,4 @@ def exact_match_on_held_out(
     settings = plan.config.eval
     rows = evaluation.capped(stage.data.splits().eval, settings.max_samples)
     generation = evaluation.generation_settings(settings, plan.config.seed)
-    return evaluation.exact_match(model, processor, rows, stage.model.kind, generation)
+    return evaluation.exact_match(model, processor, rows, generation)

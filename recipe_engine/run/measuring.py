@@ -76,11 +76,9 @@ def asked_of(probe_rows: Any, judged_rows: Any, limit: int | None) -> Asked:
 
 @dataclass(frozen=True)
 class Questions:
-    """What a pass asks (`asked`) and how a model answers it: a model of `kind` (causal_lm,
-    vlm) generating with `generation`."""
+    """What a pass asks (`asked`) and how a model answers it: generating with `generation`."""
 
     asked: Asked
-    kind: str
     generation: Generation
 
     def identity(self, loss: LossSettings | None) -> str:
@@ -113,7 +111,7 @@ def run_asks(plan: RecipePlan) -> RunAsks:
     settings = plan.config.eval
     asked = asked_of(root.data.splits().eval or [], judged, settings.max_samples)
     generation = evaluation.generation_settings(settings, plan.config.seed)
-    return RunAsks(Questions(asked, root.model.kind, generation), root)
+    return RunAsks(Questions(asked, generation), root)
 
 
 def answers_to(rows: Any, measurement: Measurement, asked: Asked) -> list[str] | None:
@@ -176,26 +174,26 @@ def measure_model(
     kept: its weights are left as they are (a trainer built to measure the loss would cast a
     k-bit model's trainable weights, so none is left trainable)."""
     model.requires_grad_(False)
-    asked, kind, generation = questions.asked, questions.kind, questions.generation
+    asked, generation = questions.asked, questions.generation
     rows = [probe.row for probe in asked.probes]
-    answers = evaluation.generate_answers(model, processor, rows, kind, generation)
+    answers = evaluation.generate_answers(model, processor, rows, generation)
     eval_loss, measured = None, False
     if asked.sft_probes():
         value = held_out_loss(model, processor, rows, loss)
         eval_loss, measured = (None if math.isnan(value) else value), True
     judged = None
     if asked.judged and judging(asked.judged) is not None:
-        judged = measure_judged(model, processor, asked.judged, kind, generation)
+        judged = measure_judged(model, processor, asked.judged, generation)
     return Measurement(questions.identity(loss), precision, answers, eval_loss, measured, judged)
 
 
 def measure_judged(
-    model: Any, processor: Any, rows: Sequence[TrlRow], kind: str, generation: Generation
+    model: Any, processor: Any, rows: Sequence[TrlRow], generation: Generation
 ) -> JudgedAnswers:
     """A model on judged rows: each row's judged answers' log-probabilities, its greedy
     answer to each."""
     logps = answer_logps(model, processor, rows)
-    answers = evaluation.generate_answers(model, processor, rows, kind, generation)
+    answers = evaluation.generate_answers(model, processor, rows, generation)
     return JudgedAnswers(logps, answers)
 
 

@@ -353,8 +353,7 @@ class StageRecipe:
         row = (splits.eval if splits.eval is not None and len(splits.eval) else splits.train)[0]
         if not asks_question(row):
             return
-        kind = self.stage.model.kind
-        preflight_generation(self.trainer, self.processor, row, kind, self._forwards())
+        preflight_generation(self.trainer, self.processor, row, self._forwards())
 
     def _forwards(self) -> Any:
         """The context the engine's own forwards run in (`run.precision.forwards`)."""
@@ -414,7 +413,7 @@ class StageRecipe:
         ones); for a preference stage the trained model's greedy answers judged too. With
         `asks`, the model's pass for the run first (recorded as `name`), whose answers serve
         where `rows` are what it asked; a stage on other rows than those asks them as well."""
-        kind, answers = self.stage.model.kind, None
+        answers = None
         generation = evaluation.generation_settings(self.plan.config.eval, self.plan.config.seed)
         if asks is not None:
             loss = asks.loss(self.stage) if model is self.trained else asks.loss(asks.root)
@@ -424,7 +423,7 @@ class StageRecipe:
             measuring.write_measurement(self.run_dir, name, measured)
             answers = measuring.answers_to(rows, measured, asks.questions.asked)
         if answers is None:
-            answers = evaluation.generate_answers(model, self.processor, rows, kind, generation)
+            answers = evaluation.generate_answers(model, self.processor, rows, generation)
         result = evaluation.score_answers(answers, rows)
         if self.metrics.preference is not None and model is self.trained:
             self.metrics.preference |= preference_scores.greedy_metrics(answers, rows)

@@ -276,7 +276,7 @@ def _preflight_step(trainer: Any, kind: TrainerKind, model: Any, batch: Any) -> 
     return float(loss.item())
 
 
-def preflight_generation(trainer: Any, processor: Any, row: Any, kind: str, forwards: Any) -> None:
+def preflight_generation(trainer: Any, processor: Any, row: Any, forwards: Any) -> None:
     """One answer generated from `row`'s prompt before step 0, as evaluation will generate it
     (in the `forwards` context the engine's own forwards run in): the preflight's promise
     covers the forwards after training too, where a bfloat16 QLoRA stage once met a dtype its
@@ -287,7 +287,7 @@ def preflight_generation(trainer: Any, processor: Any, row: Any, kind: str, forw
     model.train()
     try:
         with torch.random.fork_rng(), forwards, torch.no_grad():
-            answer_batch(model, processor, [row], kind, PREFLIGHT_GENERATION)
+            answer_batch(model, processor, [row], PREFLIGHT_GENERATION)
     except RuntimeError as error:
         text = str(error).splitlines()[0]
         cause = "a dtype mismatch" if "dtype" in text else "a runtime error"

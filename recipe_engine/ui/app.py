@@ -86,8 +86,36 @@ def create_app(
     guard = Guard(token or new_token())
     bench = Workbench(folder, guard, settings or Settings(Path.cwd(), python=sys.executable))
     pages = _Pages(folder, templates, guard, bench)
+    routes = _routes(pages, bench)
+    middleware = [
+        Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
+        Middleware(BaseHTTPMiddleware, dispatch=_headers),
+        Middleware(BaseHTTPMiddleware, dispatch=pages.token_link),
+    ]
+    handlers = {Refused: pages.refused, Forbidden: pages.forbidden, BadRequest: pages.bad_request}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await bench.close()  # chat workers end with the server; runs go on
+
+    return Starlette(
+        routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan
+    )
+
+
+async def _headers(request: Request, call_next: RequestResponseEndpoint) -> Response:
+    """Every response's security headers (a route's own Cache-Control kept: the chat's)."""
+    response = await call_next(request)
+    own = "cache-control" in response.headers
+    response.headers.update({k: v for k, v in HEADERS.items() if k != "Cache-Control" or not own})
+    return response
+
+
+def _routes(pages: _Pages, bench: Workbench) -> list[Route | Mount]:
+    """The pages (GET) and what changes something (POST: the workbench's)."""
     get, post = ["GET"], ["POST"]
-    routes = [
+    return [
         Route("/", pages.runs, methods=get),
         Route("/run/{path:path}/stage/{name}", pages.stage, methods=get),
         Route("/run/{path:path}", pages.run, methods=get),
@@ -114,29 +142,6 @@ def create_app(
         Route("/api/upload", bench.upload, methods=post),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    middleware = [
-        Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
-        Middleware(BaseHTTPMiddleware, dispatch=_headers),
-        Middleware(BaseHTTPMiddleware, dispatch=pages.token_link),
-    ]
-    handlers = {Refused: pages.refused, Forbidden: pages.forbidden, BadRequest: pages.bad_request}
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
-        await bench.close()  # chat workers end with the server; runs go on
-
-    return Starlette(
-        routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan
-    )
-
-
-async def _headers(request: Request, call_next: RequestResponseEndpoint) -> Response:
-    """Every response's security headers (a route's own Cache-Control kept: the chat's)."""
-    response = await call_next(request)
-    own = "cache-control" in response.headers
-    response.headers.update({k: v for k, v in HEADERS.items() if k != "Cache-Control" or not own})
-    return response
 
 
 class _Pages:

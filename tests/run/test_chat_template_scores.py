@@ -56,9 +56,7 @@ def held_out_scores(data: Path, *more: str) -> HeldOutAnswers:
     model = load_pretrained(stage.init.location, entry, dtype="float32", device_map={"": "cpu"})
     processor = load_processor(stage.init.location, entry)
     rows = stage.data.splits().eval
-    return exact_match(
-        model, processor, rows, "causal_lm", Generation(max_new_tokens=8, batch_size=4)
-    )
+    return exact_match(model, processor, rows, Generation(max_new_tokens=8, batch_size=4))
 
 
 def test_the_instruct_base_answers_when_asked_through_its_chat_template(tmp_path):

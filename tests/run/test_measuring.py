@@ -55,9 +55,9 @@ def counted(monkeypatch):
 
     generate = evaluation.generate_answers
 
-    def counting_generate(model, processor, rows, kind, generation):
+    def counting_generate(model, processor, rows, generation):
         passes.append(len(rows))
-        return generate(model, processor, rows, kind, generation)
+        return generate(model, processor, rows, generation)
 
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(counting_load))
     monkeypatch.setattr(evaluation, "generate_answers", counting_generate)
