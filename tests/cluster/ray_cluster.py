@@ -90,8 +90,11 @@ class RayCluster:
         expected = len(self.nodes)
         self._wait_for(lambda: self._alive() >= expected, f"node {name}", 120)
 
-    def kill_node(self, name: str) -> None:
-        """The node lost at once: its whole process tree killed (SIGKILL)."""
+    def kill_node(self, name: str, settle: bool = True) -> None:
+        """The node lost at once: its whole process tree killed (SIGKILL). With `settle`, until
+        the head counts it dead too (its missed health checks, seconds later): until then
+        `ray.nodes()` still lists it alive, and the next test's run would find a node that
+        cannot run its check."""
         process = self.nodes.pop(name)
         with contextlib.suppress(psutil.NoSuchProcess):
             tree = psutil.Process(process.pid)
@@ -99,6 +102,9 @@ class RayCluster:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     member.kill()
         process.wait()
+        if settle and "head" in self.nodes:
+            left = len(self.nodes)
+            self._wait_for(lambda: self._alive() <= left, f"node {name} counted dead", 180)
 
     def node_running(self, pattern: str) -> str:
         """The worker node whose process tree runs a command line containing `pattern`."""
@@ -112,7 +118,7 @@ class RayCluster:
     def stop(self) -> None:
         """Every node's process tree killed (a test cluster keeps nothing), workers first."""
         for name in list(self.nodes)[::-1]:
-            self.kill_node(name)
+            self.kill_node(name, settle=False)
         shutil.rmtree(self.temp, ignore_errors=True)
 
     def __enter__(self) -> RayCluster:
