@@ -29,11 +29,12 @@ class Curve:
         ys = [y for _, y in self.points]
         return min(xs), max(xs), min(ys), max(ys)
 
-    def polyline(self) -> str:
-        """The `points` attribute of the SVG polyline."""
+    def polyline(self, axes: tuple[float, float, float, float] | None = None) -> str:
+        """The `points` attribute of the SVG polyline, on its own axes or on `axes` (x0, x1,
+        y0, y1) a chart of several curves shares."""
         if not self.points:
             return ""
-        x0, x1, y0, y1 = self.bounds()
+        x0, x1, y0, y1 = axes or self.bounds()
         span_x, span_y = (x1 - x0) or 1.0, (y1 - y0) or 1.0
         inner_w, inner_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - 2 * PAD_Y
         return " ".join(
@@ -42,12 +43,14 @@ class Curve:
             for x, y in self.points
         )
 
-    def marker(self) -> tuple[str, str] | None:
+    def marker(
+        self, axes: tuple[float, float, float, float] | None = None
+    ) -> tuple[str, str] | None:
         """Where a curve of one point is drawn as a dot (a polyline of one point shows
-        nothing): its (x, y) in the view box."""
+        nothing): its (x, y) in the view box, on its own axes or on `axes`."""
         if len(self.points) != 1:
             return None
-        x, y = self.polyline().split(",")
+        x, y = self.polyline(axes).split(",")
         return x, y
 
     def as_json(self) -> JsonObject:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recipe_engine.ui.charts import HEIGHT, PAD_LEFT, PAD_RIGHT, PAD_Y, WIDTH, Curve
+from recipe_engine.ui.charts import Curve
 from recipe_engine.ui.paths import OutputFolder, Refused
 from recipe_engine.ui.runs import read_run, training_runs
 from recipe_engine.ui.stage_detail import stage_curves
@@ -58,21 +58,11 @@ class OverlayChart:
 
     def points(self, line: Line) -> str:
         """The line's polyline on the chart's shared axes."""
-        x0, x1, y0, y1 = self.bounds()
-        span_x, span_y = (x1 - x0) or 1.0, (y1 - y0) or 1.0
-        inner_w, inner_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - 2 * PAD_Y
-        return " ".join(
-            f"{PAD_LEFT + (x - x0) / span_x * inner_w:.1f},"
-            f"{PAD_Y + (1 - (y - y0) / span_y) * inner_h:.1f}"
-            for x, y in line.curve.points
-        )
+        return line.curve.polyline(self.bounds())
 
     def marker(self, line: Line) -> tuple[str, str] | None:
         """A line of one point, drawn as a dot at its place on the shared axes."""
-        if len(line.curve.points) != 1:
-            return None
-        x, y = self.points(line).split(",")
-        return x, y
+        return line.curve.marker(self.bounds())
 
 
 @dataclass(frozen=True)
