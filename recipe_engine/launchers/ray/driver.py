@@ -336,6 +336,9 @@ class Driver:
         """Ctrl-C / SIGTERM: every running task asked to stop (its processes get SIGTERM,
         then SIGKILL), awaited, forced if it does not; every stage not committed recorded."""
         stopped = list(self.running) + list(self.waiting)
+        by_user = Said(JobPhase.CANCELLED, "CANCELLED", "stopped by the user")
+        for name in stopped:  # first: `ray job stop` SIGKILLs the driver 3 s after its SIGTERM
+            self._record(name, by_user)
         tasks = [ref for attempt in self.running.values() for ref in attempt.tasks]
         for ref in tasks:
             self.ray.cancel(ref, force=False)
@@ -345,10 +348,8 @@ class Driver:
             with contextlib.suppress(Exception):
                 self.ray.cancel(ref, force=True)
         for name, attempt in list(self.running.items()):
-            self._end(name, Said(JobPhase.CANCELLED, "CANCELLED", "stopped by the user"), attempt)
-        for name in list(self.waiting):
-            del self.waiting[name]
-            self._record(name, Said(JobPhase.CANCELLED, "CANCELLED", "stopped by the user"))
+            self._end(name, by_user, attempt)
+        self.waiting.clear()
         return stopped
 
     # ------------------------------------------------------------------ helpers
