@@ -20,6 +20,8 @@ from peer_files import (
 from recipe_engine.cli.main import main
 from recipe_engine.store.records import Manifest, StageRow
 
+pytestmark = pytest.mark.usefixtures("judge_kept_between_runs")
+
 QUICK = ["stage.{stage}.train.max_steps=2", "eval.max_samples=2", "eval.max_new_tokens=4"]
 QUICK += ["eval.compare=false"]
 # In the user's world: real checkpoints are bfloat16, so every peer file trains a bf16 model.

@@ -23,6 +23,8 @@ from recipe_engine.cli.main import main
 from recipe_engine.config.compose import compose_config
 from recipe_engine.run.planning import plan_from_config
 
+pytestmark = pytest.mark.usefixtures("judge_kept_between_runs")
+
 ROOT = Path(__file__).resolve().parents[2]
 
 QUICK = ["data.max_samples=12", "data.eval_fraction=0.25", "eval.max_samples=3"]
