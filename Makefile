@@ -90,12 +90,10 @@ endef
 # Against a real two-node SLURM cluster started on this host (tests/cluster/slurm_cluster.py):
 # Debian's slurm-wlm, slurmdbd, munge and MariaDB (for sacct), installed as root when missing;
 # and a real three-node Ray cluster (tests/cluster/ray_cluster.py: Ray from the `ray` extra).
-# Two workers, one a scheduler (tests/cluster/conftest.py groups the files): their tests wait
-# on jobs most of the time, so the two overlap (2 cores: 15:06 one after the other, 10:38 so).
 CLUSTER_PACKAGES := slurm-wlm slurmdbd munge mariadb-server
 test-cluster: install
 	$(call apt_install,$(CLUSTER_PACKAGES))
-	$(PY) -m pytest -q -n 2 -m cluster tests/cluster
+	$(PY) -m pytest -q -m cluster tests/cluster
 
 # The Ray launcher's tests alone (a part of test-cluster): no system package needed.
 test-ray: install

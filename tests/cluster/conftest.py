@@ -22,21 +22,6 @@ from slurm_cluster import SlurmCluster
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """`make test-cluster` runs two xdist workers: each scheduler's tests on one of them, in
-    their files' order, so each worker starts one cluster (two SLURM clusters on one host
-    would share its node names) and the two schedulers' tests, which spend most of their time
-    waiting on jobs, overlap. (xdist's own `loadgroup` cannot group them under pytest 9.2: it
-    renames tests' ids through an attribute pytest no longer reads.)"""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class OneWorkerPerScheduler(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return "ray" if nodeid.startswith("tests/cluster/test_ray_") else "slurm"
-
-    return OneWorkerPerScheduler(config, log)
-
-
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))

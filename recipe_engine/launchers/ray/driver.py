@@ -90,17 +90,12 @@ class Attempt:
     meeting: Any = None  # the first node's (address, port) reference, several nodes only
     tasks: dict[Any, int] = field(default_factory=dict)  # task reference -> node rank
     ended: dict[int, node.NodeRun] = field(default_factory=dict)
-    cancelled: bool = False  # its tasks already cancelled (a stopped run): never again
 
     def references(self) -> list[Any]:
         if self.meeting is not None:
             return [self.meeting]
         if not self.tasks:
             return [self.placed]
-        return self.unended()
-
-    def unended(self) -> list[Any]:
-        """Its tasks that have not returned."""
         return [ref for ref, rank in self.tasks.items() if rank not in self.ended]
 
 
@@ -331,8 +326,8 @@ class Driver:
         """The attempt's tasks still running are cancelled and its group removed."""
         from ray.util.placement_group import remove_placement_group
 
-        if not attempt.cancelled:
-            for ref in attempt.unended():
+        for ref, rank in attempt.tasks.items():
+            if rank not in attempt.ended:
                 self.ray.cancel(ref, force=False)
         with contextlib.suppress(Exception):  # a group whose node is gone may be gone too
             remove_placement_group(attempt.group)
@@ -344,20 +339,15 @@ class Driver:
         by_user = Said(JobPhase.CANCELLED, "CANCELLED", "stopped by the user")
         for name in stopped:  # first: `ray job stop` SIGKILLs the driver 3 s after its SIGTERM
             self._record(name, by_user)
-        # Each task cancelled once, and forced only while it still runs: a cancel of a task
-        # that has just ended races Ray's own bookkeeping of it (a driver aborted by a Ray
-        # check in task_manager.cc, once, on a loaded machine, under the older triple cancel).
-        tasks = [ref for attempt in self.running.values() for ref in attempt.unended()]
+        tasks = [ref for attempt in self.running.values() for ref in attempt.tasks]
         for ref in tasks:
             self.ray.cancel(ref, force=False)
-        unfinished = tasks
         with contextlib.suppress(Exception):
-            _, unfinished = self.ray.wait(tasks, num_returns=len(tasks), timeout=CANCEL_WAIT_S)
-        for ref in unfinished:
+            self.ray.wait(tasks, num_returns=len(tasks), timeout=CANCEL_WAIT_S)
+        for ref in tasks:
             with contextlib.suppress(Exception):
                 self.ray.cancel(ref, force=True)
         for name, attempt in list(self.running.items()):
-            attempt.cancelled = True
             self._end(name, by_user, attempt)
         self.waiting.clear()
         return stopped
